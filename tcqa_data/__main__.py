@@ -1,0 +1,3 @@
+from tcqa_data.cli import main
+
+main()

@@ -1,0 +1,218 @@
+"""Declarative task specs in lm-eval's YAML vocabulary.
+
+A task spec says how a benchmark doc becomes a prompt, a target, a set of choices and a
+decontamination query. Templates are Jinja2, rendered the way lm-eval renders them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import jinja2.meta
+import yaml
+
+from tcqa_data.errors import ConfigError
+
+OUTPUT_TYPES = ("multiple_choice", "generate_until", "loglikelihood")
+
+_ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One benchmark task. Field names follow lm-eval's task YAML."""
+
+    task: str
+    output_type: str
+    doc_to_text: str
+    doc_to_target: str
+    dataset_path: str | None = None
+    dataset_name: str | None = None
+    dataset_aliases: tuple[str, ...] = ()
+    validation_split: str | None = None
+    test_split: str | None = None
+    doc_to_choice: tuple[str, ...] | None = None
+    target_delimiter: str = " "
+    generation_kwargs: dict[str, Any] = field(default_factory=dict)
+    should_decontaminate: bool = False
+    doc_to_decontamination_query: str | None = None
+    metric_list: tuple[dict[str, Any], ...] = ()
+    metadata: dict[str, Any] = field(default_factory=dict)
+    group_by: tuple[str, ...] = ()
+    label_values: dict[str, int] = field(default_factory=dict)
+    tsv_columns: tuple[str, ...] = ()
+    source: str | None = None  # where the spec was read from
+
+    # ---- construction -------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], source: str | None = None) -> TaskSpec:
+        where = f" in {source}" if source else ""
+        for key in ("task", "output_type", "doc_to_text", "doc_to_target"):
+            if key not in raw:
+                raise ConfigError(f"task spec{where} lacks the required key {key!r}")
+        if raw["output_type"] not in OUTPUT_TYPES:
+            raise ConfigError(
+                f"task spec{where}: output_type {raw['output_type']!r} is not one of {OUTPUT_TYPES}"
+            )
+        known = set(cls.__dataclass_fields__) - {"source"}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise ConfigError(f"task spec{where} has unknown keys {unknown}; known keys: {sorted(known)}")
+        kwargs = dict(raw)
+        for key in ("doc_to_choice", "dataset_aliases", "group_by", "tsv_columns"):
+            if kwargs.get(key) is not None:
+                kwargs[key] = tuple(kwargs[key])
+        kwargs["metric_list"] = tuple(kwargs.get("metric_list") or ())
+        kwargs["doc_to_target"] = str(kwargs["doc_to_target"])
+        spec = cls(**kwargs, source=source)
+        spec._check_templates()
+        return spec
+
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike) -> TaskSpec:
+        path = Path(path)
+        try:
+            raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"cannot read task spec {path}: {exc}") from exc
+        if not isinstance(raw, dict):
+            raise ConfigError(f"task spec {path} is not a YAML mapping")
+        return cls.from_dict(raw, source=str(path))
+
+    @classmethod
+    def builtin(cls, name: str) -> TaskSpec:
+        """A task spec shipped with tcqa-data (``mc_taco``, ``squad_completion``)."""
+        names = builtin_task_names()
+        if name not in names:
+            raise ConfigError(f"unknown task {name!r}; built-in tasks: {names}, or pass a YAML file path")
+        ref = resources.files("tcqa_data.prep") / "tasks" / f"{name}.yaml"
+        return cls.from_yaml(str(ref))
+
+    @classmethod
+    def resolve(cls, name_or_path: str) -> TaskSpec:
+        """A built-in task name, or a path to a task YAML."""
+        if name_or_path.endswith((".yaml", ".yml")) or os.path.sep in name_or_path:
+            return cls.from_yaml(name_or_path)
+        return cls.builtin(name_or_path)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key in self.__dataclass_fields__:
+            if key == "source":
+                continue
+            value = getattr(self, key)
+            if isinstance(value, tuple):
+                value = list(value)
+            if value in (None, (), [], {}):
+                continue
+            out[key] = value
+        return out
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True)
+
+    # ---- templates ----------------------------------------------------------------------
+    def _templates(self) -> dict[str, str]:
+        out = {"doc_to_text": self.doc_to_text, "doc_to_target": self._target_template}
+        if self.doc_to_decontamination_query:
+            out["doc_to_decontamination_query"] = self.doc_to_decontamination_query
+        return out
+
+    @cached_property
+    def _target_template(self) -> str:
+        # lm-eval: a bare field name (`label`) means that field's value.
+        t = self.doc_to_target
+        return t if "{{" in t or "{%" in t else "{{" + t + "}}"
+
+    def _check_templates(self) -> None:
+        for name, template in self._templates().items():
+            try:
+                _ENV.parse(template)
+            except jinja2.TemplateSyntaxError as exc:
+                raise ConfigError(f"task {self.task!r}: template {name} is not valid Jinja2: {exc}") from exc
+
+    def template_fields(self, template_name: str) -> list[str]:
+        """The doc fields a template reads, in order of first use."""
+        template = self._templates()[template_name]
+        ast = _ENV.parse(template)
+        found = jinja2.meta.find_undeclared_variables(ast)
+        # keep the order in which the fields appear in the template text
+        return sorted(found, key=lambda f: template.find(f))
+
+    def required_fields(self) -> list[str]:
+        fields: list[str] = []
+        for name in self._templates():
+            for f in self.template_fields(name):
+                if f not in fields:
+                    fields.append(f)
+        for f in self.group_by:
+            if f not in fields:
+                fields.append(f)
+        return fields
+
+    def _render(self, template_name: str, doc: dict[str, Any]) -> str:
+        template = self._templates()[template_name]
+        try:
+            return _compiled(template).render(**doc)
+        except jinja2.UndefinedError as exc:
+            raise ConfigError(
+                f"task {self.task!r}: template {template_name} ({template!r}) uses a field the doc "
+                f"lacks: {exc.message}; doc fields: {sorted(doc)}"
+            ) from exc
+
+    def text(self, doc: dict[str, Any]) -> str:
+        return self._render("doc_to_text", doc)
+
+    def target(self, doc: dict[str, Any]) -> str:
+        return self._render("doc_to_target", doc)
+
+    def target_index(self, doc: dict[str, Any]) -> int:
+        """For multiple_choice: the index of the gold choice."""
+        value = self.target(doc).strip()
+        choices = self.choices(doc)
+        if value.lstrip("-").isdigit():
+            return int(value)
+        if value in choices:
+            return choices.index(value)
+        raise ConfigError(f"task {self.task!r}: target {value!r} is neither an index nor one of {choices}")
+
+    def choices(self, doc: dict[str, Any] | None = None) -> list[str]:
+        if self.doc_to_choice is None:
+            raise ConfigError(f"task {self.task!r} has no doc_to_choice")
+        return list(self.doc_to_choice)
+
+    def decontamination_query(self, doc: dict[str, Any]) -> str:
+        """lm-eval's rule: the query template if given, else the prompt text."""
+        if self.doc_to_decontamination_query:
+            return self._render("doc_to_decontamination_query", doc)
+        return self.text(doc)
+
+    def splits(self) -> dict[str, str]:
+        """Role -> split name, for the splits the task declares."""
+        out = {}
+        if self.validation_split:
+            out["validation"] = self.validation_split
+        if self.test_split:
+            out["test"] = self.test_split
+        return out
+
+
+def builtin_task_names() -> list[str]:
+    folder = resources.files("tcqa_data.prep") / "tasks"
+    return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+_COMPILED: dict[str, jinja2.Template] = {}
+
+
+def _compiled(template: str) -> jinja2.Template:
+    tpl = _COMPILED.get(template)
+    if tpl is None:
+        tpl = _COMPILED[template] = _ENV.from_string(template)
+    return tpl
