@@ -14,6 +14,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 
+def _default_file_mode() -> int:
+    # mkstemp creates 0600 files; give outputs the mode a plain open() would (0666 & ~umask).
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block succeeds."""
@@ -24,6 +31,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        os.chmod(tmp_path, _default_file_mode())
         os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():

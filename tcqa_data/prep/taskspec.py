@@ -47,6 +47,12 @@ class TaskSpec:
     group_by: tuple[str, ...] = ()
     label_values: dict[str, int] = field(default_factory=dict)
     tsv_columns: tuple[str, ...] = ()
+    # Fields whose text is located inside the rendered decontamination query so matches can be
+    # attributed to them (default: the fields the query template reads). Lets a query that is one
+    # pre-rendered field (squad's `text`) still say "passage" vs "question".
+    attribution_fields: tuple[str, ...] = ()
+    # Fields the report breaks the clean share down by (MC-TACO: category).
+    report_by: tuple[str, ...] = ()
     source: str | None = None  # where the spec was read from
 
     # ---- construction -------------------------------------------------------------------
@@ -65,7 +71,8 @@ class TaskSpec:
         if unknown:
             raise ConfigError(f"task spec{where} has unknown keys {unknown}; known keys: {sorted(known)}")
         kwargs = dict(raw)
-        for key in ("doc_to_choice", "dataset_aliases", "group_by", "tsv_columns"):
+        for key in ("doc_to_choice", "dataset_aliases", "group_by", "tsv_columns", "attribution_fields",
+                    "report_by"):
             if kwargs.get(key) is not None:
                 kwargs[key] = tuple(kwargs[key])
         kwargs["metric_list"] = tuple(kwargs.get("metric_list") or ())
@@ -192,6 +199,18 @@ class TaskSpec:
         if self.doc_to_decontamination_query:
             return self._render("doc_to_decontamination_query", doc)
         return self.text(doc)
+
+    def label_field(self) -> str | None:
+        """The field a bare-name ``doc_to_target`` reads (MC-TACO: ``label``), else None."""
+        t = self.doc_to_target.strip()
+        return t if t.isidentifier() else None
+
+    def query_fields(self) -> list[str]:
+        """The fields matches in the decontamination query are attributed to."""
+        if self.attribution_fields:
+            return list(self.attribution_fields)
+        name = "doc_to_decontamination_query" if self.doc_to_decontamination_query else "doc_to_text"
+        return self.template_fields(name)
 
     def splits(self) -> dict[str, str]:
         """Role -> split name, for the splits the task declares."""

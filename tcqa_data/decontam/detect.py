@@ -1,0 +1,450 @@
+"""Score benchmark docs against a corpus index and flag the contaminated ones.
+
+For each doc's decontamination query this computes, with the index's own normalization and hash:
+
+- ``ngram_hits`` / ``ngram_total`` / ``ngram_fraction``: how many of the query's word n-grams
+  occur in the corpus (PaLM-style overlap fraction);
+- ``longest_match``: the longest run of consecutive query words covered by matched n-grams
+  (ConTAM's "longest match", approximated by chaining overlapping matched n-grams);
+- the corpus docs the matched n-grams come from, and the n-grams' corpus doc frequency;
+- ``minhash_sim``: the best verified MinHash Jaccard estimate of any query window (the whole
+  query, and each attributed field on its own) against a corpus window;
+- per-field attribution: how many matched words fall inside each template field.
+
+A query shorter than ``n`` words has no n-gram: ``testable`` is False and n-gram rules cannot
+flag it. Such docs are reported as "untestable", never silently as clean (see :func:`doc_status`).
+
+Rules (``Rule.parse``) are a tiny boolean grammar over these scores::
+
+    rule   := clause ("|" clause)*          # OR
+    clause := term ("&" term)*              # AND (binds tighter than OR)
+    term   := "any-ngram"                   # ngram_hits >= 1 (lm-eval / GPT-3 default)
+            | "ngram-hits>=" INT
+            | "ngram-fraction>=" FLOAT      # 0..1
+            | "longest>=" INT               # words
+            | "minhash>=" FLOAT             # 0..1
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+DEFAULT_RULE = "any-ngram"
+DEFAULT_NGRAM = 13
+# GPT-3 (Brown et al. 2020, appendix C): N = 5th percentile of query length in words, in 8..13.
+AUTO_NGRAM_MIN, AUTO_NGRAM_MAX, AUTO_NGRAM_PERCENTILE = 8, 13, 5
+# MinHash on very short windows is noise (a handful of shingles): such windows are not queried.
+MINHASH_MIN_WORDS = 10
+TOP_DOCS = 5
+# Hash lookups are batched across docs; this bounds the temporary arrays.
+LOOKUP_BATCH = 1 << 20
+
+_PARAGRAPH_BREAK = re.compile(r"\n[^\S\n]*\n\s*")  # a blank line, as the MinHash windows use
+_TERM_RE = re.compile(
+    r"^(?P<name>any-ngram|ngram-hits|ngram-fraction|longest|minhash)(?:\s*>=\s*(?P<value>[0-9]*\.?[0-9]+))?$"
+)
+_TERM_METRIC = {
+    "any-ngram": "ngram_hits",
+    "ngram-hits": "ngram_hits",
+    "ngram-fraction": "ngram_fraction",
+    "longest": "longest_match",
+    "minhash": "minhash_sim",
+}
+
+
+@dataclass(frozen=True)
+class Term:
+    name: str
+    threshold: float
+
+    @property
+    def metric(self) -> str:
+        return _TERM_METRIC[self.name]
+
+    @property
+    def uses_minhash(self) -> bool:
+        return self.name == "minhash"
+
+    def __str__(self) -> str:
+        if self.name == "any-ngram":
+            return "any-ngram"
+        value = int(self.threshold) if self.name in ("longest", "ngram-hits") else self.threshold
+        return f"{self.name}>={value}"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A disjunction of conjunctions of threshold terms."""
+
+    clauses: tuple[tuple[Term, ...], ...]
+
+    @classmethod
+    def parse(cls, text: str) -> Rule:
+        from tcqa_data.errors import ConfigError
+
+        if not text or not text.strip():
+            raise ConfigError("empty --rule; e.g. 'any-ngram' or 'ngram-fraction>=0.5|minhash>=0.8'")
+        clauses = []
+        for clause_text in text.split("|"):
+            terms = []
+            for term_text in clause_text.split("&"):
+                t = term_text.strip().lower()
+                m = _TERM_RE.match(t)
+                if not m or (m["name"] == "any-ngram") != (m["value"] is None):
+                    raise ConfigError(
+                        f"cannot parse rule term {term_text.strip()!r} in {text!r}; terms are any-ngram, "
+                        "ngram-hits>=K, ngram-fraction>=X, longest>=L, minhash>=T joined by & (and) "
+                        "and | (or)")
+                name = m["name"]
+                value = 1.0 if name == "any-ngram" else float(m["value"])
+                if name in ("ngram-fraction", "minhash") and not 0.0 <= value <= 1.0:
+                    raise ConfigError(f"rule term {t!r}: threshold must be in [0, 1]")
+                if name in ("longest", "ngram-hits") and (value != int(value) or value < 1):
+                    raise ConfigError(f"rule term {t!r}: threshold must be a positive integer")
+                terms.append(Term(name, value))
+            clauses.append(tuple(terms))
+        return cls(tuple(clauses))
+
+    def __str__(self) -> str:
+        return "|".join("&".join(str(t) for t in c) for c in self.clauses)
+
+    @property
+    def terms(self) -> list[Term]:
+        return [t for c in self.clauses for t in c]
+
+    @property
+    def uses_minhash(self) -> bool:
+        return any(t.uses_minhash for t in self.terms)
+
+    @property
+    def uses_ngrams(self) -> bool:
+        return any(not t.uses_minhash for t in self.terms)
+
+    def evaluate(self, scores: dict[str, np.ndarray]) -> tuple[np.ndarray, list[str]]:
+        """Per doc: whether the rule fires, and which clauses fired (text, '|'-joined)."""
+        k = len(next(iter(scores.values())))
+        dirty = np.zeros(k, dtype=bool)
+        fired: list[list[str]] = [[] for _ in range(k)]
+        for clause in self.clauses:
+            ok = np.ones(k, dtype=bool)
+            for term in clause:
+                values = np.asarray(scores[term.metric], dtype=np.float64)
+                hit = values >= term.threshold
+                if term.metric.startswith("ngram") or term.metric == "longest_match":
+                    hit &= np.asarray(scores["testable"], dtype=bool)
+                ok &= hit
+            dirty |= ok
+            label = "&".join(str(t) for t in clause)
+            for i in np.flatnonzero(ok):
+                fired[i].append(label)
+        return dirty, ["|".join(f) for f in fired]
+
+
+def doc_status(dirty: np.ndarray, testable: np.ndarray, rule: Rule,
+               minhash_windows: Sequence[int] | None = None) -> list[str]:
+    """'dirty', 'clean' or 'untestable'.
+
+    A doc is 'untestable' when the rule did not fire, the query is shorter than n words, and no
+    MinHash term of the rule could test it instead (no such term, or no query window long enough
+    to query). Untestable docs stay in the clean split (nothing shows they were seen) but are
+    counted and listed separately in every report.
+    """
+    out = []
+    for i, (d, t) in enumerate(zip(dirty, testable, strict=True)):
+        mh_tested = rule.uses_minhash and (minhash_windows is None or minhash_windows[i] > 0)
+        if d:
+            out.append("dirty")
+        elif not t and not mh_tested:
+            out.append("untestable")
+        else:
+            out.append("clean")
+    return out
+
+
+def auto_ngram(query_word_counts: Sequence[int]) -> int:
+    """GPT-3's per-benchmark n: the 5th percentile of query length in words, clamped to 8..13."""
+    if len(query_word_counts) == 0:
+        return DEFAULT_NGRAM
+    p = float(np.percentile(np.asarray(query_word_counts, dtype=np.float64), AUTO_NGRAM_PERCENTILE))
+    return int(min(AUTO_NGRAM_MAX, max(AUTO_NGRAM_MIN, int(p))))
+
+
+@dataclass
+class QueryDoc:
+    """What detection needs from one benchmark doc."""
+
+    query: str
+    fields: dict[str, str]  # attribution field -> its rendered value (order = template order)
+
+
+def _find_sub(hay: list[str], needle: list[str], start: int) -> int:
+    """First index >= start where ``needle`` occurs in ``hay`` as a contiguous token run, else -1."""
+    m = len(needle)
+    if m == 0:
+        return -1
+    first = needle[0]
+    for i in range(start, len(hay) - m + 1):
+        if hay[i] == first and hay[i:i + m] == needle:
+            return i
+    return -1
+
+
+def attribute_fields(tokens: list[str], fields: dict[str, str], tokenize: Callable[[str], list[str]]
+                     ) -> list[str]:
+    """Per query token, the name of the field it came from ('' = template literal text).
+
+    Each field's value is tokenized the same way and located in the query tokens, in template
+    order (falling back to a search from the start), so any template works without knowing it.
+    """
+    owner = [""] * len(tokens)
+    cursor = 0
+    for name, value in fields.items():
+        ftoks = tokenize(value)
+        pos = _find_sub(tokens, ftoks, cursor)
+        if pos < 0:
+            pos = _find_sub(tokens, ftoks, 0)
+        if pos < 0:
+            continue
+        for j in range(pos, pos + len(ftoks)):
+            if not owner[j]:
+                owner[j] = name
+        cursor = pos + len(ftoks)
+    return owner
+
+
+def _longest_run(mask: np.ndarray) -> int:
+    if not mask.any():
+        return 0
+    padded = np.concatenate(([0], mask.astype(np.int8), [0]))
+    d = np.diff(padded)
+    starts, ends = np.flatnonzero(d == 1), np.flatnonzero(d == -1)
+    return int((ends - starts).max())
+
+
+def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    padded = np.concatenate(([0], mask.astype(np.int8), [0]))
+    d = np.diff(padded)
+    return list(zip(np.flatnonzero(d == 1).tolist(), np.flatnonzero(d == -1).tolist(), strict=False))
+
+
+def score_docs(docs: Sequence[QueryDoc], index_dir: str, n: int, *, max_corpus_freq: int | None = None,
+               use_minhash: bool = True, progress: Callable[[int], None] | None = None) -> dict[str, list]:
+    """Score every doc against the index in ``index_dir``; returns column name -> per-doc values.
+
+    ``max_corpus_freq``: n-grams found in more than this many corpus docs are ignored (counted in
+    ``ngram_common``), so boilerplate shared by many docs does not flag a query.
+    """
+    # MC-TACO repeats one query for every candidate answer of a question: score each distinct
+    # (query, fields) once and copy the result to its docs.
+    key_of: dict[tuple, int] = {}
+    unique: list[QueryDoc] = []
+    where: list[int] = []
+    for d in docs:
+        key = (d.query, tuple(d.fields.items()))
+        j = key_of.get(key)
+        if j is None:
+            j = key_of[key] = len(unique)
+            unique.append(d)
+        where.append(j)
+
+    def step(k: int) -> None:
+        if progress is not None:
+            progress(k)
+
+    cols = _score_unique(unique, index_dir, n, max_corpus_freq=max_corpus_freq, use_minhash=use_minhash,
+                         progress=step)
+    step(len(docs) - len(unique))
+    return {name: [values[j] for j in where] for name, values in cols.items()}
+
+
+def _score_unique(docs: Sequence[QueryDoc], index_dir: str, n: int, *, max_corpus_freq: int | None,
+                  use_minhash: bool, progress: Callable[[int], None]) -> dict[str, list]:
+    from tcqa_data.decontam.hashing import batch_ngram_hashes
+    from tcqa_data.decontam.ngram_index import NgramIndex
+    from tcqa_data.decontam.normalize import token_char_spans, tokenize
+
+    idx = NgramIndex.open(index_dir)
+    check_hash(idx)
+    scheme = idx.normalization
+    seed = idx.hash_seed
+
+    def tok(text: str) -> list[str]:
+        return tokenize(text, scheme)
+
+    # 1) hash every query in one vectorized batch, then look all hashes up at once
+    all_tokens = [tok(d.query) for d in docs]
+    flat, owner_doc = batch_ngram_hashes([d.query for d in docs], [n], scheme, seed)[n]
+    flat = np.asarray(flat, dtype=np.uint64)
+    offsets = np.zeros(len(docs) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum(np.bincount(np.asarray(owner_doc, dtype=np.int64), minlength=len(docs)))
+    found = np.zeros(len(flat), dtype=bool)
+    dfreq = np.zeros(len(flat), dtype=np.int64)
+    doc_cols: np.ndarray | None = None
+    for lo in range(0, len(flat), LOOKUP_BATCH):
+        hit = idx.lookup(flat[lo:lo + LOOKUP_BATCH], n)
+        found[lo:lo + LOOKUP_BATCH] = np.asarray(hit.found, dtype=bool)
+        dfreq[lo:lo + LOOKUP_BATCH] = np.asarray(hit.doc_freq, dtype=np.int64)
+        hd = np.asarray(hit.docs, dtype=np.int64)
+        if hd.ndim == 1:
+            hd = hd[:, None]
+        if doc_cols is None:
+            doc_cols = np.full((len(flat), hd.shape[1]), -1, dtype=np.int64)
+        doc_cols[lo:lo + LOOKUP_BATCH] = hd
+    if doc_cols is None:
+        doc_cols = np.full((0, 1), -1, dtype=np.int64)
+    common = found & (dfreq > max_corpus_freq) if max_corpus_freq is not None else np.zeros_like(found)
+    counted = found & ~common
+
+    cols: dict[str, list[Any]] = {k: [] for k in (
+        "query", "query_words", "testable", "ngram_total", "ngram_hits", "ngram_common", "ngram_fraction",
+        "longest_match", "matched_words", "min_doc_freq", "max_doc_freq", "matched_doc_refs",
+        "matched_doc_ngrams", "match_spans", "match_fields", "field_names", "field_words",
+        "field_matched_words", "match_field")}
+    pending_refs: list[list[int]] = []
+    for i, d in enumerate(docs):
+        tokens = all_tokens[i]
+        lo, hi = offsets[i], offsets[i + 1]
+        c = counted[lo:hi]
+        k = hi - lo
+        covered = np.zeros(len(tokens), dtype=bool)
+        if c.any():
+            diff = np.zeros(len(tokens) + 1, dtype=np.int32)
+            starts = np.flatnonzero(c)
+            np.add.at(diff, starts, 1)
+            np.add.at(diff, starts + n, -1)
+            covered = np.cumsum(diff[:-1]) > 0
+        owner = attribute_fields(tokens, d.fields, tok) if d.fields else [""] * len(tokens)
+        names = list(d.fields)
+        fw = Counter(owner)
+        fm = Counter(o for o, cov in zip(owner, covered, strict=False) if cov)
+        spans_w = _runs(covered)
+        char_spans = token_char_spans(d.query, scheme) if spans_w else []
+        spans = [[int(char_spans[s][0]), int(char_spans[e - 1][1])] for s, e in spans_w]
+        span_fields = [_majority_owner(owner[s:e]) for s, e in spans_w]
+        ords = doc_cols[lo:hi][c]
+        ords = ords[ords >= 0]
+        top = Counter(ords.tolist()).most_common()
+        top.sort(key=lambda t: (-t[1], t[0]))
+        top = top[:TOP_DOCS]
+        pending_refs.append([o for o, _ in top])
+        df_hit = dfreq[lo:hi][c]
+        hits = int(c.sum())
+        cols["query"].append(d.query)
+        cols["query_words"].append(len(tokens))
+        cols["testable"].append(bool(k > 0))
+        cols["ngram_total"].append(int(k))
+        cols["ngram_hits"].append(hits)
+        cols["ngram_common"].append(int(common[lo:hi].sum()))
+        cols["ngram_fraction"].append(float(hits / k) if k else 0.0)
+        cols["longest_match"].append(_longest_run(covered))
+        cols["matched_words"].append(int(covered.sum()))
+        cols["min_doc_freq"].append(int(df_hit.min()) if hits else 0)
+        cols["max_doc_freq"].append(int(df_hit.max()) if hits else 0)
+        cols["matched_doc_ngrams"].append([cnt for _, cnt in top])
+        cols["match_spans"].append(spans)
+        cols["match_fields"].append(span_fields)
+        cols["field_names"].append(names)
+        cols["field_words"].append([fw.get(f, 0) for f in names])
+        cols["field_matched_words"].append([fm.get(f, 0) for f in names])
+        best = max(names, key=lambda f: fm.get(f, 0)) if names else ""
+        cols["match_field"].append(best if fm.get(best, 0) else ("template" if fm else ""))
+        progress(1)
+    uniq = sorted({o for refs in pending_refs for o in refs})
+    ref_of = dict(zip(uniq, idx.doc_refs(np.asarray(uniq, dtype=np.int64)), strict=False)) if uniq else {}
+    cols["matched_doc_refs"] = [[str(ref_of[o]) for o in refs] for refs in pending_refs]
+
+    sims, wins, wrefs, nwin = _minhash_scores(docs, index_dir, tok) if use_minhash else (None,) * 4
+    k = len(docs)
+    cols["minhash_windows"] = nwin if nwin is not None else [0] * k
+    cols["minhash_sim"] = sims if sims is not None else [float("nan")] * k
+    cols["minhash_query_window"] = wins if wins is not None else [None] * k
+    cols["minhash_doc_ref"] = wrefs if wrefs is not None else [None] * k
+    return cols
+
+
+def _majority_owner(owners: list[str]) -> str:
+    counts = Counter(o or "template" for o in owners)
+    return max(sorted(counts), key=lambda f: counts[f])
+
+
+def check_hash(idx: Any) -> None:
+    """Query hashes must come from the function that built the index, or nothing would match."""
+    from tcqa_data.decontam.hashing import HASH_NAME
+    from tcqa_data.errors import IndexMismatchError
+
+    if idx.hash_name != HASH_NAME:
+        raise IndexMismatchError(
+            f"index {idx.root} was built with n-gram hash {idx.hash_name!r}, but this tcqa-data computes "
+            f"{HASH_NAME!r}: its lookups would find nothing; rebuild the index with index-corpus")
+
+
+def has_minhash(index_dir: str) -> bool:
+    """Whether the index holds a MinHash section (its manifest says so)."""
+    from tcqa_data.decontam.ngram_index import NgramIndex
+
+    manifest = NgramIndex.open(index_dir).manifest
+    return bool(manifest.get("minhash"))
+
+
+def _minhash_scores(docs: Sequence[QueryDoc], index_dir: str, tok: Callable[[str], list[str]]
+                    ) -> tuple[Any, Any, Any, Any]:
+    """Best verified MinHash similarity of any query window (whole query, and each field alone),
+    its window text, the corpus doc of the best window, and the number of windows queried."""
+    if not has_minhash(index_dir):
+        return None, None, None, None
+    from tcqa_data.decontam.minhash import MinHashIndex, signatures, split_windows
+    from tcqa_data.decontam.ngram_index import NgramIndex
+
+    mh = MinHashIndex.open(index_dir)
+    params = mh.params
+    # Windows shorter than the corpus windows are noise-prone (a handful of shingles).
+    min_words = max(MINHASH_MIN_WORDS, int(params.window_min_words))
+    texts: list[str] = []
+    owner: list[int] = []
+    # Windows are cut per blank-line paragraph and cached: SQuAD repeats each passage for ~5
+    # questions, so Punkt (the slow part) runs once per distinct paragraph.
+    windows_of: dict[str, list[str]] = {}
+
+    def windows(text: str) -> list[str]:
+        out = []
+        for para in _PARAGRAPH_BREAK.split(text):
+            if not para.strip():
+                continue
+            if para not in windows_of:
+                windows_of[para] = split_windows(para, params)
+            out.extend(windows_of[para])
+        return out
+
+    for i, d in enumerate(docs):
+        seen: set[str] = set()
+        for source in (d.query, *d.fields.values()):
+            for w in windows(source):
+                if w in seen or len(tok(w)) < min_words:
+                    continue
+                seen.add(w)
+                texts.append(w)
+                owner.append(i)
+    nwin = np.bincount(np.asarray(owner, dtype=np.int64), minlength=len(docs)).tolist()
+    best = [-1.0] * len(docs)
+    best_text: list[str | None] = [None] * len(docs)
+    best_win = [-1] * len(docs)
+    if texts:
+        sims, wins = mh.query(signatures(texts, params))
+        for j, (s, w) in enumerate(zip(np.asarray(sims, dtype=np.float64), np.asarray(wins), strict=False)):
+            i = owner[j]
+            if int(w) >= 0 and s > best[i]:
+                best[i], best_text[i], best_win[i] = float(s), texts[j], int(w)
+    refs: list[str | None] = [None] * len(docs)
+    have = [i for i, w in enumerate(best_win) if w >= 0]
+    if have:
+        ords = np.asarray(mh.window_docs(np.asarray([best_win[i] for i in have], dtype=np.int64)))
+        names = NgramIndex.open(index_dir).doc_refs(ords)
+        for i, r in zip(have, names, strict=False):
+            refs[i] = str(r)
+    return best, best_text, refs, nwin

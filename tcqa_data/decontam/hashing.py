@@ -1,0 +1,229 @@
+"""Stable 64-bit hashes of normalized word n-grams, vectorized with numpy.
+
+Scheme ``tcqa-word64-poly64-splitmix64-v1`` (recorded in every index manifest):
+
+* token hash: the token's UTF-8 bytes read as little-endian 8-byte words ``w_0, w_1, ...``
+  (the last one zero-padded); ``x = w_0 + len * K_LEN + salt_tok``, then for each further word
+  ``x = fmix(x) ^ w_k``; the token hash is ``fmix(x)``. Tokens longer than 64 bytes use
+  ``xxh3_64(bytes, seed=salt_tok)`` instead. Tokens of at most 8 bytes never collide.
+* n-gram hash: ``fmix(sum_j tok_{i+j} * B2**j mod 2**64 + n * K_N + salt_ngram)``;
+* ``fmix`` is the splitmix64 finalizer; the salts are derived from the seed.
+
+The polynomial is evaluated for every n-gram at once with a prefix sum: ``B2`` is odd, hence
+invertible mod 2**64, so a window sum is ``(S[i + n] - S[i]) * B2**-i``. There is no
+Python-level work per token, which is what makes the index build fast. The hash depends only on
+the token strings, never on whitespace or document layout, and n-grams never cross documents.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import xxhash
+
+from tcqa_data.decontam.normalize import (
+    JANITOR_BYTES_DELETE,
+    JANITOR_BYTES_TABLE,
+    check_scheme,
+    normalize,
+)
+
+HASH_NAME = "tcqa-word64-poly64-splitmix64-v1"
+
+_M64 = (1 << 64) - 1
+_B2 = 0xC2B2AE3D27D4EB4F
+_K_LEN = np.uint64(0xD6E8FEB86659FD93)
+_K_N = np.uint64(0xA0761D6478BD642F)
+_F1 = np.uint64(0xBF58476D1CE4E5B9)
+_F2 = np.uint64(0x94D049BB133111EB)
+
+_MASK = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
+_MAX_WORDS = 8  # tokens longer than this many 8-byte words are hashed with xxh3 one by one
+
+# UTF-8 forms of non-ASCII str.split() whitespace (\x85, \xa0, \u1680, \u2000-\u200a, \u2028,
+# \u2029, \u202f, \u205f, \u3000), by lead byte -> {second byte: allowed third bytes or None}
+_UTF8_WS = {
+    0xC2: {0x85: None, 0xA0: None},
+    0xE1: {0x9A: (0x80,)},
+    0xE2: {0x80: (*range(0x80, 0x8B), 0xA8, 0xA9, 0xAF), 0x81: (0x9F,)},
+    0xE3: {0x80: (0x80,)},
+}
+
+
+def _blank_unicode_whitespace(arr: np.ndarray) -> None:
+    """Overwrite the UTF-8 bytes of non-ASCII whitespace with spaces, in place (length kept)."""
+    cand = np.flatnonzero((arr[:-2] >= 0xC2) & (arr[:-2] <= 0xE3))
+    if not len(cand):
+        return
+    lead = arr[cand]
+    for lb, seconds in _UTF8_WS.items():
+        pos = cand[lead == lb]
+        for sb, thirds in seconds.items():
+            p = pos[arr[pos + 1] == sb]
+            if thirds is None:
+                arr[p] = 32
+                arr[p + 1] = 32
+                continue
+            p = p[np.isin(arr[p + 2], thirds)]
+            arr[p] = 32
+            arr[p + 1] = 32
+            arr[p + 2] = 32
+
+
+def _fmix_scalar(z: int) -> int:
+    z &= _M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
+
+
+def _salts(seed: int) -> tuple[np.uint64, np.uint64]:
+    s = (int(seed) * 0x9E3779B97F4A7C15) & _M64
+    return np.uint64(_fmix_scalar(s ^ 0x1234567)), np.uint64(_fmix_scalar(s ^ 0x89ABCDEF))
+
+
+def _fmix_inplace(z: np.ndarray) -> np.ndarray:
+    z ^= z >> np.uint64(30)
+    z *= _F1
+    z ^= z >> np.uint64(27)
+    z *= _F2
+    z ^= z >> np.uint64(31)
+    return z
+
+
+class _Powers:
+    """Cached B**i and B**-i mod 2**64 for i < size, grown by doubling."""
+
+    def __init__(self, base: int) -> None:
+        self.base = base
+        self.inv = pow(base, -1, 1 << 64)
+        self.pow = np.ones(1, dtype=np.uint64)
+        self.ipow = np.ones(1, dtype=np.uint64)
+
+    def ensure(self, size: int) -> None:
+        while len(self.pow) < size:
+            k = len(self.pow)
+            self.pow = np.concatenate([self.pow, self.pow * np.uint64(pow(self.base, k, 1 << 64))])
+            self.ipow = np.concatenate([self.ipow, self.ipow * np.uint64(pow(self.inv, k, 1 << 64))])
+
+
+_P2 = _Powers(_B2)
+
+
+def encode_normalized(text: str, scheme: str = "janitor") -> bytes:
+    """UTF-8 of the normalized text, split by ``bytes.split()`` into exactly ``tokenize``'s tokens."""
+    if scheme == "janitor":
+        # non-ASCII whitespace is turned into spaces later, vectorized over the whole batch
+        return text.encode("utf-8", "surrogatepass").translate(JANITOR_BYTES_TABLE, JANITOR_BYTES_DELETE)
+    check_scheme(scheme)
+    return " ".join(normalize(text, scheme).split()).encode("utf-8", "surrogatepass")
+
+
+def _token_hashes(data: bytearray, starts: np.ndarray, ends: np.ndarray, salt: np.uint64) -> np.ndarray:
+    """Hash of each token ``data[starts[i]:ends[i]]``: its bytes read 8 at a time as little-endian
+    words (unaligned gathers, no per-byte work), mixed with its length; xxh3 for long tokens."""
+    lens = ends - starts
+    # every 8-byte window of data as one uint64 (stride 1: unaligned reads are fine on numpy)
+    words = np.ndarray((len(data) - 7,), dtype="<u8", buffer=data, offset=0, strides=(1,))
+    x = words[starts]  # fancy indexing: .take() would first copy the strided view
+    x &= _MASK.take(np.minimum(lens, 8))
+    x += lens.astype(np.uint64) * _K_LEN
+    x += salt
+    long_ = np.flatnonzero(lens > 8)
+    if len(long_):
+        huge = lens[long_] > _MAX_WORDS * 8
+        if huge.any():  # rare (URLs, blobs): one xxh3 call each instead of many numpy passes
+            for i in long_[huge].tolist():
+                x[i] = np.uint64(xxhash.xxh3_64_intdigest(bytes(data[starts[i]:ends[i]]), int(salt)))
+            long_ = long_[~huge]
+        k = 1
+        while len(long_):
+            xs = x.take(long_)
+            _fmix_inplace(xs)
+            pos = starts.take(long_) + 8 * k
+            w = words[pos]
+            w &= _MASK.take(np.minimum(ends.take(long_) - pos, 8))
+            xs ^= w
+            x[long_] = xs
+            k += 1
+            long_ = long_[lens.take(long_) > 8 * k]
+    return _fmix_inplace(x)
+
+
+def _hash_parts(parts: Sequence[bytes], ns: Sequence[int], seed: int
+                ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """N-gram hashes of already-normalized documents ``parts`` for every n in ``ns``."""
+    salt_tok, salt_ng = _salts(seed)
+    ndocs = len(parts)
+    # One space before each doc and padding after: every token has a space on both sides and
+    # 8-byte reads never run off the end. Doc boundaries are kept as byte offsets.
+    data = bytearray(b" ")
+    data += b" ".join(parts)
+    data += b"         "
+    lens = np.fromiter(map(len, parts), dtype=np.int64, count=ndocs)
+    doc_start = np.empty(ndocs + 1, dtype=np.int64)
+    doc_start[0] = 1
+    np.cumsum(lens + 1, out=doc_start[1:])
+    doc_start[1:] += 1
+
+    arr = np.frombuffer(data, dtype=np.uint8)
+    if not data.isascii():
+        _blank_unicode_whitespace(arr)
+    edge = np.diff((arr != 32).view(np.int8))
+    starts = np.flatnonzero(edge == 1) + 1
+    ends = np.flatnonzero(edge == -1) + 1
+    del edge
+    ntok = len(starts)
+    tok = _token_hashes(data, starts, ends, salt_tok)
+
+    # token offsets of each doc
+    doc_tok = np.searchsorted(starts, doc_start)
+    per_doc = np.diff(doc_tok)
+    out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    if ntok:
+        _P2.ensure(ntok + 1)
+        w = np.empty(ntok + 1, dtype=np.uint64)
+        w[0] = 0
+        np.multiply(tok, _P2.pow[:ntok], out=w[1:])
+        np.cumsum(w, out=w)
+    for n in ns:
+        if n < 1:
+            raise ValueError(f"n-gram size must be >= 1, got {n}")
+        if ntok < n:
+            out[n] = (np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.int64))
+            continue
+        m = ntok - n + 1
+        h = w[n:] - w[:m]  # window sums, still scaled by B2**i
+        h *= _P2.ipow[:m]
+        h += np.uint64((n * int(_K_N)) & _M64)
+        h += salt_ng
+        _fmix_inplace(h)
+        counts = np.maximum(per_doc - (n - 1), 0)
+        if counts.sum() != m:  # drop windows that cross a document boundary
+            bad = np.zeros(m + 1, dtype=np.int32)
+            cut = doc_tok[1:-1]  # first token of every doc but the first
+            np.add.at(bad, np.minimum(np.maximum(cut - (n - 1), doc_tok[:-2]), m), 1)
+            np.add.at(bad, np.minimum(cut, m), -1)
+            h = h[np.cumsum(bad[:m]) == 0]
+        out[n] = (h, np.repeat(np.arange(ndocs, dtype=np.int64), counts))
+    return out
+
+
+def batch_ngram_hashes(texts: Sequence[str], ns: Sequence[int], scheme: str = "janitor", seed: int = 0
+                       ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """For each n: ``(hashes uint64, doc int64)`` of every n-gram of every text, in text order.
+
+    ``doc[k]`` is the index in ``texts`` of the text n-gram ``k`` comes from.
+    """
+    return _hash_parts([encode_normalized(t, scheme) for t in texts], ns, seed)
+
+
+def ngram_hashes(text: str, n: int, scheme: str = "janitor", seed: int = 0) -> np.ndarray:
+    """Element ``i`` is the hash of the word n-gram starting at token ``i`` of ``tokenize(text)``."""
+    return _hash_parts([encode_normalized(text, scheme)], [n], seed)[n][0]
+
+
+def token_ngram_hashes(tokens: Sequence[str], n: int, seed: int = 0) -> np.ndarray:
+    """Like ``ngram_hashes`` over already-normalized tokens (e.g. lm-eval's n-gram strings split)."""
+    return _hash_parts([" ".join(tokens).encode("utf-8", "surrogatepass")], [n], seed)[n][0]

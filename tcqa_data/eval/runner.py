@@ -1,0 +1,362 @@
+"""`evaluate`: score a model on the prepared full / clean / dirty splits in one pass."""
+
+from __future__ import annotations
+
+import platform
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from tcqa_data import FORMAT_VERSION, __version__
+from tcqa_data.errors import ConfigError, TcqaError
+from tcqa_data.eval import metrics as M
+from tcqa_data.eval.models import LoadedModel, load_model
+from tcqa_data.eval.scoring import (
+    Engine,
+    LLRequest,
+    encode_pairs,
+    generate_until,
+    loglikelihoods,
+    tok_encode_batch,
+)
+from tcqa_data.io_utils import read_json
+from tcqa_data.prep.taskspec import TaskSpec
+from tcqa_data.progress import progress_bar, rate_text
+
+SUBSETS = ("full", "clean", "dirty")
+
+
+@dataclass
+class TaskData:
+    """The docs of one task split: full order, with each doc's subset."""
+
+    task: str
+    split: str
+    spec: TaskSpec
+    docs: list[dict[str, Any]]
+    clean: np.ndarray  # bool per doc
+    path: Path
+
+
+# ---- reading PREP_DIR ------------------------------------------------------------------------
+def read_manifest(prep_dir: Path) -> dict[str, Any] | None:
+    path = prep_dir / "prep_manifest.json"
+    if not path.exists():
+        return None
+    manifest = read_json(path)
+    version = manifest.get("format_version")
+    if version != FORMAT_VERSION:
+        raise TcqaError(f"{path}: prepared with format version {version}, this tcqa-data "
+                        f"({__version__}) reads version {FORMAT_VERSION}; re-run `tcqa-data decontaminate`")
+    return manifest
+
+
+def available_tasks(prep_dir: Path) -> list[str]:
+    return sorted(p.parent.name for p in prep_dir.glob("*/task.yaml"))
+
+
+def pick_split(task_dir: Path, spec: TaskSpec, split: str | None) -> str:
+    present = sorted(p.parent.name for p in task_dir.glob("*/full.parquet"))
+    if split is not None:
+        if split not in present:
+            raise TcqaError(f"{task_dir}: no prepared split {split!r}; present: {present}")
+        return split
+    # lm-eval evaluates the test split when a task has one
+    for cand in (spec.test_split, spec.validation_split):
+        if cand and cand in present:
+            return cand
+    if len(present) == 1:
+        return present[0]
+    raise TcqaError(f"{task_dir}: no prepared split found (expected <split>/full.parquet); "
+                    f"present: {present}")
+
+
+def load_task(prep_dir: Path, task: str, split: str | None = None) -> TaskData:
+    task_dir = prep_dir / task
+    if not (task_dir / "task.yaml").is_file():
+        raise TcqaError(f"task {task!r} is not in {prep_dir} (no {task}/task.yaml); "
+                        f"tasks there: {available_tasks(prep_dir) or 'none'}")
+    spec = TaskSpec.from_yaml(task_dir / "task.yaml")
+    split = pick_split(task_dir, spec, split)
+    d = task_dir / split
+    tables = {}
+    for name in SUBSETS:
+        if not (d / f"{name}.parquet").is_file():
+            raise TcqaError(f"{d}: {name}.parquet is missing; the prepared folder is incomplete")
+        tables[name] = pq.read_table(d / f"{name}.parquet")
+    for col in ("doc_id", "group_id"):
+        if col not in tables["full"].column_names:
+            raise TcqaError(f"{d / 'full.parquet'}: column {col!r} is missing; written by an incompatible "
+                            "version? re-run `tcqa-data decontaminate`")
+    docs = tables["full"].to_pylist()
+    ids = [int(x) for x in tables["full"].column("doc_id").to_pylist()]
+    clean_ids = {int(x) for x in tables["clean"].column("doc_id").to_pylist()}
+    dirty_ids = {int(x) for x in tables["dirty"].column("doc_id").to_pylist()}
+    if clean_ids & dirty_ids or (clean_ids | dirty_ids) != set(ids):
+        raise TcqaError(f"{d}: clean.parquet and dirty.parquet do not partition full.parquet")
+    clean = np.array([i in clean_ids for i in ids], dtype=bool)
+    return TaskData(task=task, split=split, spec=spec, docs=docs, clean=clean, path=d)
+
+
+def limit_to_groups(data: TaskData, limit_groups: int | None) -> TaskData:
+    """Keep the first ``limit_groups`` whole groups (MC-TACO questions; docs elsewhere)."""
+    if limit_groups is None:
+        return data
+    keep_groups: list[int] = []
+    seen: set[int] = set()
+    for d in data.docs:
+        g = int(d["group_id"])
+        if g not in seen:
+            seen.add(g)
+            keep_groups.append(g)
+    chosen = set(keep_groups[:limit_groups])
+    idx = [i for i, d in enumerate(data.docs) if int(d["group_id"]) in chosen]
+    return TaskData(data.task, data.split, data.spec, [data.docs[i] for i in idx], data.clean[idx], data.path)
+
+
+# ---- running one task ----------------------------------------------------------------------
+def _prompt(spec: TaskSpec, doc: dict[str, Any]) -> str:
+    text = spec.text(doc)
+    # lm-eval's squad_completion is a Python class whose doc_to_text is `text.strip()`
+    return text.strip() if spec.task == "squad_completion" else text
+
+
+def is_mc_taco(spec: TaskSpec) -> bool:
+    return spec.task.startswith("mc_taco")
+
+
+def score_multiple_choice(engine: Engine, spec: TaskSpec, docs: list[dict[str, Any]],
+                          progress: Any = None) -> list[dict[str, Any]]:
+    """Per doc: loglikelihood of each choice, greedy flags, argmax prediction, gold index."""
+    pairs, owners, shares = [], [], []
+    for i, doc in enumerate(docs):
+        ctx = _prompt(spec, doc)
+        for c in spec.choices(doc):
+            pairs.append((ctx, spec.target_delimiter + c))
+            owners.append(i)
+            shares.append(int(doc["group_id"]))
+    enc = encode_pairs(engine.tokenizer, pairs)
+    reqs = [LLRequest(c, k, s) for (c, k), s in zip(enc, shares, strict=True)]
+    res = loglikelihoods(engine, reqs, progress=progress)
+    out: list[dict[str, Any]] = [{"loglikelihoods": [], "is_greedy": []} for _ in docs]
+    for i, (ll, greedy) in zip(owners, res, strict=True):
+        out[i]["loglikelihoods"].append(ll)
+        out[i]["is_greedy"].append(greedy)
+    for doc, o in zip(docs, out, strict=True):
+        o["pred"] = int(np.argmax(o["loglikelihoods"]))  # first max on ties, as np.argmax in lm-eval
+        o["gold"] = spec.target_index(doc)
+        o["correct"] = int(o["pred"] == o["gold"])
+    return out
+
+
+def score_generation(engine: Engine, spec: TaskSpec, docs: list[dict[str, Any]],
+                     progress: Any = None) -> list[dict[str, Any]]:
+    gk = dict(spec.generation_kwargs)
+    until = gk.get("until", ["\n"])
+    until = [until] if isinstance(until, str) else list(until)
+    if gk.get("do_sample"):
+        raise ConfigError(f"task {spec.task!r} asks for sampling; only greedy generation is supported")
+    max_gen = int(gk.get("max_gen_toks", 48))
+    ctxs = tok_encode_batch(engine.tokenizer, [_prompt(spec, d) for d in docs], for_generation=True)
+    gens = generate_until(engine, ctxs, until, max_gen, progress=progress)
+    out = []
+    for doc, g in zip(docs, gens, strict=True):
+        target = spec.target(doc).strip()
+        out.append({"generation": g, "target": target, "contains": M.contains_score(g, target)})
+    return out
+
+
+def task_metrics(spec: TaskSpec, docs: list[dict[str, Any]], per_doc: list[dict[str, Any]],
+                 clean: np.ndarray, bootstrap: int, seed: int) -> dict[str, Any]:
+    """Metrics for full / clean / dirty with bootstrap intervals and the clean - full difference."""
+    group_ids = np.array([int(d["group_id"]) for d in docs], dtype=np.int64)
+    # units: whole groups (MC-TACO questions), renumbered 0..n-1 in order of appearance
+    _, first = np.unique(group_ids, return_index=True)
+    order = group_ids[np.sort(first)]
+    unit_of = {int(g): u for u, g in enumerate(order)}
+    units = np.array([unit_of[int(g)] for g in group_ids], dtype=np.int64)
+    n_units = len(order)
+    unit_clean = np.zeros(n_units, dtype=bool)
+    unit_clean[units[clean]] = True
+    subsets = {"full": np.ones(n_units, dtype=bool), "clean": unit_clean, "dirty": ~unit_clean}
+    weights = M.bootstrap_weights(n_units, bootstrap, seed)
+    doc_masks = {"full": np.ones(len(docs), dtype=bool), "clean": clean, "dirty": ~clean}
+
+    if spec.output_type == "multiple_choice":
+        gold = np.array([o["gold"] for o in per_doc], dtype=np.int64)
+        pred = np.array([o["pred"] for o in per_doc], dtype=np.int64)
+        names = [M.LM_ACC, M.LM_F1] + ([M.OFFICIAL_STRICT_ACC, M.OFFICIAL_F1] if is_mc_taco(spec) else [])
+        points = {
+            M.LM_ACC: lambda m: M.accuracy(gold[m], pred[m]),
+            M.LM_F1: lambda m: M.pooled_f1(gold[m], pred[m]),
+            M.OFFICIAL_STRICT_ACC: lambda m: M.official_strict_acc(gold[m] == 1, pred[m] == 1, group_ids[m]),
+            M.OFFICIAL_F1: lambda m: M.official_f1(gold[m] == 1, pred[m] == 1, group_ids[m]),
+        }
+        scores = None
+    else:
+        gold = pred = np.zeros(len(docs), dtype=np.int64)
+        scores = np.array([o["contains"] for o in per_doc], dtype=float)
+        names = [M.LM_CONTAINS]
+        points = {M.LM_CONTAINS: lambda m: float(scores[m].mean()) if m.any() else float("nan")}
+
+    per_metric = {}
+    for name in names:
+        stats = M.unit_stats(name, gold, pred, units, n_units, scores)
+        summary = M.summarize(name, stats, subsets, weights)
+        # point values from the reference implementations (sklearn, CogComp's rules)
+        for sub in SUBSETS:
+            m = doc_masks[sub]
+            v = points[name](m) if m.any() else float("nan")
+            summary[sub]["value"] = None if not np.isfinite(v) else float(v)
+        c, f = summary["clean"]["value"], summary["full"]["value"]
+        summary["clean_minus_full"]["value"] = None if c is None or f is None else c - f
+        per_metric[name] = summary
+
+    out: dict[str, Any] = {"subsets": {}, "clean_minus_full": {}}
+    for sub in SUBSETS:
+        m = doc_masks[sub]
+        out["subsets"][sub] = {
+            "docs": int(m.sum()),
+            "groups": int(len(np.unique(group_ids[m]))),
+            "metrics": {name: per_metric[name][sub] for name in names},
+        }
+    out["clean_minus_full"] = {name: per_metric[name]["clean_minus_full"] for name in names}
+    return out
+
+
+def _versions() -> dict[str, str]:
+    import importlib.metadata as md
+
+    out = {"python": platform.python_version(), "tcqa-data": __version__}
+    for pkg in ("torch", "transformers", "accelerate", "gguf", "numpy", "scikit-learn", "tokenizers"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            pass
+    return out
+
+
+def _upstream(manifest: dict[str, Any] | None) -> dict[str, Any] | None:
+    if manifest is None:
+        return None
+    # the whole manifest: index summary, rule, n-gram per task, counts (small, and all of it matters)
+    return dict(manifest)
+
+
+def default_output(prep_dir: Path, model_name: str) -> Path:
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", model_name).strip("_") or "model"
+    return prep_dir / "eval" / safe
+
+
+def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | None = None,
+             clean_only: bool = False, device: str = "auto", dtype: str = "auto",
+             batch_size: int | str = "auto", output: str | Path | None = None,
+             limit_groups: int | None = None, *, gguf_file: str | None = None,
+             trust_remote_code: bool = False, split: str | None = None, bootstrap: int = M.BOOTSTRAP_SAMPLES,
+             seed: int = M.BOOTSTRAP_SEED, quiet: bool = False, write: bool = True,
+             packing: bool | None = None) -> dict[str, Any]:
+    """Score ``model`` on the prepared tasks in ``prep_dir``; write results to ``output``.
+
+    The model runs once over full = clean + dirty (or only the clean docs with ``clean_only``);
+    every subset's metrics are sliced from that one pass. Returns the results.json object, with
+    the per-doc samples under the key ``"_samples"`` (not written into results.json).
+    """
+    prep_dir = Path(prep_dir)
+    if not prep_dir.is_dir():
+        raise TcqaError(f"prepared folder {prep_dir} does not exist; run `tcqa-data decontaminate` first")
+    manifest = read_manifest(prep_dir)
+    names = tasks or available_tasks(prep_dir)
+    if not names:
+        raise TcqaError(f"{prep_dir} holds no prepared tasks (no */task.yaml)")
+    datas = [limit_to_groups(load_task(prep_dir, t, split), limit_groups) for t in names]
+
+    t0 = time.perf_counter()
+    lm = model if isinstance(model, LoadedModel) else load_model(
+        model, gguf_file=gguf_file, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
+    engine = Engine(lm, batch_size, packing=packing)
+    load_s = time.perf_counter() - t0
+
+    results: dict[str, Any] = {
+        "format_version": FORMAT_VERSION,
+        "model": {"name": lm.name, "source": lm.source, "gguf_file": lm.gguf_file, "device": str(lm.device),
+                  "dtype": str(lm.dtype).replace("torch.", ""), "max_length": lm.max_length,
+                  "batch_size": batch_size, "packing": engine.packing, **lm.info},
+        "versions": _versions(),
+        "upstream": _upstream(manifest),
+        "prep_dir": str(prep_dir),
+        "clean_only": clean_only,
+        "limit_groups": limit_groups,
+        "bootstrap": {"samples": bootstrap, "seed": seed, "level": M.LEVEL,
+                      "unit": "question group (group_id); a doc where the task has no groups",
+                      "difference": "paired: clean and full from the same resample of full's groups"},
+        "metric_families": {
+            "lm_eval": "lm-evaluation-harness 0.4: acc per candidate, f1 = sklearn binary F1 pooled "
+                       "over candidates (yes positive), contains per doc",
+            "official": "CogComp MC-TACO evaluator: strict_acc = share of questions with every candidate "
+                        "right; f1 = per-question F1 averaged over questions",
+        },
+        "tasks": {},
+        "timings": {"model_load_s": round(load_s, 3)},
+    }
+    samples: list[dict[str, Any]] = []
+    for data in datas:
+        sel = np.flatnonzero(data.clean) if clean_only else np.arange(len(data.docs))
+        docs = [data.docs[i] for i in sel]
+        clean = data.clean[sel]
+        t1 = time.perf_counter()
+        with progress_bar(quiet) as bar:
+            bar_task = bar.add_task(f"{data.task} ({data.split})", total=len(docs), rate="")
+            n_req_per_doc = len(data.spec.choices()) if data.spec.output_type == "multiple_choice" else 1
+            done = [0]
+
+            def tick(n: int, _task=bar_task, _per=n_req_per_doc, _done=done, _t1=t1) -> None:
+                _done[0] += n
+                docs_done = _done[0] / _per
+                bar.update(_task, completed=docs_done,
+                           rate=rate_text(docs_done, time.perf_counter() - _t1, "docs"))
+
+            if not docs:
+                per_doc: list[dict[str, Any]] = []
+            elif data.spec.output_type == "multiple_choice":
+                per_doc = score_multiple_choice(engine, data.spec, docs, progress=tick)
+            elif data.spec.output_type == "generate_until":
+                per_doc = score_generation(engine, data.spec, docs, progress=tick)
+            else:
+                raise ConfigError(f"task {data.task!r}: output_type {data.spec.output_type!r} "
+                                  "is not supported")
+        run_s = time.perf_counter() - t1
+        entry = task_metrics(data.spec, docs, per_doc, clean, bootstrap, seed) if docs else \
+            _empty_task_entry(data.spec)
+        entry.update({"split": data.split, "output_type": data.spec.output_type,
+                      "source": str(data.path)})
+        if clean_only:
+            entry["subsets"].pop("dirty", None)
+        results["tasks"][data.task] = entry
+        results["timings"][data.task] = {"run_s": round(run_s, 3), "docs": len(docs),
+                                         "docs_per_s": round(len(docs) / run_s, 2) if run_s > 0 else None}
+        for doc, c, o in zip(docs, clean, per_doc, strict=True):
+            samples.append({"task": data.task, "doc_id": int(doc["doc_id"]), "group_id": int(doc["group_id"]),
+                            "subset": "clean" if c else "dirty", **o})
+    results["effective_batch_size"] = engine.batch_size
+    if write:
+        from tcqa_data.eval.results import write_outputs
+
+        out_dir = Path(output) if output is not None else default_output(prep_dir, lm.name)
+        write_outputs(out_dir, results, samples)
+        results["output_dir"] = str(out_dir)
+    results["_samples"] = samples
+    return results
+
+
+def _empty_task_entry(spec: TaskSpec) -> dict[str, Any]:
+    names = [M.LM_CONTAINS] if spec.output_type == "generate_until" else \
+        [M.LM_ACC, M.LM_F1] + ([M.OFFICIAL_STRICT_ACC, M.OFFICIAL_F1] if is_mc_taco(spec) else [])
+    empty = {"value": None, "ci95": [None, None]}
+    return {"subsets": {s: {"docs": 0, "groups": 0, "metrics": {n: dict(empty) for n in names}}
+                        for s in SUBSETS},
+            "clean_minus_full": {n: dict(empty) for n in names}}

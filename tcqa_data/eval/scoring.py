@@ -1,0 +1,489 @@
+"""Scoring engines: continuation loglikelihoods and greedy generation, computed the way
+lm-evaluation-harness 0.4's HF model computes them, with less work.
+
+Exactness: requests are tokenized exactly as lm-eval tokenizes them (``encode_pair``,
+``tok_encode``), truncated the same way, and scored from the same logits. Speed comes from doing
+less, never from changing what is computed:
+
+* Sequences that share a token prefix (the candidates of one MC-TACO question; SQuAD questions
+  on the same passage) are *packed* into one row: the prefix once, then each sequence's own
+  suffix, with a tree attention mask (a suffix sees the prefix and itself) and the original
+  position ids. Each token therefore sees exactly the tokens it sees in its own sequence.
+* Identical model inputs are computed once: the " no"/" yes" requests of one MC-TACO candidate
+  are one input whose last-position logits score both choices (as lm-eval's one-token
+  continuation cache does), decided per request from the token ids, so it holds only when the
+  encodings really coincide.
+* Only the logits that are scored are computed: the LM head runs on the gathered hidden states
+  of the scored positions (``logits_to_keep`` for models whose forward does more after the head).
+* Generation prefills packed rows, gathers each row's KV cache out of the packed cache, and
+  decodes greedily with a per-row stop: a row leaves the batch as soon as its stop string
+  appears, so the batch shrinks instead of waiting for its slowest row.
+
+A model whose attention ignores 4D masks would silently break packing, so ``check_packing`` runs
+once per model and turns packing off when packed and plain logits disagree.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from tcqa_data.eval.models import LoadedModel
+
+# A packed row stops growing at this many tokens (the mask is T x T per row).
+MAX_PACKED_TOKENS = 2048
+# Generation contexts share a KV prefix only when it is at least this long (else packing buys little).
+MIN_SHARED_PREFIX = 16
+# Defaults for --batch-size auto: CUDA starts here and halves on OOM; CPU uses the fixed value.
+AUTO_START_BATCH_CUDA = 512
+DEFAULT_BATCH_CPU = 16
+
+Progress = Callable[[int], None]
+
+
+# ---- tokenization, as lm-eval does it --------------------------------------------------------
+def _prefix_text(tokenizer: Any) -> str | None:
+    # lm-eval's prefix token: BOS if the tokenizer has one, else EOS.
+    tid = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    return None if tid is None else tokenizer.decode(tid)
+
+
+def tok_encode_batch(tokenizer: Any, texts: Sequence[str], for_generation: bool = False) -> list[list[int]]:
+    """``HFLM.tok_encode`` for many strings: the tokenizer's default special tokens (so BOS only
+    where the tokenizer itself adds it), none for a string that already starts with the BOS text.
+
+    lm-eval looks for that text differently on its two paths: the loglikelihood path for the
+    prefix token (BOS, else EOS), generation (``tok_batch_encode``) for ``bos_token`` only.
+    """
+    prefix = tokenizer.bos_token if for_generation else _prefix_text(tokenizer)
+    out: list[list[int] | None] = [None] * len(texts)
+    plain = [i for i, t in enumerate(texts) if not (prefix and t.startswith(prefix))]
+    marked = [i for i, t in enumerate(texts) if prefix and t.startswith(prefix)]
+    for idxs, kwargs in ((plain, {}), (marked, {"add_special_tokens": False})):
+        if idxs:
+            enc = tokenizer([texts[i] for i in idxs], **kwargs)["input_ids"]
+            for i, ids in zip(idxs, enc, strict=True):
+                out[i] = list(ids)
+    return out  # type: ignore[return-value]
+
+
+def encode_pairs(tokenizer: Any, pairs: Sequence[tuple[str, str]]) -> list[tuple[list[int], list[int]]]:
+    """lm-eval's ``_encode_pair`` for a causal model, batched: trailing context whitespace moves
+    into the continuation; the whole string is encoded and split at the encoded context's length."""
+    ctxs: list[str] = []
+    wholes: list[str] = []
+    for context, continuation in pairs:
+        if context == "":
+            raise ValueError("empty contexts are not supported")
+        n_spaces = len(context) - len(context.rstrip())
+        if n_spaces > 0:
+            continuation = context[-n_spaces:] + continuation
+            context = context[:-n_spaces]
+        ctxs.append(context)
+        wholes.append(context + continuation)
+    # Contexts repeat across choices: encode each distinct string once.
+    distinct = sorted(set(ctxs) | set(wholes))
+    enc = dict(zip(distinct, tok_encode_batch(tokenizer, distinct), strict=True))
+    out = []
+    for c, w in zip(ctxs, wholes, strict=True):
+        ctx_enc = enc[c]
+        out.append((ctx_enc, enc[w][len(ctx_enc):]))
+    return out
+
+
+# ---- packing -------------------------------------------------------------------------------
+@dataclass
+class Packed:
+    """Sequences sharing a prefix, laid out as prefix + suffix_1 + suffix_2 + ... in one row."""
+
+    tokens: list[int] = field(default_factory=list)
+    positions: list[int] = field(default_factory=list)
+    segments: list[int] = field(default_factory=list)  # 0 = shared prefix, j+1 = suffix of member j
+    maps: list[list[int]] = field(default_factory=list)  # member j, position p -> index in the row
+
+
+def _lcp(seqs: Sequence[Sequence[int]]) -> int:
+    first = seqs[0]
+    n = min(len(s) for s in seqs)
+    for s in seqs[1:]:
+        i = 0
+        while i < n and s[i] == first[i]:
+            i += 1
+        n = i
+    return n
+
+
+def pack(seqs: Sequence[Sequence[int]]) -> Packed:
+    p = Packed()
+    shared = _lcp(seqs) if len(seqs) > 1 else len(seqs[0])
+    p.tokens = list(seqs[0][:shared])
+    p.positions = list(range(shared))
+    p.segments = [0] * shared
+    for j, s in enumerate(seqs):
+        start = len(p.tokens)
+        rest = list(s[shared:])
+        p.tokens += rest
+        p.positions += range(shared, len(s))
+        p.segments += [j + 1] * len(rest)
+        p.maps.append(list(range(shared)) + list(range(start, start + len(rest))))
+    return p
+
+
+def _chunk_members(seqs: list[list[int]], limit: int) -> list[list[int]]:
+    """Split member indices so each packed row stays under ``limit`` tokens."""
+    chunks: list[list[int]] = []
+    cur: list[int] = []
+    for i in range(len(seqs)):
+        trial = cur + [i]
+        if cur and len(pack([seqs[k] for k in trial]).tokens) > limit:
+            chunks.append(cur)
+            cur = [i]
+        else:
+            cur = trial
+    if cur:
+        chunks.append(cur)
+    return chunks
+
+
+class Engine:
+    """A loaded model plus the scoring state (packing support, effective batch size)."""
+
+    def __init__(self, lm: LoadedModel, batch_size: int | str = "auto", packing: bool | None = None) -> None:
+        self.lm = lm
+        self.model = lm.model
+        self.tokenizer = lm.tokenizer
+        self.device = lm.device
+        self.auto = batch_size == "auto"
+        if self.auto:
+            self.batch_size = AUTO_START_BATCH_CUDA if lm.device.type == "cuda" else DEFAULT_BATCH_CPU
+        else:
+            self.batch_size = int(batch_size)
+            if self.batch_size < 1:
+                raise ValueError("batch size must be >= 1")
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        # transformers renamed `past_key_values` to `cache` (5.x); speak whichever this one takes
+        params = inspect.signature(self.model.forward).parameters
+        self.cache_kw = "cache" if "cache" in params else "past_key_values"
+        # Scored positions differ per row, so "logits for the last k positions" wastes the LM head
+        # on most of a packed row. Run the body, gather the wanted hidden states, apply the head to
+        # those only -- when the head is all the model does after the body (no logit soft-capping
+        # or scaling, which some architectures apply in their forward).
+        cfg = self.model.config
+        self.base = getattr(self.model, getattr(self.model, "base_model_prefix", ""), None)
+        get_head = getattr(self.model, "get_output_embeddings", None)
+        self.head = get_head() if get_head is not None else None
+        post = any(getattr(cfg, a, None) not in (None, 1, 1.0) for a in
+                   ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale"))
+        self.split_head = (self.base is not None and self.head is not None and not post
+                           and type(self.model).__name__.endswith("ForCausalLM"))
+        self.packing = check_packing(self) if packing is None else packing
+
+    def call(self, cache: Any = None, **kwargs: Any) -> tuple[torch.Tensor, Any]:
+        """One model call; returns (logits, cache)."""
+        if cache is not None:
+            kwargs[self.cache_kw] = cache
+        out = self.model(**kwargs)
+        new_cache = getattr(out, "cache", None)
+        if new_cache is None:
+            new_cache = getattr(out, "past_key_values", None)
+        return out.logits, new_cache
+
+    # ---- one forward pass over packed rows ----
+    def forward(self, rows: Sequence[Packed], want: Sequence[Sequence[int]], use_cache: bool = False):
+        """Logits at the ``want`` indices of each row: (logits [N, V], (row, index) -> n, cache)."""
+        B = len(rows)
+        T = max(len(r.tokens) for r in rows)
+        ids = torch.full((B, T), self.pad_id, dtype=torch.long)
+        pos = torch.zeros((B, T), dtype=torch.long)
+        seg = torch.full((B, T), -1, dtype=torch.long)
+        for b, r in enumerate(rows):
+            n = len(r.tokens)
+            ids[b, :n] = torch.tensor(r.tokens)
+            pos[b, :n] = torch.tensor(r.positions)
+            seg[b, :n] = torch.tensor(r.segments)
+        tree = any(len(r.maps) > 1 for r in rows)
+        if tree:
+            q, k = seg[:, :, None], seg[:, None, :]
+            causal = torch.ones((T, T), dtype=torch.bool).tril()
+            allowed = causal & ((k == 0) | (k == q)) & (k >= 0)
+            # a padding query sees only itself, so no softmax row is all -inf
+            allowed |= torch.eye(T, dtype=torch.bool) & (q < 0)
+            mask = torch.zeros((B, 1, T, T), dtype=self.lm.dtype)
+            mask.masked_fill_(~allowed[:, None], torch.finfo(self.lm.dtype).min)
+        else:
+            mask = (seg >= 0).long()
+        pairs = [(b, i) for b, w in enumerate(want) for i in w]
+        where = {p: n for n, p in enumerate(pairs)}
+        cache = None
+        if use_cache:
+            from transformers import DynamicCache
+
+            cache = DynamicCache(config=self.model.config)
+        kwargs = {"input_ids": ids.to(self.device), "attention_mask": mask.to(self.device),
+                  "position_ids": pos.to(self.device), "use_cache": use_cache}
+        bi = torch.tensor([p[0] for p in pairs], device=self.device)
+        ti = torch.tensor([p[1] for p in pairs], device=self.device)
+        if self.split_head:
+            if cache is not None:
+                kwargs[self.cache_kw] = cache
+            out = self.base(**kwargs)
+            logits = self.head(out.last_hidden_state[bi, ti])
+            cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+        else:
+            cols = sorted({i for w in want for i in w})
+            col_of = {i: c for c, i in enumerate(cols)}
+            full, cache = self.call(cache, logits_to_keep=torch.tensor(cols, device=self.device), **kwargs)
+            logits = full[bi, torch.tensor([col_of[int(t)] for t in ti], device=self.device)]
+        return logits, where, (cache if use_cache else None)
+
+    def run_batches(self, items: Sequence[Any], fn: Callable[[Sequence[Any]], None],
+                    size_of: Callable[[Any], int] = lambda _: 1) -> None:
+        """Call ``fn`` on consecutive batches of ``items`` whose ``size_of`` sums to at most the
+        batch size; with ``auto`` on CUDA an out-of-memory batch halves the size and is retried."""
+        i = 0
+        while i < len(items):
+            j, total = i, 0
+            while j < len(items) and (j == i or total + size_of(items[j]) <= self.batch_size):
+                total += size_of(items[j])
+                j += 1
+            try:
+                fn(items[i:j])
+            except torch.cuda.OutOfMemoryError:
+                if not self.auto or self.batch_size == 1:
+                    raise
+                torch.cuda.empty_cache()
+                self.batch_size = max(1, self.batch_size // 2)
+                continue
+            i = j
+
+
+def check_packing(engine: Engine) -> bool:
+    """True when packed rows give the same log-probabilities as separate plain sequences."""
+    tok = engine.tokenizer
+    texts = ["The quick brown fox jumps over the lazy dog.\nQuestion: what jumps?\nAnswer: the fox",
+             "The quick brown fox jumps over the lazy dog.\nQuestion: what sleeps?\nAnswer: a dog"]
+    seqs = tok_encode_batch(tok, texts)
+    if _lcp(seqs) == 0:
+        return False
+    packed = pack(seqs)
+    with torch.inference_mode():
+        lp, at_p, _ = engine.forward([packed], [sorted(set(packed.maps[0]) | set(packed.maps[1]))])
+        lp = F.log_softmax(lp.float(), dim=-1)
+        for j, s in enumerate(seqs):
+            single = pack([s])
+            ls, at_s, _ = engine.forward([single], [single.maps[0]])
+            ls = F.log_softmax(ls.float(), dim=-1)
+            a = lp[[at_p[(0, i)] for i in packed.maps[j]]]
+            b = ls[[at_s[(0, i)] for i in single.maps[0]]]
+            tol = 1e-3 if engine.lm.dtype == torch.float32 else 0.15
+            if not torch.allclose(a, b, atol=tol, rtol=0):
+                return False
+    return True
+
+
+# ---- loglikelihood -------------------------------------------------------------------------
+@dataclass
+class LLRequest:
+    context_enc: list[int]
+    continuation_enc: list[int]
+    share: int  # requests with the same key may share a packed row (e.g. an MC-TACO question)
+
+
+def loglikelihoods(engine: Engine, requests: Sequence[LLRequest],
+                   progress: Progress | None = None) -> list[tuple[float, bool]]:
+    """(sum of continuation log-probs, continuation is the greedy choice) per request."""
+    max_len = engine.lm.max_length
+    # model input and scored positions exactly as lm-eval's _loglikelihood_tokens builds them
+    inps: list[tuple[int, ...]] = []
+    for r in requests:
+        if not r.continuation_enc:
+            raise ValueError("empty continuation")
+        inps.append(tuple((r.context_enc + r.continuation_enc)[-(max_len + 1):][:-1]))
+    by_share: dict[int, dict[tuple[int, ...], list[int]]] = {}
+    for k, (r, inp) in enumerate(zip(requests, inps, strict=True)):
+        by_share.setdefault(r.share, {}).setdefault(inp, []).append(k)
+    # units: (packed row, [(member index, request ids)])
+    units: list[tuple[Packed, list[list[int]]]] = []
+    for groups in by_share.values():
+        uniq = list(groups)
+        seqs = [list(u) for u in uniq]
+        if engine.packing:
+            chunks = _chunk_members(seqs, MAX_PACKED_TOKENS)
+        else:
+            chunks = [[i] for i in range(len(seqs))]
+        for chunk in chunks:
+            units.append((pack([seqs[i] for i in chunk]), [groups[uniq[i]] for i in chunk]))
+    # longest first (as lm-eval): similar lengths share a batch, an OOM shows up at once
+    units.sort(key=lambda u: (-len(u[0].tokens), u[0].tokens))
+    results: list[tuple[float, bool] | None] = [None] * len(requests)
+
+    def run(batch: Sequence[tuple[Packed, list[list[int]]]]) -> None:
+        want = []
+        for row, members in batch:
+            w: set[int] = set()
+            for j, ks in enumerate(members):
+                m = row.maps[j]
+                for k in ks:
+                    n = len(requests[k].continuation_enc)
+                    w.update(m[len(m) - n:])
+            want.append(sorted(w))
+        logits, at, _ = engine.forward([u[0] for u in batch], want)
+        # lm-eval takes log_softmax in the logits' own dtype (softmax_dtype unset)
+        logp = F.log_softmax(logits, dim=-1)
+        done = 0
+        for b, (row, members) in enumerate(batch):
+            for j, ks in enumerate(members):
+                m = row.maps[j]
+                for k in ks:
+                    cont = requests[k].continuation_enc
+                    lp = logp[[at[(b, i)] for i in m[len(m) - len(cont):]]]  # [n, V]
+                    target = torch.tensor(cont, device=lp.device)
+                    greedy = bool((lp.argmax(dim=-1) == target).all())
+                    results[k] = (float(lp.gather(1, target[:, None]).squeeze(1).sum()), greedy)
+                    done += 1
+        if progress:
+            progress(done)
+
+    with torch.inference_mode():
+        engine.run_batches(units, run)
+    return results  # type: ignore[return-value]
+
+
+# ---- greedy generation ---------------------------------------------------------------------
+def _share_groups(ctxs: Sequence[Sequence[int]], max_members: int) -> list[list[int]]:
+    """Group contexts with a long common token prefix (sorted order puts them side by side)."""
+    order = sorted(range(len(ctxs)), key=lambda i: ctxs[i])
+    groups: list[list[int]] = []
+    cur: list[int] = []
+    cur_lcp = 0
+    for i in order:
+        if cur:
+            a, b = ctxs[cur[0]], ctxs[i]
+            n = min(cur_lcp, len(b))
+            k = 0
+            while k < n and a[k] == b[k]:
+                k += 1
+            if k >= MIN_SHARED_PREFIX and len(cur) < max_members:
+                cur.append(i)
+                cur_lcp = k
+                continue
+            groups.append(cur)
+        cur, cur_lcp = [i], len(ctxs[i])
+    if cur:
+        groups.append(cur)
+    return groups
+
+
+def finalize_generation(tokenizer: Any, tokens: Sequence[int], until: Sequence[str]) -> str:
+    """lm-eval's post-processing: decode without special tokens, cut at each stop string in turn."""
+    text = tokenizer.decode(list(tokens), skip_special_tokens=True)
+    for term in until:
+        if term:
+            text = text.split(term)[0]
+    return text
+
+
+def generate_until(engine: Engine, contexts: Sequence[Sequence[int]], until: Sequence[str],
+                   max_gen_toks: int, progress: Progress | None = None) -> list[str]:
+    """Greedy continuations of tokenized ``contexts``, cut at the first stop string.
+
+    ``until`` gets the EOS text appended as lm-eval does. A row stops once a stop string appears
+    in its decoded text (text before it can no longer change) or after ``max_gen_toks`` tokens.
+    """
+    tok = engine.tokenizer
+    until = list(until)
+    eos_text = tok.decode(engine.tokenizer.eos_token_id, skip_special_tokens=False) \
+        if tok.eos_token_id is not None else None
+    if eos_text is not None and eos_text not in until:
+        until.append(eos_text)
+    stop_strings = [s for s in until if s]
+    eos_ids = set(engine.lm.eos_token_ids)
+    max_ctx = engine.lm.max_length - max_gen_toks
+    if max_ctx <= 0:
+        raise ValueError(f"max_gen_toks {max_gen_toks} leaves no room in the context length "
+                         f"{engine.lm.max_length}")
+    ctxs = [list(c)[-max_ctx:] for c in contexts]
+    if engine.packing:
+        groups = _share_groups(ctxs, max(1, engine.batch_size))
+        units = []
+        for g in groups:
+            for chunk in _chunk_members([ctxs[i] for i in g], MAX_PACKED_TOKENS):
+                units.append((pack([ctxs[g[i]] for i in chunk]), [g[i] for i in chunk]))
+    else:
+        units = [(pack([c]), [i]) for i, c in enumerate(ctxs)]
+    units.sort(key=lambda u: (-len(u[0].tokens), u[0].tokens))
+    outputs: list[str | None] = [None] * len(ctxs)
+
+    def run(batch: Sequence[tuple[Packed, list[int]]]) -> None:
+        rows = [u[0] for u in batch]
+        want = [[m[-1] for m in r.maps] for r in rows]
+        logits, at, cache = engine.forward(rows, want, use_cache=True)
+        # each generation row: (packed row b, member j, doc index)
+        members = [(b, j, doc) for b, (_, docs) in enumerate(batch) for j, doc in enumerate(docs)]
+        first = logits[[at[(b, rows[b].maps[j][-1])] for b, j, _ in members]].argmax(-1)
+        # gather each member's KV entries (prefix + own suffix) into left-padded rows
+        T = max(len(r.tokens) for r in rows)
+        lens = [len(rows[b].maps[j]) for b, j, _ in members]
+        L = max(lens)
+        idx = torch.zeros((len(members), L), dtype=torch.long)
+        mask = torch.zeros((len(members), L), dtype=torch.long)
+        for r, (b, j, _) in enumerate(members):
+            m = rows[b].maps[j]
+            idx[r, L - len(m):] = torch.tensor(m) + b * T
+            mask[r, L - len(m):] = 1
+        idx = idx.to(engine.device)
+        from transformers import DynamicCache
+
+        layers = []
+        for layer in cache.layers:
+            kv = []
+            for t in (layer.keys, layer.values):
+                bsz, h, tlen, d = t.shape
+                flat = t.transpose(1, 2).reshape(bsz * tlen, h, d)
+                kv.append(flat[idx].transpose(1, 2).contiguous())
+            layers.append(tuple(kv))
+        del cache, logits
+        row_cache = DynamicCache(ddp_cache_data=layers, config=engine.model.config)
+        mask = mask.to(engine.device)
+        position = torch.tensor(lens, device=engine.device)[:, None]
+        gen: list[list[int]] = [[] for _ in members]
+        active = list(range(len(members)))
+        nxt = first
+        finished = 0
+        for step in range(max_gen_toks):
+            keep = []
+            for a, r in enumerate(active):
+                t = int(nxt[a])
+                gen[r].append(t)
+                stop = t in eos_ids or step + 1 >= max_gen_toks
+                if not stop and stop_strings:
+                    text = tok.decode(gen[r], skip_special_tokens=True)
+                    stop = any(s in text for s in stop_strings)
+                if stop:
+                    outputs[members[r][2]] = finalize_generation(tok, gen[r], until)
+                    finished += 1
+                else:
+                    keep.append(a)
+            if not keep:
+                break
+            if len(keep) < len(active):
+                sel = torch.tensor(keep, device=engine.device)
+                row_cache.batch_select_indices(sel)
+                mask, position, nxt = mask[sel], position[sel], nxt[sel]
+                active = [active[a] for a in keep]
+            mask = torch.cat([mask, torch.ones((len(active), 1), dtype=mask.dtype, device=mask.device)], 1)
+            logits, row_cache = engine.call(row_cache, input_ids=nxt[:, None], attention_mask=mask,
+                                            position_ids=position, use_cache=True, logits_to_keep=1)
+            nxt = logits[:, -1].argmax(-1)
+            position = position + 1
+        if progress:
+            progress(finished)
+
+    with torch.inference_mode():
+        engine.run_batches(units, run, size_of=lambda u: len(u[1]))
+    return outputs  # type: ignore[return-value]

@@ -1,0 +1,236 @@
+"""Load a benchmark split from the hub or from local files, in its original order.
+
+Every loader returns a :class:`BenchmarkSplit`: a pyarrow table of the original fields (labels
+normalized to ints), in file order, so a doc's id is simply its 0-based position.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tcqa_data.errors import InputError, TcqaError
+from tcqa_data.prep.taskspec import TaskSpec
+
+LOCAL_FORMATS = (".tsv", ".jsonl", ".json", ".parquet")
+
+
+@dataclass
+class BenchmarkSplit:
+    """One split of one task: original fields in original order."""
+
+    task: str
+    split: str
+    source: str  # file path or "hub:<path>[/<name>]"
+    table: pa.Table
+
+    @property
+    def num_docs(self) -> int:
+        return self.table.num_rows
+
+    def docs(self) -> list[dict[str, Any]]:
+        return self.table.to_pylist()
+
+
+def load_split(spec: TaskSpec, split: str, data_file: str | os.PathLike | None = None) -> BenchmarkSplit:
+    """Load ``split`` of ``spec`` from ``data_file`` if given, else from the hub.
+
+    Checks that every field a template or ``group_by`` uses is present and that the split is not
+    empty; labels are normalized with :func:`normalize_labels`.
+    """
+    if data_file is not None:
+        path = Path(data_file)
+        table = read_local(path, spec)
+        source = str(path)
+    else:
+        table = _load_hub(spec, split)
+        source = f"hub:{spec.dataset_path}" + (f"/{spec.dataset_name}" if spec.dataset_name else "")
+    if table.num_rows == 0:
+        raise InputError(f"split {split!r} of task {spec.task!r} is empty; nothing to decontaminate",
+                         path=source)
+    check_fields(spec, table, source)
+    table = normalize_labels(spec, table, source)
+    return BenchmarkSplit(task=spec.task, split=split, source=source, table=table)
+
+
+# ---- local files ----------------------------------------------------------------------------
+def read_local(path: Path, spec: TaskSpec) -> pa.Table:
+    """Read a TSV (columns from the spec's ``tsv_columns``, no header), JSONL/JSON or Parquet file."""
+    if not path.is_file():
+        raise InputError("data file not found", path=str(path))
+    suffix = path.suffix.lower()
+    if suffix == ".tsv":
+        return _read_tsv(path, spec)
+    if suffix in (".jsonl", ".json"):
+        return _read_json(path)
+    if suffix == ".parquet":
+        try:
+            return pq.read_table(path)
+        except (OSError, pa.ArrowException) as exc:
+            raise InputError(f"cannot read Parquet: {exc}", path=str(path)) from exc
+    raise InputError(f"unsupported data file type {suffix!r}; use one of {LOCAL_FORMATS}", path=str(path))
+
+
+def _read_tsv(path: Path, spec: TaskSpec) -> pa.Table:
+    if not spec.tsv_columns:
+        raise InputError(f"task {spec.task!r} declares no tsv_columns, so a TSV file cannot be read; "
+                         "pass JSONL or Parquet", path=str(path))
+    cols = list(spec.tsv_columns)
+    data: dict[str, list[str]] = {c: [] for c in cols}
+    with open(path, encoding="utf-8", newline="") as fh:
+        # QUOTE_NONE: MC-TACO's release has bare quote characters inside sentences.
+        for lineno, row in enumerate(csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE), start=1):
+            if not row or row == [""]:
+                continue
+            if len(row) != len(cols):
+                raise InputError(f"expected {len(cols)} tab-separated columns {cols}, found {len(row)}",
+                                 path=str(path), line=lineno)
+            for c, v in zip(cols, row, strict=False):
+                data[c].append(v)
+    return pa.table({c: pa.array(v, type=pa.string()) for c, v in data.items()})
+
+
+def _read_json(path: Path) -> pa.Table:
+    rows: list[dict[str, Any]] = []
+    text = path.read_text(encoding="utf-8")
+    stripped = text.lstrip()
+    if path.suffix.lower() == ".json" and stripped.startswith("["):
+        try:
+            loaded = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"invalid JSON: {exc}", path=str(path)) from exc
+        rows = list(loaded)
+    else:
+        for lineno, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"invalid JSON: {exc.msg}", path=str(path), line=lineno) from exc
+            if not isinstance(row, dict):
+                raise InputError("each line must be a JSON object", path=str(path), line=lineno)
+            rows.append(row)
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise InputError("each record must be a JSON object", path=str(path), line=i + 1)
+    if not rows:
+        return pa.table({})
+    # Union of keys in first-seen order; a row lacking a key gets null and check_fields names it.
+    keys: list[str] = []
+    for row in rows:
+        for k in row:
+            if k not in keys:
+                keys.append(k)
+    records = [{k: r.get(k) for k in keys} for r in rows]
+    for k in keys:
+        # Hand-made files mix label forms (1, "1", "yes"): scalar columns of mixed types become
+        # strings, which normalize_labels then maps to ints.
+        kinds = {type(r[k]) for r in records if r[k] is not None}
+        if len(kinds) > 1 and kinds <= {int, str, bool, float}:
+            for r in records:
+                if r[k] is not None:
+                    r[k] = str(r[k]) if not isinstance(r[k], bool) else str(int(r[k]))
+    try:
+        return pa.Table.from_pylist(records)
+    except (pa.ArrowException, TypeError) as exc:
+        raise InputError(f"records do not share one schema: {exc}", path=str(path)) from exc
+
+
+# ---- hub ------------------------------------------------------------------------------------
+def _load_hub(spec: TaskSpec, split: str) -> pa.Table:
+    if not spec.dataset_path:
+        raise TcqaError(f"task {spec.task!r} names no dataset_path; pass a local file with "
+                        f"--data-files {spec.task}:{split}=PATH")
+    import datasets
+
+    errors: list[str] = []
+    for path in (spec.dataset_path, *spec.dataset_aliases):
+        try:
+            ds = datasets.load_dataset(path, spec.dataset_name, split=split)
+        except Exception as exc:  # noqa: BLE001 - any hub/network failure means "try local files"
+            errors.append(f"{path}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            continue
+        return ds.with_format("arrow")[:]
+    example = _example_path(spec, split)
+    raise TcqaError(
+        f"cannot load split {split!r} of task {spec.task!r} from the hub ({'; '.join(errors)}). "
+        f"Pass local files instead: --data-files {spec.task}:{split}={example}"
+    )
+
+
+def _example_path(spec: TaskSpec, split: str) -> str:
+    if spec.task == "mc_taco":
+        name = {"test": "test_9442.tsv", "validation": "dev_3783.tsv"}.get(split, f"{split}.tsv")
+        return f"../shared/data/mc_taco/{name}"
+    if spec.task == "squad_completion":
+        return f"../shared/data/based_squad/{split}.jsonl"
+    return f"PATH/{split}.jsonl"
+
+
+# ---- checks and normalization ---------------------------------------------------------------
+def check_fields(spec: TaskSpec, table: pa.Table, source: str) -> None:
+    """Every field a template (or group_by) uses must be a column with no missing values."""
+    users: dict[str, list[str]] = {}
+    for name, template in spec._templates().items():
+        for f in spec.template_fields(name):
+            users.setdefault(f, []).append(f"{name} ({template!r})")
+    for f in spec.group_by:
+        users.setdefault(f, []).append("group_by")
+    for f, where in users.items():
+        if f not in table.column_names:
+            raise InputError(
+                f"task {spec.task!r}: template {', '.join(where)} uses field {f!r}, which this data "
+                f"lacks; its fields are {table.column_names}", path=source, field=f)
+        col = table.column(f)
+        if col.null_count:
+            row = next(i for i, v in enumerate(col.is_null().to_pylist()) if v)
+            raise InputError(f"task {spec.task!r}: template {', '.join(where)} uses field {f!r}, "
+                             f"missing in record {row + 1}", path=source, line=row + 1, field=f)
+
+
+def normalize_labels(spec: TaskSpec, table: pa.Table, source: str) -> pa.Table:
+    """Make the label field (a bare-name ``doc_to_target``) an int64 column.
+
+    Accepts ints, bools, "1"/"0" and the spec's ``label_values`` names (MC-TACO: yes/no).
+    """
+    field = spec.label_field()
+    if field is None or field not in table.column_names:
+        return table
+    col = table.column(field)
+    if pa.types.is_integer(col.type):
+        return table.set_column(table.column_names.index(field), field, col.cast(pa.int64()))
+    names = {k.lower(): int(v) for k, v in spec.label_values.items()}
+    out: list[int] = []
+    for i, v in enumerate(col.to_pylist()):
+        if isinstance(v, bool):
+            out.append(int(v))
+        elif isinstance(v, int):
+            out.append(v)
+        elif isinstance(v, str) and v.strip().lower() in names:
+            out.append(names[v.strip().lower()])
+        elif isinstance(v, str) and v.strip().lstrip("-").isdigit():
+            out.append(int(v.strip()))
+        else:
+            raise InputError(f"label {v!r} is not an int, 1/0 or one of {sorted(names)}",
+                             path=source, line=i + 1, field=field)
+    return table.set_column(table.column_names.index(field), field, pa.array(out, type=pa.int64()))
+
+
+def group_ids(spec: TaskSpec, table: pa.Table) -> list[int]:
+    """Group id per doc: index of its ``group_by`` key in order of first appearance (else doc id)."""
+    if not spec.group_by:
+        return list(range(table.num_rows))
+    cols = [table.column(f).to_pylist() for f in spec.group_by]
+    seen: dict[tuple, int] = {}
+    out = []
+    for key in zip(*cols, strict=False):
+        out.append(seen.setdefault(key, len(seen)))
+    return out

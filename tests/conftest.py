@@ -1,0 +1,56 @@
+"""Shared test fixtures. Real data comes from ../shared/data beside the repo (CI has it)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+
+# NLTK's Punkt tables ship with the shared data; users set NLTK_DATA themselves.
+if "NLTK_DATA" not in os.environ and (SHARED_DATA / "nltk_data").is_dir():
+    os.environ["NLTK_DATA"] = str(SHARED_DATA / "nltk_data")
+
+
+def shared_file(relative: str) -> Path:
+    """Path to a file under ../shared/data, or skip the test with the reason."""
+    path = SHARED_DATA / relative
+    if not path.exists():
+        pytest.skip(f"needs ../shared/data/{relative} (real data; present in CI, absent here)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def wiki_sample() -> Path:
+    return shared_file("corpus/wiki_sample.jsonl")
+
+
+@pytest.fixture(scope="session")
+def mc_taco_dev() -> Path:
+    return shared_file("mc_taco/dev_3783.tsv")
+
+
+@pytest.fixture(scope="session")
+def mc_taco_test() -> Path:
+    return shared_file("mc_taco/test_9442.tsv")
+
+
+@pytest.fixture(scope="session")
+def squad_validation() -> Path:
+    return shared_file("based_squad/validation.jsonl")
+
+
+@pytest.fixture(scope="session")
+def wiki_index(wiki_sample, tmp_path_factory) -> Path:
+    """N-gram (n=13) + MinHash index over the whole real wiki sample, built once per session.
+
+    Doc refs are article titles. The full 20 MB sample builds in seconds, so no subset is needed.
+    """
+    from tcqa_data.decontam.build import build_index
+
+    out = tmp_path_factory.mktemp("wiki_index") / "index"
+    build_index([str(wiki_sample)], out, id_field="title", quiet=True, workers=1)
+    return out

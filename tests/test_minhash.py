@@ -1,0 +1,341 @@
+"""MinHash windows, signatures (equal to datasketch), LSH index build/merge/append and queries,
+on real wiki articles and MC-TACO sentences."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tcqa_data.decontam import minhash as mh_mod
+from tcqa_data.decontam.minhash import (
+    MinHashIndex,
+    MinHashParams,
+    band_keys,
+    datasketch_signatures,
+    merge_minhash_shards,
+    shingle_hash,
+    shingles,
+    signatures,
+    split_windows,
+    write_minhash_shard,
+)
+from tcqa_data.errors import IndexMismatchError, TcqaError
+
+P = MinHashParams()
+FILES = ("signatures.npy", "window_doc.npy", "window_shingles.npy", "band_keys.npy", "band_windows.npy",
+         "params.json")
+
+
+def _wiki(path: Path, picks) -> list[str]:
+    want = set(picks)
+    out = {}
+    with open(path, encoding="utf-8") as fh:
+        for i, line in enumerate(fh):
+            if i in want:
+                out[i] = json.loads(line)["text"]
+            if i >= max(want):
+                break
+    return [out[i] for i in picks]
+
+
+def _mc_taco_sentences(path: Path) -> list[str]:
+    with open(path, encoding="utf-8") as fh:
+        return sorted({line.split("\t")[0] for line in fh})
+
+
+def _build(docs: list[str], root: Path, params: MinHashParams = P, shards: int = 1,
+           ordinals: list[int] | None = None) -> Path:
+    ordinals = ordinals if ordinals is not None else list(range(len(docs)))
+    pairs = list(zip(ordinals, docs, strict=True))
+    cut = np.linspace(0, len(pairs), shards + 1).astype(int)
+    dirs = [write_minhash_shard(pairs[a:b], root / "_work", i, params) for i, (a, b) in
+            enumerate(zip(cut[:-1], cut[1:], strict=True))]
+    merge_minhash_shards(dirs[::-1], root / "minhash", params)  # merge order must not matter
+    return root
+
+
+def _exact_jaccard(a: str, b: str) -> float:
+    sa, sb = set(shingles(a, P)), set(shingles(b, P))
+    return len(sa & sb) / len(sa | sb)
+
+
+def _edit(text: str, frac: float, rng: random.Random) -> str:
+    words = text.split()
+    for i in rng.sample(range(len(words)), max(1, round(frac * len(words)))):
+        words[i] = rng.choice(["zebra", "quantum", "violet", "harbor", "pencil", "meadow"]) + str(i)
+    return " ".join(words)
+
+
+# --- parameters -------------------------------------------------------------------------------
+
+
+def test_default_lsh_params_equal_datasketch():
+    from datasketch.lsh import _optimal_param
+
+    assert (P.bands, P.rows) == _optimal_param(0.5, 128, 0.5, 0.5) == (25, 5)
+    p8 = MinHashParams(threshold=0.8, num_perm=64)
+    assert (p8.bands, p8.rows) == _optimal_param(0.8, 64, 0.5, 0.5)
+
+
+def test_params_dict_roundtrip_and_checks():
+    d = P.to_dict()
+    assert d["scheme"] == "affine32" and d["shingle_hash"] == "xxh32-utf8-seed0" and d["bands"] == 25
+    assert MinHashParams.from_dict(json.loads(json.dumps(d))) == P
+    with pytest.raises(IndexMismatchError, match="rebuild the index"):
+        MinHashParams.from_dict({**d, "scheme": "legacy"})
+    with pytest.raises(ValueError, match="exceeds num_perm"):
+        MinHashParams(bands=20, rows=7)
+    with pytest.raises(ValueError, match="both bands and rows"):
+        MinHashParams(bands=20)
+    assert MinHashParams(bands=16, rows=8).to_dict()["rows"] == 8
+
+
+# --- windows ----------------------------------------------------------------------------------
+
+
+def test_split_windows_on_a_wiki_article(wiki_sample):
+    (text,) = _wiki(wiki_sample, [0])
+    wins = split_windows(text, P)
+    starts = [0]
+    for w in wins[1:]:
+        starts.append(text.index(w, starts[-1] + 1))  # windows are substrings, in text order
+    sentence_starts = [text.index(s) for s in mh_mod._punkt().tokenize(text)[:5]]
+    assert starts[:5] == sentence_starts  # one window per sentence start
+    assert all(len(w.split()) >= P.window_min_words for w in wins[:-1])
+    assert all(len(w.split()) < P.window_min_words + P.window_max_words for w in wins)
+    # A sentence that is long enough is a window on its own.
+    first = "Anarchism is a political philosophy that advocates stateless societies"
+    assert wins[0].startswith(first) and wins[0].endswith("free associations.")
+    assert split_windows("", P) == [] and split_windows(" \n\n ", P) == []
+    short = "Too short. Still short."
+    assert split_windows(short, P) == [short]  # a short item is one window
+
+
+def test_split_windows_merges_short_sentences_and_cuts_run_ons():
+    text = "Born 1950. Died 2001. He wrote eleven books about the sea and its many creatures."
+    assert split_windows(text, P) == [
+        text, "Died 2001. He wrote eleven books about the sea and its many creatures.",
+        "He wrote eleven books about the sea and its many creatures."]
+    run_on = " ".join(f"w{i}" for i in range(150))  # no sentence punctuation at all
+    wins = split_windows(run_on, P)
+    assert [len(w.split()) for w in wins] == [50, 50, 50]  # 3 equal pieces of <= 64 words
+    # Blank lines end a paragraph even without a full stop.
+    assert split_windows("Heading\n\nBody text here.", MinHashParams(window_min_words=1)) == [
+        "Heading", "Body text here."]
+
+
+def test_missing_punkt_tables_say_how_to_fix(monkeypatch, tmp_path):
+    import nltk
+
+    monkeypatch.setattr(nltk.data, "path", [str(tmp_path)])
+    mh_mod._punkt.cache_clear()
+    try:
+        with pytest.raises(TcqaError, match=r"NLTK_DATA.*python -m nltk\.downloader punkt_tab"):
+            split_windows("One sentence. Another one.", P)
+    finally:
+        mh_mod._punkt.cache_clear()
+
+
+# --- signatures -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("params", [
+    P, MinHashParams(num_perm=64, seed=7, shingle_words=5, window_min_words=20)])
+def test_vectorized_signatures_equal_datasketch(wiki_sample, mc_taco_dev, params):
+    from datasketch import MinHash
+
+    texts = [w for doc in _wiki(wiki_sample, [1, 2]) for w in split_windows(doc, params)][:300]
+    texts += _mc_taco_sentences(mc_taco_dev)[:50]
+    texts += ["Paris", "New York", "", "!!! ...", " ".join(["word"] * 5000),  # short, empty, huge
+              json.loads('"a broken emoji \\ud83d from a JSON escape"')]
+    sigs = signatures(texts, params)
+    assert sigs.dtype == np.uint32 and sigs.shape == (len(texts), params.num_perm)
+    ref = []
+    for text in texts:
+        m = MinHash(num_perm=params.num_perm, seed=params.seed, hashfunc=shingle_hash)
+        for s in shingles(text, params):
+            m.update(s)
+        ref.append(m.hashvalues)
+    np.testing.assert_array_equal(sigs, np.array(ref))
+    np.testing.assert_array_equal(datasketch_signatures(texts[:20], params), sigs[:20])
+    # The agreement fraction is datasketch's Jaccard estimate.
+    a = MinHash(num_perm=params.num_perm, seed=params.seed, hashvalues=sigs[0], scheme="affine32")
+    b = MinHash(num_perm=params.num_perm, seed=params.seed, hashvalues=sigs[1], scheme="affine32")
+    assert a.jaccard(b) == np.mean(sigs[0] == sigs[1])
+    # Fewer tokens than a shingle: one shingle of all tokens; no tokens: the empty value.
+    assert shingles("New York", MinHashParams(shingle_words=3)) == ["new york"]
+    assert shingles("!!!", P) == [] and shingles("Hello, World! Bye", P) == ["hello world", "world bye"]
+    assert (sigs[texts.index("")] == 0xFFFFFFFF).all()
+
+
+# --- index on real text -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def planted(wiki_sample, tmp_path_factory):
+    """30 wiki articles; sentences of 10 articles outside the corpus planted verbatim into them."""
+    corpus = _wiki(wiki_sample, list(range(30)))
+    outside = _wiki(wiki_sample, list(range(600, 610)))
+    rng = random.Random(7)
+    planted = []  # (host doc, copied text)
+    for k, src in enumerate(outside):
+        sents = [s for s in mh_mod._punkt().tokenize(src) if 15 <= len(s.split()) <= 40 and "\n" not in s]
+        for s in rng.sample(sents, min(3, len(sents))):
+            host = (3 * k + len(planted)) % len(corpus)
+            paras = corpus[host].split("\n")
+            # A new sentence after a paragraph that ends one, in the middle of a long article. (After
+            # "as follows:" Punkt would join it to that sentence, and the window would be larger.)
+            at = rng.choice([i for i in range(len(paras) // 4, 3 * len(paras) // 4)
+                             if paras[i].endswith(".")])
+            paras[at] = paras[at] + " " + s
+            corpus[host] = "\n".join(paras)
+            planted.append((host, s))
+    root = _build(corpus, tmp_path_factory.mktemp("planted"), shards=3)
+    unrelated = [s for src in _wiki(wiki_sample, list(range(900, 906)))
+                 for s in mh_mod._punkt().tokenize(src) if len(s.split()) >= 12][:150]
+    return corpus, planted, root, unrelated
+
+
+def _best(index: MinHashIndex, items: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Best (similarity, window) per item over the item's windows, as a detector would do."""
+    per = [split_windows(t, P) for t in items]
+    owner = np.repeat(np.arange(len(items)), [len(w) for w in per])
+    sim, win = index.query(signatures([w for ws in per for w in ws], P))
+    best_sim, best_win = np.zeros(len(items)), np.full(len(items), -1)
+    for i in range(len(items)):
+        j = np.flatnonzero(owner == i)
+        if len(j):
+            k = j[np.argmax(sim[j])]
+            best_sim[i], best_win[i] = sim[k], win[k]
+    return best_sim, best_win
+
+
+def test_verbatim_copy_in_a_long_article_is_found(planted):
+    corpus, planted_items, root, _ = planted
+    index = MinHashIndex.open(root)
+    assert index.params == P and index.n_windows > 3000
+    sim, win = _best(index, [s for _, s in planted_items])
+    hosts = np.array([h for h, _ in planted_items])
+    assert (sim >= 0.99).all(), sim
+    np.testing.assert_array_equal(index.window_docs(win), hosts)
+    # Against the whole host document the same item has a tiny Jaccard: the reason for windows.
+    h, s = planted_items[0]
+    assert _exact_jaccard(s, corpus[h]) < 0.01
+
+
+def test_lightly_edited_copy_scores_high_and_unrelated_low(planted):
+    corpus, planted_items, root, unrelated = planted
+    index = MinHashIndex.open(root)
+    rng = random.Random(3)
+    edited = [_edit(s, 0.10, rng) for _, s in planted_items]
+    sim, win = _best(index, edited)
+    hosts = np.array([h for h, _ in planted_items])
+    found = index.window_docs(win) == hosts
+    assert found.mean() >= 0.85, sim
+    assert np.median(sim[found]) >= 0.55
+    # The estimate is verified against the signature, so it tracks the exact Jaccard.
+    for (h, s), e, ok in zip(planted_items, edited, found, strict=True):
+        if ok:
+            exact = max(_exact_jaccard(e, x) for x in split_windows(corpus[h], P) if s[:30] in x)
+            assert abs(sim[edited.index(e)] - exact) < 0.2
+    sim_u, _ = _best(index, unrelated)
+    assert len(unrelated) >= 100
+    assert np.quantile(sim_u, 0.95) < 0.1 and sim_u.max() < 0.5, np.sort(sim_u)[-5:]
+
+
+def test_band_tables_are_consistent(planted):
+    _, _, root, _ = planted
+    index = MinHashIndex.open(root)
+    keys = band_keys(np.asarray(index.signatures), P)
+    for b in (0, P.bands - 1):
+        row, wins = np.asarray(index.band_keys[b]), np.asarray(index.band_windows[b]).astype(np.int64)
+        assert (np.diff(row.astype(np.float64)) >= 0).all()
+        np.testing.assert_array_equal(keys[wins, b], row)
+        assert sorted(wins) == list(range(index.n_windows))
+    assert (np.diff(np.asarray(index.window_doc)) >= 0).all()
+
+
+def test_mc_taco_sentences_found_verbatim_in_wiki(wiki_sample, mc_taco_dev, tmp_path):
+    """Real contamination: MC-TACO dev sentences that occur verbatim in the wiki sample."""
+    docs = [json.loads(line)["text"] for line in open(wiki_sample, encoding="utf-8")]
+    sentences = _mc_taco_sentences(mc_taco_dev)
+    everything = "\x00".join(docs)
+    verbatim = [s for s in sentences if s in everything]
+    assert len(verbatim) >= 5
+    hosts = sorted({i for s in verbatim for i, d in enumerate(docs) if s in d})
+    picks = sorted(set(hosts) | set(range(0, 1411, 150)))  # plus unrelated articles
+    index = MinHashIndex.open(_build([docs[i] for i in picks], tmp_path, ordinals=picks))
+    sim, win = _best(index, sentences)
+    is_verbatim = np.array([s in verbatim for s in sentences])
+    assert (sim[is_verbatim] == 1.0).all()
+    for s, w in zip(sentences, win, strict=True):
+        if s in verbatim:
+            assert s in docs[index.window_docs([w])[0]]
+    assert (sim[~is_verbatim] < 0.5).mean() > 0.9
+
+
+# --- build: shards, append, determinism, errors -----------------------------------------------
+
+
+def _bytes(root: Path) -> dict[str, bytes]:
+    return {f: (root / "minhash" / f).read_bytes() for f in FILES}
+
+
+def test_shards_parts_and_append_equal_a_full_rebuild(wiki_sample, tmp_path, monkeypatch):
+    docs = _wiki(wiki_sample, list(range(40, 52)))
+    docs[5] = docs[2]  # duplicate article: equal band keys, ties ordered by window id
+    docs[7] = "The same boilerplate sentence repeats here. " * 40
+    monkeypatch.setattr(mh_mod, "PART_WINDOWS", 150)  # several runs per shard
+    monkeypatch.setattr(mh_mod, "_MIN_BLOCK", 17)  # many merge steps
+    monkeypatch.setattr(mh_mod, "_MERGE_ENTRIES", 64)
+    full = _bytes(_build(docs, tmp_path / "one", shards=1))
+    assert _bytes(_build(docs, tmp_path / "four", shards=4)) == full
+    assert _bytes(_build(docs, tmp_path / "again", shards=1)) == full  # deterministic
+
+    base = _build(docs[:8], tmp_path / "app", shards=2)
+    new = write_minhash_shard(list(enumerate(docs))[8:], tmp_path / "app" / "_work", "new", P)
+    summary = merge_minhash_shards([new], base / "minhash", P, base_dir=base / "minhash")  # in place
+    assert summary["n_docs"] == len(docs)
+    assert _bytes(base) == full
+    # Maps that numbered their docs from 0: the merge shifts them to global ordinals.
+    local = [write_minhash_shard(list(enumerate(docs[a:b])), tmp_path / "loc", i, P)
+             for i, (a, b) in enumerate([(0, 5), (5, 12)])]
+    merge_minhash_shards(local, tmp_path / "loc" / "minhash", P, doc_offsets=[0, 5])
+    assert _bytes(tmp_path / "loc") == full
+
+    with pytest.raises(ValueError, match="overlap"):
+        merge_minhash_shards([new, new], tmp_path / "x", P)
+    with pytest.raises(IndexMismatchError):
+        merge_minhash_shards([new], tmp_path / "x", MinHashParams(seed=2))
+    (new / "shard.json").unlink()
+    with pytest.raises(TcqaError, match="incomplete"):
+        merge_minhash_shards([new], tmp_path / "x", P)
+    with pytest.raises(ValueError, match="strictly increasing"):
+        write_minhash_shard([(3, "a b c"), (3, "d e f")], tmp_path / "w", 0, P)
+
+
+def test_empty_index_empty_queries_and_bad_input(tmp_path):
+    root = _build(["", "!!!"], tmp_path / "e")
+    index = MinHashIndex.open(root / "minhash")  # the minhash folder itself also opens
+    assert index.n_windows == 0
+    sim, win = index.query(signatures(["some text to look for here"], P))
+    assert sim.tolist() == [0.0] and win.tolist() == [-1]
+
+    root = _build(["Some text. More of the same text in a longer sentence here."], tmp_path / "one")
+    index = MinHashIndex.open(root)
+    sim, win = index.query(signatures(["", "Some text. More of the same text in a longer sentence here."], P))
+    assert win[0] == -1 and sim[1] == 1.0 and win[1] >= 0
+    assert index.window_docs([-1, int(win[1])]).tolist() == [-1, 0]
+    with pytest.raises(ValueError, match="shape"):
+        index.query(np.zeros((2, 64), dtype=np.uint32))
+
+    with pytest.raises(TcqaError, match="no complete MinHash index"):
+        MinHashIndex.open(tmp_path / "nowhere")
+    keys = root / "minhash" / "band_keys.npy"
+    keys.write_bytes(keys.read_bytes()[:-8])
+    with pytest.raises(TcqaError, match="damaged"):
+        MinHashIndex.open(root)
