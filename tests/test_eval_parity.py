@@ -151,14 +151,13 @@ def test_squad_generations_match_lm_eval(parity_run):
 def test_requests_match_lm_eval(parity_run):
     """The requests lm-eval built are the ones we scored (same docs, templates and choices)."""
     theirs, _ = parity_run
-    from tcqa_data.eval.runner import _prompt
     from tcqa_data.prep.taskspec import TaskSpec
 
     mc, squad = TaskSpec.builtin("mc_taco"), TaskSpec.builtin("squad_completion")
     for s in theirs["samples"]["mc_taco_local"]:
-        ctx = _prompt(mc, s["doc"])
+        ctx = mc.text(s["doc"])
         assert [tuple(a) for a in s["arguments"]] == [(ctx, " no"), (ctx, " yes")]
     for s in theirs["samples"]["squad_local"]:
         ctx, kwargs = s["arguments"][0]
-        assert ctx == _prompt(squad, s["doc"])
+        assert ctx == squad.text(s["doc"])
         assert kwargs["until"] == ["\n"] and kwargs["max_gen_toks"] == 48

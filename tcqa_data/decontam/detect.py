@@ -270,7 +270,6 @@ def _score_unique(docs: Sequence[QueryDoc], index_dir: str, n: int, *, max_corpu
     from tcqa_data.decontam.normalize import token_char_spans, tokenize
 
     idx = NgramIndex.open(index_dir)
-    check_hash(idx)
     scheme = idx.normalization
     seed = idx.hash_seed
 
@@ -371,17 +370,6 @@ def _score_unique(docs: Sequence[QueryDoc], index_dir: str, n: int, *, max_corpu
 def _majority_owner(owners: list[str]) -> str:
     counts = Counter(o or "template" for o in owners)
     return max(sorted(counts), key=lambda f: counts[f])
-
-
-def check_hash(idx: Any) -> None:
-    """Query hashes must come from the function that built the index, or nothing would match."""
-    from tcqa_data.decontam.hashing import HASH_NAME
-    from tcqa_data.errors import IndexMismatchError
-
-    if idx.hash_name != HASH_NAME:
-        raise IndexMismatchError(
-            f"index {idx.root} was built with n-gram hash {idx.hash_name!r}, but this tcqa-data computes "
-            f"{HASH_NAME!r}: its lookups would find nothing; rebuild the index with index-corpus")
 
 
 def has_minhash(index_dir: str) -> bool:

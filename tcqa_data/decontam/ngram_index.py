@@ -30,8 +30,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from tcqa_data.decontam.hashing import batch_ngram_hashes
-from tcqa_data.errors import TcqaError
+from tcqa_data.decontam.hashing import HASH_NAME, batch_ngram_hashes
+from tcqa_data.errors import IndexMismatchError, TcqaError
 from tcqa_data.io_utils import atomic_path, read_json, write_npy_atomic
 
 MANIFEST = "manifest.json"
@@ -515,7 +515,13 @@ class NgramIndex:
         if manifest.get("format_version") != FORMAT_VERSION:
             raise TcqaError(f"{mpath}: index format {manifest.get('format_version')} "
                             f"but this tcqa-data reads format {FORMAT_VERSION}; rebuild the index")
-        return cls(root, manifest)
+        index = cls(root, manifest)
+        # Query hashes must come from the function that built the index, or nothing would match.
+        if index.hash_name != HASH_NAME:
+            raise IndexMismatchError(
+                f"index {root} was built with n-gram hash {index.hash_name!r}, but this tcqa-data computes "
+                f"{HASH_NAME!r}: its lookups would find nothing; rebuild the index with index-corpus")
+        return index
 
     def _bucket(self, n: int, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         key = (n, b)

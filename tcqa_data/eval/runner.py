@@ -120,12 +120,6 @@ def limit_to_groups(data: TaskData, limit_groups: int | None) -> TaskData:
 
 
 # ---- running one task ----------------------------------------------------------------------
-def _prompt(spec: TaskSpec, doc: dict[str, Any]) -> str:
-    text = spec.text(doc)
-    # lm-eval's squad_completion is a Python class whose doc_to_text is `text.strip()`
-    return text.strip() if spec.task == "squad_completion" else text
-
-
 def is_mc_taco(spec: TaskSpec) -> bool:
     return spec.task.startswith("mc_taco")
 
@@ -135,7 +129,7 @@ def score_multiple_choice(engine: Engine, spec: TaskSpec, docs: list[dict[str, A
     """Per doc: loglikelihood of each choice, greedy flags, argmax prediction, gold index."""
     pairs, owners, shares = [], [], []
     for i, doc in enumerate(docs):
-        ctx = _prompt(spec, doc)
+        ctx = spec.text(doc)
         for c in spec.choices(doc):
             pairs.append((ctx, spec.target_delimiter + c))
             owners.append(i)
@@ -162,7 +156,7 @@ def score_generation(engine: Engine, spec: TaskSpec, docs: list[dict[str, Any]],
     if gk.get("do_sample"):
         raise ConfigError(f"task {spec.task!r} asks for sampling; only greedy generation is supported")
     max_gen = int(gk.get("max_gen_toks", 48))
-    ctxs = tok_encode_batch(engine.tokenizer, [_prompt(spec, d) for d in docs], for_generation=True)
+    ctxs = tok_encode_batch(engine.tokenizer, [spec.text(d) for d in docs], for_generation=True)
     gens = generate_until(engine, ctxs, until, max_gen, progress=progress)
     out = []
     for doc, g in zip(docs, gens, strict=True):

@@ -20,7 +20,6 @@ from tcqa_data.decontam.detect import (
     QueryDoc,
     Rule,
     auto_ngram,
-    check_hash,
     doc_status,
     has_minhash,
     score_docs,
@@ -107,7 +106,6 @@ def decontaminate(
         except ValueError as exc:
             raise ConfigError(f"--ngram must be an integer or 'auto', not {ngram!r}") from exc
     idx = NgramIndex.open(str(index_dir))
-    check_hash(idx)
     if normalization is not None and normalization != idx.normalization:
         raise IndexMismatchError(
             f"index {index_dir} was built with normalization {idx.normalization!r}, but "
