@@ -59,7 +59,65 @@ def write_npy_atomic(path: str | os.PathLike, array) -> None:
 
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as fh:
-            np.save(fh, array, allow_pickle=False)
+            # Always C order: readers slice rows by offset (a transposed view would save as Fortran).
+            np.save(fh, np.ascontiguousarray(array), allow_pickle=False)
+
+
+class NpyRowReader:
+    """Rows of a C-order .npy file by explicit reads (``np.fromfile`` at an offset).
+
+    Unlike a memory map, pages read this way stay in the shared, reclaimable page cache instead
+    of counting in the reader's RSS until unmapped, so a merge holds only what it keeps.
+    No file stays open.
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        import numpy as np
+
+        self.path = Path(path)
+        with open(self.path, "rb") as fh:
+            version = np.lib.format.read_magic(fh)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+            else:
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+            self.data_offset = fh.tell()
+        if (fortran and len(shape) > 1) or dtype.hasobject:
+            from tcqa_data.errors import TcqaError
+
+            raise TcqaError(f"{self.path}: unexpected array layout (expected a C-order numeric array)")
+        self.dtype = np.dtype(dtype)
+        self.shape = tuple(int(x) for x in shape)
+        self.rows = self.shape[0] if self.shape else 1
+        self.row_shape = self.shape[1:]
+        self.row_items = int(np.prod(self.row_shape, dtype=np.int64))
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def _read(self, first_item: int, count: int, what: str):
+        import numpy as np
+
+        arr = np.fromfile(self.path, dtype=self.dtype, count=count,
+                          offset=self.data_offset + first_item * self.dtype.itemsize)
+        if len(arr) != count:
+            from tcqa_data.errors import TcqaError
+
+            raise TcqaError(f"{self.path}: truncated file ({what} of shape {self.shape})")
+        return arr
+
+    def read(self, i: int, j: int):
+        """Rows ``[i, j)``."""
+        import numpy as np
+
+        if j <= i:
+            return np.empty((0, *self.row_shape), dtype=self.dtype)
+        arr = self._read(i * self.row_items, (j - i) * self.row_items, f"rows {i}..{j}")
+        return arr.reshape((j - i, *self.row_shape))
+
+    def read_row_span(self, row: int, i: int, j: int):
+        """Elements ``[i, j)`` of row ``row`` of a 2-D array."""
+        return self._read(row * self.row_items + i, max(0, j - i), f"row {row}, columns {i}..{j}")
 
 
 def read_json(path: str | os.PathLike) -> Any:

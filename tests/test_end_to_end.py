@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import json
 from itertools import islice
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest

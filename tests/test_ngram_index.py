@@ -14,6 +14,7 @@ from tcqa_data.decontam.build import build_index
 from tcqa_data.decontam.hashing import batch_ngram_hashes, ngram_hashes, token_ngram_hashes
 from tcqa_data.decontam.normalize import tokenize
 from tcqa_data.errors import TcqaError
+from tcqa_data.io_utils import NpyRowReader
 
 P = 3
 
@@ -231,11 +232,15 @@ def test_doc_ordinal_overflow_is_refused_or_int64():
 def test_npy_reader_reads_rows(tmp_path):
     a = np.arange(30, dtype=np.uint32).reshape(10, 3)
     np.save(tmp_path / "a.npy", a)
-    r = ni._NpyReader(tmp_path / "a.npy")
+    r = NpyRowReader(tmp_path / "a.npy")
     assert len(r) == 10 and np.array_equal(r.read(2, 5), a[2:5]) and r.read(4, 4).shape == (0, 3)
+    assert np.array_equal(r.read_row_span(3, 1, 3), a[3, 1:3])
+    np.save(tmp_path / "f.npy", np.asfortranarray(a))
+    with pytest.raises(TcqaError, match="f.npy"):
+        NpyRowReader(tmp_path / "f.npy")
     h = np.sort(np.random.default_rng(0).integers(0, 2**63, size=1000).astype(np.uint64))
     np.save(tmp_path / "h.npy", h)
-    cur = ni._Cursor(ni._NpyReader(tmp_path / "h.npy"), 100, 900, 37)
+    cur = ni._Cursor(NpyRowReader(tmp_path / "h.npy"), 100, 900, 37)
     got, pos = [], 100
     for bound in (int(h[0]), int(h[300]), int(h[301]), int(h[850]), None):
         a0, b0, hh = cur.take(bound)

@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from tcqa_data.errors import ConfigError, TcqaError
 
@@ -55,6 +55,14 @@ def _task_failed(desc: str, index: int, exc: BaseException) -> BaseException:
         return TcqaError(f"{desc} task {index}: cannot access {exc.filename}: "
                          f"{exc.strerror or exc}")
     return exc
+
+
+def _raise_task_failure(desc: str, index: int, exc: Exception) -> NoReturn:
+    """Re-raise a local task's exception, translated by ``_task_failed`` where that helps."""
+    failure = _task_failed(desc, index, exc)
+    if failure is exc:
+        raise exc
+    raise failure from exc
 
 
 class Engine(ABC):
@@ -156,10 +164,7 @@ class LocalEngine(Engine):
                 try:
                     results[i] = fn(**kwargs)
                 except Exception as exc:
-                    failure = _task_failed(desc, i, exc)
-                    if failure is exc:
-                        raise
-                    raise failure from exc
+                    _raise_task_failure(desc, i, exc)
                 if on_done is not None:
                     on_done(i, results[i])
             return results
@@ -180,10 +185,7 @@ class LocalEngine(Engine):
                     raise TcqaError(f"{desc}: a local worker process died (killed, or out of "
                                     f"memory?); {RESUME_HINT}") from exc
                 except Exception as exc:
-                    failure = _task_failed(desc, i, exc)
-                    if failure is exc:
-                        raise
-                    raise failure from exc
+                    _raise_task_failure(desc, i, exc)
                 if on_done is not None:
                     on_done(i, results[i])
         finally:

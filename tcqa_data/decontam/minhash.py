@@ -93,7 +93,7 @@ import xxhash
 from tcqa_data import FORMAT_VERSION
 from tcqa_data.decontam.normalize import check_scheme, tokenize
 from tcqa_data.errors import IndexMismatchError, TcqaError
-from tcqa_data.io_utils import atomic_path, read_json, write_json_atomic
+from tcqa_data.io_utils import NpyRowReader, atomic_path, read_json, write_json_atomic, write_npy_atomic
 
 SCHEME = "affine32"  # datasketch 2.0's default permutation scheme
 SHINGLE_HASH = "xxh32-utf8-seed0"
@@ -389,40 +389,6 @@ def band_keys(sigs: np.ndarray, params: MinHashParams) -> np.ndarray:
 # .npy streaming helpers (bounded memory: no whole-array loads, no memmap of growing outputs)
 
 
-class _NpyReader:
-    """Reads row ranges of a C-ordered 1-D or 2-D .npy file with plain reads."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        with open(path, "rb") as fh:
-            version = np.lib.format.read_magic(fh)
-            if version == (1, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
-            else:
-                shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
-            self.offset = fh.tell()
-        if fortran or dtype.hasobject:
-            raise TcqaError(f"{path}: unexpected array layout")
-        self.shape, self.dtype = shape, dtype
-
-    def read(self, start: int, stop: int, row: int | None = None) -> np.ndarray:
-        """Elements [start, stop) of a 1-D array, of row ``row`` of a 2-D array, or rows
-        [start, stop) of a 2-D array when ``row`` is None."""
-        if len(self.shape) == 2 and row is not None:
-            base = row * self.shape[1]
-            width = 1
-        else:
-            base = 0
-            width = self.shape[1] if len(self.shape) == 2 else 1
-        count = (stop - start) * width
-        with open(self.path, "rb") as fh:
-            fh.seek(self.offset + (base + start * width) * self.dtype.itemsize)
-            arr = np.fromfile(fh, dtype=self.dtype, count=count)
-        if arr.size != count:
-            raise TcqaError(f"{self.path}: file is shorter than its header says (truncated)")
-        return arr.reshape(-1, width) if width > 1 else arr
-
-
 class _NpyWriter:
     """Writes a .npy of known shape sequentially (inside an atomic_path)."""
 
@@ -449,13 +415,6 @@ def _header_fits_v1(shape: tuple[int, ...]) -> bool:
     return len(repr(shape)) < 60000
 
 
-def _save(path: Path, arr: np.ndarray) -> None:
-    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
-        w = _NpyWriter(fh, arr.dtype, arr.shape)
-        w.write(arr)
-        w.close()
-
-
 # ---------------------------------------------------------------------------------------------
 # Build: map
 
@@ -473,11 +432,11 @@ def _write_run(prefix: Path, sigs: np.ndarray, docs: np.ndarray, nshingles: np.n
     keys = band_keys(sigs, params)  # [m, bands]
     order = np.argsort(keys, axis=0, kind="stable")  # stable: ties keep ascending window order
     sorted_keys = np.take_along_axis(keys, order, axis=0).T.copy()
-    _save(Path(f"{prefix}.signatures.npy"), sigs)
-    _save(Path(f"{prefix}.window_doc.npy"), docs.astype(np.int64))
-    _save(Path(f"{prefix}.window_shingles.npy"), nshingles.astype(_U32))
-    _save(Path(f"{prefix}.band_keys.npy"), sorted_keys)
-    _save(Path(f"{prefix}.band_windows.npy"), order.T.astype(_window_id_dtype(len(sigs))))
+    write_npy_atomic(Path(f"{prefix}.signatures.npy"), sigs)
+    write_npy_atomic(Path(f"{prefix}.window_doc.npy"), docs.astype(np.int64))
+    write_npy_atomic(Path(f"{prefix}.window_shingles.npy"), nshingles.astype(_U32))
+    write_npy_atomic(Path(f"{prefix}.band_keys.npy"), sorted_keys)
+    write_npy_atomic(Path(f"{prefix}.band_windows.npy"), order.T.astype(_window_id_dtype(len(sigs))))
 
 
 def write_minhash_shard(docs: Iterable[tuple[int, str]], work_dir: str | os.PathLike, shard_id: int | str,
@@ -568,8 +527,8 @@ class _Run:
     offset: int = 0  # window id of the run's first window in the output
     doc_shift: int = 0  # added to the run's doc ordinals (maps that numbered docs from 0)
 
-    def reader(self, name: str) -> _NpyReader:
-        return _NpyReader(Path(self.prefix + name + ".npy"))
+    def reader(self, name: str) -> NpyRowReader:
+        return NpyRowReader(Path(self.prefix + name + ".npy"))
 
 
 def _check_params(found: dict[str, Any], params: MinHashParams, where: Path) -> None:
@@ -593,8 +552,8 @@ def _merge_band(runs: list[_Run], band: int, keys_out: _NpyWriter, wins_out: _Np
         for i, r in enumerate(runs):
             if len(cur_k[i]) == 0 and pos[i] < r.n:
                 stop = min(pos[i] + block, r.n)
-                cur_k[i] = kr[i].read(pos[i], stop, row=band)
-                cur_w[i] = wr[i].read(pos[i], stop, row=band).astype(np.int64) + r.offset
+                cur_k[i] = kr[i].read_row_span(band, pos[i], stop)
+                cur_w[i] = wr[i].read_row_span(band, pos[i], stop).astype(np.int64) + r.offset
                 pos[i] = stop
         live = [i for i in range(len(runs)) if len(cur_k[i])]
         if not live:
@@ -646,7 +605,7 @@ def merge_minhash_shards(shard_dirs: Sequence[str | os.PathLike], out_dir: str |
         meta = read_json(base / "params.json")
         _check_params(meta["params"], params, base)
         if meta["n_windows"]:
-            docs = _NpyReader(base / "window_doc.npy")
+            docs = NpyRowReader(base / "window_doc.npy")
             runs.append(_Run(str(base) + os.sep, meta["n_windows"], int(docs.read(0, 1)[0]),
                              int(docs.read(meta["n_windows"] - 1, meta["n_windows"])[0])))
         n_empty += meta.get("n_windows_without_tokens", 0)

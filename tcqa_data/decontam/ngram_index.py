@@ -32,7 +32,7 @@ import numpy as np
 
 from tcqa_data.decontam.hashing import HASH_NAME, batch_ngram_hashes
 from tcqa_data.errors import IndexMismatchError, TcqaError
-from tcqa_data.io_utils import atomic_path, read_json, write_npy_atomic
+from tcqa_data.io_utils import NpyRowReader, atomic_path, read_json, write_npy_atomic
 
 MANIFEST = "manifest.json"
 DEFAULT_NUM_BUCKETS = 64
@@ -241,50 +241,12 @@ class _NpyStream:
         self._ctx.__exit__(type(exc), exc, exc.__traceback__)
 
 
-class _NpyReader:
-    """Rows ``[i, j)`` of a C-order .npy file by explicit reads (``np.fromfile`` at an offset).
-
-    Unlike a memory map, the file's pages then stay in the page cache (shared, reclaimable)
-    instead of being mapped into the process, where they count in its RSS until unmapped: a
-    reduce worker's RSS is what it holds, not what it has read. No file stays open.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        with open(path, "rb") as fh:
-            version = np.lib.format.read_magic(fh)
-            if version == (1, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
-            else:
-                shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
-            self.data_offset = fh.tell()
-        if fortran and len(shape) > 1:
-            raise TcqaError(f"{path}: Fortran-order array, expected C order")
-        self.dtype = np.dtype(dtype)
-        self.rows = int(shape[0]) if shape else 1
-        self.row_shape = tuple(int(x) for x in shape[1:])
-        self.row_items = int(np.prod(self.row_shape, dtype=np.int64))
-
-    def __len__(self) -> int:
-        return self.rows
-
-    def read(self, i: int, j: int) -> np.ndarray:
-        if j <= i:
-            return np.empty((0, *self.row_shape), dtype=self.dtype)
-        count = (j - i) * self.row_items
-        arr = np.fromfile(self.path, dtype=self.dtype, count=count,
-                          offset=self.data_offset + i * self.row_items * self.dtype.itemsize)
-        if len(arr) != count:
-            raise TcqaError(f"{self.path}: truncated file (rows {i}..{j} of {self.rows})")
-        return arr.reshape((j - i, *self.row_shape))
-
-
 class _Cursor:
     """Forward reader of the rows ``[start, end)`` of a sorted hash column, in blocks of about
     ``step`` rows: :meth:`take` returns the next rows whose hash is below a bound. Holds at most
     one unconsumed block."""
 
-    def __init__(self, hashes: _NpyReader, start: int, end: int, step: int) -> None:
+    def __init__(self, hashes: NpyRowReader, start: int, end: int, step: int) -> None:
         self.reader = hashes
         self.pos = start  # first row not yet returned
         self.read_to = start  # first row not yet read
@@ -357,21 +319,21 @@ def reduce_bucket(out_root: str | os.PathLike, n: int, bucket: int, sources: Seq
     read in blocks (no memory maps). ``doc_dtype``: uint32 (default; ordinals up to
     0xFFFFFFFE) or int64 (for corpora of 2**32 - 1 docs or more; readers accept both)."""
     lo, hi = _bucket_range(bucket, num_buckets)
-    runs: list[tuple[_NpyReader, _NpyReader, int, int, int]] = []  # hashes, docs, a, b, doc offset
+    runs: list[tuple[NpyRowReader, NpyRowReader, int, int, int]] = []  # hashes, docs, a, b, doc offset
     total = 0
     for src in sources:
         p = run_paths(src.run_dir, n, src.run)
         off = np.load(p["offsets"], allow_pickle=False)
         a, b = int(off[bucket]), int(off[bucket + 1])
         if b > a:
-            runs.append((_NpyReader(p["hashes"]), _NpyReader(p["docs"]), a, b, src.doc_offset))
+            runs.append((NpyRowReader(p["hashes"]), NpyRowReader(p["docs"]), a, b, src.doc_offset))
             total += b - a
     old_files = None
     if old is not None:
         op = bucket_paths(old.root, n, bucket)
-        oh = _NpyReader(op["hashes"])
+        oh = NpyRowReader(op["hashes"])
         if len(oh):
-            old_files = (oh, _NpyReader(op["df"]), _NpyReader(op["docs"]))
+            old_files = (oh, NpyRowReader(op["df"]), NpyRowReader(op["docs"]))
             total += len(oh) * max(1, provenance)
     ddtype = np.dtype(doc_dtype)
     if ddtype not in (DOC_DTYPE, np.dtype(np.int64)):
