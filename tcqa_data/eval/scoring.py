@@ -9,6 +9,10 @@ less, never from changing what is computed:
   on the same passage) are *packed* into one row: the prefix once, then each sequence's own
   suffix, with a tree attention mask (a suffix sees the prefix and itself) and the original
   position ids. Each token therefore sees exactly the tokens it sees in its own sequence.
+  Loglikelihood inputs go further: all distinct inputs are sorted and runs of them sharing a
+  prefix become one prefix tree (an MC-TACO sentence, its questions, their candidates), every
+  distinct prefix computed once; the mask lets a token see exactly its ancestors. Shorter trees
+  share a row side by side (block-diagonal) instead of padding it out.
 * Identical model inputs are computed once: the " no"/" yes" requests of one MC-TACO candidate
   are one input whose last-position logits score both choices (as lm-eval's one-token
   continuation cache does), decided per request from the token ids, so it holds only when the
@@ -26,6 +30,7 @@ once per model and turns packing off when packed and plain logits disagree.
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +42,8 @@ from tcqa_data.eval.models import LoadedModel
 
 # A packed row stops growing at this many tokens (the mask is T x T per row).
 MAX_PACKED_TOKENS = 2048
+# A prefix tree of scored inputs stops growing at this many tokens (attention is dense per row).
+MAX_TRIE_TOKENS = 384
 # Generation contexts share a KV prefix only when it is at least this long (else packing buys little).
 MIN_SHARED_PREFIX = 16
 # Defaults for --batch-size auto: CUDA starts here and halves on OOM; CPU uses the fixed value.
@@ -44,6 +51,9 @@ AUTO_START_BATCH_CUDA = 512
 DEFAULT_BATCH_CPU = 16
 
 Progress = Callable[[int], None]
+
+# check_packing's verdict per model object and (dtype, device)
+_PACKING_OK: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], bool]] = weakref.WeakKeyDictionary()
 
 
 # ---- tokenization, as lm-eval does it --------------------------------------------------------
@@ -105,6 +115,107 @@ class Packed:
     positions: list[int] = field(default_factory=list)
     segments: list[int] = field(default_factory=list)  # 0 = shared prefix, j+1 = suffix of member j
     maps: list[list[int]] = field(default_factory=list)  # member j, position p -> index in the row
+    # segment of the prefix each token may also see (its own group's); empty = all 0 (one group)
+    bases: list[int] = field(default_factory=list)
+    # tokens are laid out in tree preorder: token k is seen by the tokens k .. ends[k]-1 (its
+    # subtree); empty = derived from segments/bases
+    ends: list[int] = field(default_factory=list)
+
+
+def _ends(p: Packed) -> list[int]:
+    """Subtree ends of a prefix + suffixes layout: a prefix token is seen by the rest of its
+    group, a suffix token by the rest of its own suffix."""
+    if p.ends:
+        return p.ends
+    bases = p.bases or [0] * len(p.tokens)
+    last_seg: dict[int, int] = {}
+    last_base: dict[int, int] = {}
+    for i, (sg, bs) in enumerate(zip(p.segments, bases, strict=True)):
+        last_seg[sg] = i
+        last_base[bs] = i
+    return [(last_base[sg] if sg == bs else last_seg[sg]) + 1
+            for sg, bs in zip(p.segments, bases, strict=True)]
+
+
+def trie(seqs: Sequence[Sequence[int]]) -> Packed:
+    """Sequences in sorted order as one prefix tree: every distinct prefix once, in preorder,
+    each token at its original position; ``maps[j]`` lists member j's tokens root to leaf."""
+    p = Packed()
+    path: list[int] = []
+    prev: Sequence[int] = ()
+    parent: list[int] = []
+    for s in seqs:
+        n = min(len(prev), len(s))
+        k = 0
+        while k < n and prev[k] == s[k]:
+            k += 1
+        path = path[:k]
+        for d in range(k, len(s)):
+            parent.append(path[-1] if path else -1)
+            path.append(len(p.tokens))
+            p.tokens.append(s[d])
+            p.positions.append(d)
+        p.maps.append(list(path))
+        prev = s
+    p.segments = [0] * len(p.tokens)
+    ends = [i + 1 for i in range(len(p.tokens))]
+    for i in range(len(p.tokens) - 1, -1, -1):
+        if parent[i] >= 0 and ends[i] > ends[parent[i]]:
+            ends[parent[i]] = ends[i]
+    p.ends = ends
+    return p
+
+
+def concat(parts: Sequence[Packed]) -> Packed:
+    """Several packed groups side by side in one row, each seeing only itself (block-diagonal).
+
+    Segment ids are renumbered to stay unique in the row; each token keeps its own group's prefix
+    segment as its ``base``, so the tree mask lets it see exactly what it saw in its own group."""
+    if len(parts) == 1:
+        return parts[0]
+    out = Packed()
+    seg_off = 0
+    for p in parts:
+        start = len(out.tokens)
+        bases = p.bases or [0] * len(p.tokens)
+        out.ends += [e + start for e in _ends(p)]
+        out.tokens += p.tokens
+        out.positions += p.positions
+        out.segments += [s + seg_off for s in p.segments]
+        out.bases += [b + seg_off for b in bases]
+        out.maps += [[i + start for i in m] for m in p.maps]
+        seg_off += max(p.segments) + 1
+    return out
+
+
+def fill_rows(lengths: Sequence[int], rows_per_batch: int) -> list[list[list[int]]]:
+    """Batches of rows of item indices, items placed longest first: a batch's rows are as long
+    as its longest item, and shorter items share a row while they fit (first fit, decreasing), so
+    a batch carries little padding and no row grows longer than it would alone."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    left = order  # descending by length
+    batches: list[list[list[int]]] = []
+    while left:
+        cap = lengths[left[0]]
+        rows: list[list[int]] = []
+        room: list[int] = []
+        rest: list[int] = []
+        for i in left:
+            n = lengths[i]
+            for r in range(len(rows)):
+                if room[r] >= n:
+                    rows[r].append(i)
+                    room[r] -= n
+                    break
+            else:
+                if len(rows) < rows_per_batch:
+                    rows.append([i])
+                    room.append(cap - n)
+                else:
+                    rest.append(i)
+        batches.append(rows)
+        left = rest
+    return batches
 
 
 def _lcp(seqs: Sequence[Sequence[int]]) -> int:
@@ -181,7 +292,14 @@ class Engine:
                    ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale"))
         self.split_head = (self.base is not None and self.head is not None and not post
                            and type(self.model).__name__.endswith("ForCausalLM"))
-        self.packing = check_packing(self) if packing is None else packing
+        if packing is None:
+            # the check depends on the model's architecture, dtype and device only: once per model
+            key = (str(lm.dtype), str(lm.device))
+            known = _PACKING_OK.setdefault(self.model, {})
+            if key not in known:
+                known[key] = check_packing(self)
+            packing = known[key]
+        self.packing = packing
 
     def call(self, cache: Any = None, **kwargs: Any) -> tuple[torch.Tensor, Any]:
         """One model call; returns (logits, cache)."""
@@ -201,18 +319,22 @@ class Engine:
         ids = torch.full((B, T), self.pad_id, dtype=torch.long)
         pos = torch.zeros((B, T), dtype=torch.long)
         seg = torch.full((B, T), -1, dtype=torch.long)
+        tree = any(len(r.maps) > 1 for r in rows)
+        end = torch.zeros((B, T), dtype=torch.long)  # padding keys: seen by nobody
         for b, r in enumerate(rows):
             n = len(r.tokens)
             ids[b, :n] = torch.tensor(r.tokens)
             pos[b, :n] = torch.tensor(r.positions)
             seg[b, :n] = torch.tensor(r.segments)
-        tree = any(len(r.maps) > 1 for r in rows)
+            if tree:
+                end[b, :n] = torch.tensor(_ends(r))
         if tree:
-            q, k = seg[:, :, None], seg[:, None, :]
-            causal = torch.ones((T, T), dtype=torch.bool).tril()
-            allowed = causal & ((k == 0) | (k == q)) & (k >= 0)
+            # query q sees key k iff k is q or an ancestor of q: k <= q < end[k] (preorder)
+            q = torch.arange(T)[None, :, None]
+            k = torch.arange(T)[None, None, :]
+            allowed = (k <= q) & (q < end[:, None, :])
             # a padding query sees only itself, so no softmax row is all -inf
-            allowed |= torch.eye(T, dtype=torch.bool) & (q < 0)
+            allowed |= torch.eye(T, dtype=torch.bool) & (seg[:, :, None] < 0)
             mask = torch.zeros((B, 1, T, T), dtype=self.lm.dtype)
             mask.masked_fill_(~allowed[:, None], torch.finfo(self.lm.dtype).min)
         else:
@@ -270,9 +392,11 @@ def check_packing(engine: Engine) -> bool:
     seqs = tok_encode_batch(tok, texts)
     if _lcp(seqs) == 0:
         return False
-    packed = pack(seqs)
+    # a shared-prefix tree and, beside it in the same row, another group (block-diagonal)
+    packed = concat([pack(seqs), pack(seqs[:1])])
+    seqs = seqs + seqs[:1]
     with torch.inference_mode():
-        lp, at_p, _ = engine.forward([packed], [sorted(set(packed.maps[0]) | set(packed.maps[1]))])
+        lp, at_p, _ = engine.forward([packed], [sorted({i for m in packed.maps for i in m})])
         lp = F.log_softmax(lp.float(), dim=-1)
         for j, s in enumerate(seqs):
             single = pack([s])
@@ -291,7 +415,7 @@ def check_packing(engine: Engine) -> bool:
 class LLRequest:
     context_enc: list[int]
     continuation_enc: list[int]
-    share: int  # requests with the same key may share a packed row (e.g. an MC-TACO question)
+    share: int  # a grouping hint (an MC-TACO question); with packing on, any common prefix is shared
 
 
 def loglikelihoods(engine: Engine, requests: Sequence[LLRequest],
@@ -309,6 +433,26 @@ def loglikelihoods(engine: Engine, requests: Sequence[LLRequest],
         by_share.setdefault(r.share, {}).setdefault(inp, []).append(k)
     # units: (packed row, [(member index, request ids)])
     units: list[tuple[Packed, list[list[int]]]] = []
+    if engine.packing:
+        # Every distinct input once, sorted, so inputs with a common prefix lie side by side; runs
+        # of them become prefix trees (an MC-TACO sentence with its questions, each question with
+        # its candidates) where each token is computed once and sees exactly its own prefix.
+        # Identical inputs are one computation whatever their share key.
+        by_inp: dict[tuple[int, ...], list[int]] = {}
+        for k, inp in enumerate(inps):
+            by_inp.setdefault(inp, []).append(k)
+        uniq = sorted(by_inp)
+        cur: list[tuple[int, ...]] = []
+        size = 0
+        for u in uniq + [()]:
+            k = _lcp([cur[-1], u]) if cur and u else 0
+            if cur and (k == 0 or size + len(u) - k > MAX_TRIE_TOKENS):
+                units.append((trie(cur), [by_inp[c] for c in cur]))
+                cur, size, k = [], 0, 0
+            if u:
+                cur.append(u)
+                size += len(u) - k
+        by_share = {}
     for groups in by_share.values():
         uniq = list(groups)
         seqs = [list(u) for u in uniq]
@@ -320,6 +464,12 @@ def loglikelihoods(engine: Engine, requests: Sequence[LLRequest],
             units.append((pack([seqs[i] for i in chunk]), [groups[uniq[i]] for i in chunk]))
     # longest first (as lm-eval): similar lengths share a batch, an OOM shows up at once
     units.sort(key=lambda u: (-len(u[0].tokens), u[0].tokens))
+    if engine.packing and len(units) > 1:
+        # shorter groups share a row (block-diagonal mask) instead of padding it out
+        rows = [r for batch in fill_rows([len(u[0].tokens) for u in units], engine.batch_size)
+                for r in batch]
+        units = [(concat([units[i][0] for i in r]), [ks for i in r for ks in units[i][1]])
+                 for r in rows]
     results: list[tuple[float, bool] | None] = [None] * len(requests)
 
     def run(batch: Sequence[tuple[Packed, list[list[int]]]]) -> None:
