@@ -153,6 +153,12 @@ def test_score_rejects_bad_predictions(tmp_path):
     ok.write_text("yes\nno\n")
     s = score_mc_taco_file(ok, data)
     assert s[M.OFFICIAL_STRICT_ACC] == 1.0 and s["questions"] == 1
+    # a trailing blank line is no prediction; a blank line inside is an error
+    ok.write_text("yes\nno\n\n")
+    assert score_mc_taco_file(ok, data) == s
+    ok.write_text("yes\n\nno\n")
+    with pytest.raises(InputError, match=r"p?ok.txt:2"):
+        score_mc_taco_file(ok, data)
 
 
 def test_score_accepts_prepared_parquet(tmp_path):

@@ -7,10 +7,11 @@ import shutil
 
 import pyarrow.parquet as pq
 import pytest
+import yaml
 from conftest import SHARED_DATA, shared_file
 from eval_fixtures import build_prep_dir, build_tiny_model
 
-from tcqa_data.errors import TcqaError
+from tcqa_data.errors import ConfigError, TcqaError
 from tcqa_data.eval import metrics as M
 from tcqa_data.eval.runner import evaluate
 
@@ -83,14 +84,17 @@ def test_clean_only_scores_the_same_clean_docs(full_run, prep, tiny_model, tmp_p
     res, _ = full_run
     only = evaluate(prep, str(tiny_model), tasks=["mc_taco"], clean_only=True, device="cpu", batch_size=2,
                     output=tmp_path, quiet=True)
-    assert "dirty" not in only["tasks"]["mc_taco"]["subsets"]
+    # only clean docs ran: no full or dirty score, and no clean-minus-full difference to report
+    assert set(only["tasks"]["mc_taco"]["subsets"]) == {"clean"}
+    assert "clean_minus_full" not in only["tasks"]["mc_taco"]
+    assert "clean - full" not in (tmp_path / "report.md").read_text()
     before = {s["doc_id"]: s for s in res["_samples"] if s["task"] == "mc_taco" and s["subset"] == "clean"}
     after = {s["doc_id"]: s for s in only["_samples"]}
     assert set(after) == set(before)
     for k, s in after.items():
         assert s["loglikelihoods"] == pytest.approx(before[k]["loglikelihoods"], abs=1e-4)
         assert s["pred"] == before[k]["pred"]
-    assert only["tasks"]["mc_taco"]["subsets"]["full"]["metrics"][M.LM_ACC]["value"] == pytest.approx(
+    assert only["tasks"]["mc_taco"]["subsets"]["clean"]["metrics"][M.LM_ACC]["value"] == pytest.approx(
         res["tasks"]["mc_taco"]["subsets"]["clean"]["metrics"][M.LM_ACC]["value"])
 
 
@@ -116,7 +120,7 @@ def test_empty_clean_split_reports_zero_docs(tiny_model, tmp_path):
     assert res["tasks"]["mc_taco"]["subsets"]["dirty"]["docs"] > 0
     assert "n/a" in (tmp_path / "out" / "report.md").read_text()
     only = evaluate(prep, str(tiny_model), clean_only=True, device="cpu", output=tmp_path / "o2", quiet=True)
-    assert only["tasks"]["mc_taco"]["subsets"]["full"]["docs"] == 0
+    assert only["tasks"]["mc_taco"]["subsets"]["clean"]["docs"] == 0
 
 
 def test_limit_groups_takes_whole_groups(prep, tiny_model):
@@ -126,6 +130,36 @@ def test_limit_groups_takes_whole_groups(prep, tiny_model):
     expected = sum(1 for d in full if d["group_id"] < 2)
     assert res["tasks"]["mc_taco"]["subsets"]["full"]["docs"] == expected
     assert res["tasks"]["mc_taco"]["subsets"]["full"]["groups"] == 2
+
+
+def test_bad_limits_and_metrics_are_refused_before_the_model_loads(prep, tmp_path):
+    # a model path that does not exist: the option errors must come first
+    with pytest.raises(ConfigError, match="--limit-groups must be a positive"):
+        evaluate(prep, str(tmp_path / "no-model"), limit_groups=0, device="cpu", quiet=True, write=False)
+    custom = tmp_path / "prep"
+    shutil.copytree(prep, custom, ignore=shutil.ignore_patterns("eval"))
+    spec = yaml.safe_load((custom / "mc_taco/task.yaml").read_text())
+    spec["metric_list"] = [{"metric": "acc"}, {"metric": "bleu"}]
+    (custom / "mc_taco/task.yaml").write_text(yaml.safe_dump(spec))
+    with pytest.raises(ConfigError, match=r"\['bleu'\].*not supported"):
+        evaluate(custom, str(tmp_path / "no-model"), tasks=["mc_taco"], device="cpu", quiet=True, write=False)
+    spec["metric_list"] = [{"metric": "acc"}, {"metric": "f1"}]
+    spec["doc_to_choice"] = ["no", "yes", "maybe"]
+    (custom / "mc_taco/task.yaml").write_text(yaml.safe_dump(spec))
+    with pytest.raises(ConfigError, match="needs exactly 2 choices"):
+        evaluate(custom, str(tmp_path / "no-model"), tasks=["mc_taco"], device="cpu", quiet=True, write=False)
+
+
+def test_metric_list_selects_the_lm_eval_metrics(prep, tiny_model, tmp_path):
+    custom = tmp_path / "prep"
+    shutil.copytree(prep, custom, ignore=shutil.ignore_patterns("eval"))
+    spec = yaml.safe_load((custom / "mc_taco/task.yaml").read_text())
+    spec["metric_list"] = [{"metric": "acc"}]
+    (custom / "mc_taco/task.yaml").write_text(yaml.safe_dump(spec))
+    res = evaluate(custom, str(tiny_model), tasks=["mc_taco"], limit_groups=1, device="cpu", quiet=True,
+                   write=False)
+    assert list(res["tasks"]["mc_taco"]["subsets"]["full"]["metrics"]) == [
+        M.LM_ACC, M.OFFICIAL_STRICT_ACC, M.OFFICIAL_F1]
 
 
 def test_missing_task_and_incompatible_version(prep, tiny_model, tmp_path):

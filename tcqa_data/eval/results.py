@@ -34,13 +34,20 @@ def _fmt_diff(m: dict[str, Any] | None) -> str:
 def table_rows(task: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """Header and rows of the clean / full / dirty table of one task (metrics in percent)."""
     subsets = [s for s in SUBSET_ORDER if s in task["subsets"]]
-    header = ["metric"] + [f"{s} (n={task['subsets'][s]['docs']})" for s in subsets] + ["clean - full"]
-    names = list(task["subsets"]["full"]["metrics"])
+    diff = task.get("clean_minus_full")  # absent with --clean-only: there is no full score
+    header = ["metric"] + [f"{s} (n={task['subsets'][s]['docs']})" for s in subsets]
+    header += ["clean - full"] if diff is not None else []
     rows = []
-    for name in names:
+    for name in metric_names(task):
         rows.append([name] + [_fmt(task["subsets"][s]["metrics"].get(name)) for s in subsets]
-                    + [_fmt_diff(task["clean_minus_full"].get(name))])
+                    + ([_fmt_diff(diff.get(name))] if diff is not None else []))
     return header, rows
+
+
+def metric_names(task: dict[str, Any]) -> list[str]:
+    """The task's metric names, in the order of its first subset (full, or clean with --clean-only)."""
+    first = next(s for s in ("full", "clean") if s in task["subsets"])
+    return list(task["subsets"][first]["metrics"])
 
 
 def render_markdown(results: dict[str, Any]) -> str:
@@ -78,13 +85,13 @@ def render_plot(results: dict[str, Any]) -> bytes:
 
     labels, series = [], {s: ([], [], []) for s in SUBSET_ORDER}
     for task, entry in results["tasks"].items():
-        for name in entry["subsets"]["full"]["metrics"]:
+        for name in metric_names(entry):
             labels.append(f"{task}\n{name}")
             for s in SUBSET_ORDER:
                 m = (entry["subsets"].get(s) or {}).get("metrics", {}).get(name) or {}
                 v = m.get("value")
                 lo, hi = m.get("ci95") or [None, None]
-                series[s][0].append(v * 100 if v is not None else 0.0)
+                series[s][0].append(v * 100 if v is not None else float("nan"))  # no bar, not a 0 %
                 series[s][1].append((v - lo) * 100 if v is not None and lo is not None else 0.0)
                 series[s][2].append((hi - v) * 100 if v is not None and hi is not None else 0.0)
     fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(labels) + 2), 4.0), dpi=100)

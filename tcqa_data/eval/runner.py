@@ -107,6 +107,8 @@ def limit_to_groups(data: TaskData, limit_groups: int | None) -> TaskData:
     """Keep the first ``limit_groups`` whole groups (MC-TACO questions; docs elsewhere)."""
     if limit_groups is None:
         return data
+    if limit_groups < 1:
+        raise ConfigError(f"--limit-groups must be a positive number of groups, not {limit_groups}")
     keep_groups: list[int] = []
     seen: set[int] = set()
     for d in data.docs:
@@ -184,7 +186,7 @@ def task_metrics(spec: TaskSpec, docs: list[dict[str, Any]], per_doc: list[dict[
     if spec.output_type == "multiple_choice":
         gold = np.array([o["gold"] for o in per_doc], dtype=np.int64)
         pred = np.array([o["pred"] for o in per_doc], dtype=np.int64)
-        names = [M.LM_ACC, M.LM_F1] + ([M.OFFICIAL_STRICT_ACC, M.OFFICIAL_F1] if is_mc_taco(spec) else [])
+        names = task_metric_names(spec)
         points = {
             M.LM_ACC: lambda m: M.accuracy(gold[m], pred[m]),
             M.LM_F1: lambda m: M.pooled_f1(gold[m], pred[m]),
@@ -195,7 +197,7 @@ def task_metrics(spec: TaskSpec, docs: list[dict[str, Any]], per_doc: list[dict[
     else:
         gold = pred = np.zeros(len(docs), dtype=np.int64)
         scores = np.array([o["contains"] for o in per_doc], dtype=float)
-        names = [M.LM_CONTAINS]
+        names = task_metric_names(spec)
         points = {M.LM_CONTAINS: lambda m: float(scores[m].mean()) if m.any() else float("nan")}
 
     per_metric = {}
@@ -268,6 +270,8 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
     if not names:
         raise TcqaError(f"{prep_dir} holds no prepared tasks (no */task.yaml)")
     datas = [limit_to_groups(load_task(prep_dir, t, split), limit_groups) for t in names]
+    for data in datas:
+        task_metric_names(data.spec)  # refuse unsupported metrics before the model loads
 
     t0 = time.perf_counter()
     lm = model if isinstance(model, LoadedModel) else load_model(
@@ -329,7 +333,10 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
         entry.update({"split": data.split, "output_type": data.spec.output_type,
                       "source": str(data.path)})
         if clean_only:
-            entry["subsets"].pop("dirty", None)
+            # Only clean docs were scored: a "full" computed from them would be the clean score.
+            for key in ("full", "dirty"):
+                entry["subsets"].pop(key, None)
+            entry.pop("clean_minus_full", None)
         results["tasks"][data.task] = entry
         results["timings"][data.task] = {"run_s": round(run_s, 3), "docs": len(docs),
                                          "docs_per_s": round(len(docs) / run_s, 2) if run_s > 0 else None}
@@ -347,9 +354,33 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
     return results
 
 
+# The metrics a task's `metric_list` may name, per output type (lm-eval's names).
+SUPPORTED_METRICS = {"multiple_choice": ("acc", "f1"), "generate_until": ("contains",)}
+
+
+def task_metric_names(spec: TaskSpec) -> list[str]:
+    """The metrics reported for a task: its `metric_list` in the lm_eval family, plus CogComp's
+    official pair for MC-TACO. Raises ConfigError for what this stage cannot compute."""
+    supported = SUPPORTED_METRICS.get(spec.output_type)
+    if supported is None:
+        raise ConfigError(f"task {spec.task!r}: output_type {spec.output_type!r} is not supported by "
+                          f"evaluate (supported: {sorted(SUPPORTED_METRICS)})")
+    declared = [str(m["metric"]) for m in spec.metric_list] or list(supported)
+    unknown = [m for m in declared if m not in supported]
+    if unknown:
+        raise ConfigError(f"task {spec.task!r}: metric(s) {unknown} in metric_list are not supported for "
+                          f"{spec.output_type} (supported: {list(supported)})")
+    if "f1" in declared and len(spec.choices()) != 2:
+        raise ConfigError(f"task {spec.task!r}: f1 is binary F1 and needs exactly 2 choices, "
+                          f"not {len(spec.choices())}")
+    names = [f"lm_eval/{m}" for m in declared]
+    if spec.output_type == "multiple_choice" and is_mc_taco(spec):
+        names += [M.OFFICIAL_STRICT_ACC, M.OFFICIAL_F1]
+    return names
+
+
 def _empty_task_entry(spec: TaskSpec) -> dict[str, Any]:
-    names = [M.LM_CONTAINS] if spec.output_type == "generate_until" else \
-        [M.LM_ACC, M.LM_F1] + ([M.OFFICIAL_STRICT_ACC, M.OFFICIAL_F1] if is_mc_taco(spec) else [])
+    names = task_metric_names(spec)
     empty = {"value": None, "ci95": [None, None]}
     return {"subsets": {s: {"docs": 0, "groups": 0, "metrics": {n: dict(empty) for n in names}}
                         for s in SUBSETS},

@@ -20,6 +20,8 @@ def read_predictions(path: str | Path) -> list[bool]:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise InputError(f"cannot read predictions: {exc}", path=str(path)) from exc
+    while lines and not lines[-1].strip():
+        lines.pop()  # trailing blank lines are no predictions (the evaluator ignores them too)
     for i, line in enumerate(lines, 1):
         v = line.strip()
         if v not in ("yes", "no"):

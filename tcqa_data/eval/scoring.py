@@ -38,6 +38,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from tcqa_data.errors import ConfigError, TcqaError
 from tcqa_data.eval.models import LoadedModel
 
 # A packed row stops growing at this many tokens (the mask is T x T per row).
@@ -375,9 +376,10 @@ class Engine:
                 j += 1
             try:
                 fn(items[i:j])
-            except torch.cuda.OutOfMemoryError:
+            except torch.cuda.OutOfMemoryError as exc:
                 if not self.auto or self.batch_size == 1:
-                    raise
+                    raise TcqaError(f"CUDA out of memory at batch size {self.batch_size}; use "
+                                    "--batch-size auto or a smaller --batch-size") from exc
                 torch.cuda.empty_cache()
                 self.batch_size = max(1, self.batch_size // 2)
                 continue
@@ -555,8 +557,8 @@ def generate_until(engine: Engine, contexts: Sequence[Sequence[int]], until: Seq
     eos_ids = set(engine.lm.eos_token_ids)
     max_ctx = engine.lm.max_length - max_gen_toks
     if max_ctx <= 0:
-        raise ValueError(f"max_gen_toks {max_gen_toks} leaves no room in the context length "
-                         f"{engine.lm.max_length}")
+        raise ConfigError(f"max_gen_toks {max_gen_toks} leaves no room in the model's context length "
+                          f"{engine.lm.max_length}")
     ctxs = [list(c)[-max_ctx:] for c in contexts]
     if engine.packing:
         groups = _share_groups(ctxs, max(1, engine.batch_size))
