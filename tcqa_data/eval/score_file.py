@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 from typing import Any
-
-import pyarrow.parquet as pq
 
 from tcqa_data.errors import InputError
 from tcqa_data.eval import metrics as M
@@ -30,39 +27,24 @@ def read_predictions(path: str | Path) -> list[bool]:
     return out
 
 
-def _label_yes(value: Any, path: str, row: int) -> bool:
-    s = str(value).strip().lower()
-    if s in ("yes", "1", "true"):
-        return True
-    if s in ("no", "0", "false"):
-        return False
-    raise InputError(f"label {value!r} is not yes/no or 1/0", path=path, line=row, field="label")
-
-
 def read_mc_taco_data(path: str | Path) -> tuple[list[bool], list[str]]:
-    """(gold is yes, question key) per candidate, from the official TSV or a Parquet file."""
+    """(gold is yes, question key) per candidate, from the official TSV or a Parquet/JSONL file,
+    read by the prep stage's loader (same columns, label parsing and error messages)."""
+    from tcqa_data.prep.benchmarks import normalize_labels, read_local
+
     path = Path(path)
-    if not path.is_file():
-        raise InputError("data file not found", path=str(path))
-    gold, keys = [], []
-    if path.suffix.lower() == ".parquet":
-        table = pq.read_table(path)
-        for col in ("sentence", "question", "label"):
-            if col not in table.column_names:
-                raise InputError("column missing", path=str(path), field=col)
-        for i, r in enumerate(table.select(["sentence", "question", "label"]).to_pylist()):
-            gold.append(_label_yes(r["label"], str(path), i))
-            # CogComp's evaluator keys a question by sentence and question joined with a space
-            keys.append(f"{r['sentence']} {r['question']}")
-        return gold, keys
-    cols = TaskSpec.builtin("mc_taco").tsv_columns
-    with open(path, encoding="utf-8", newline="") as fh:
-        for i, rec in enumerate(csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE), 1):
-            if len(rec) != len(cols):
-                raise InputError(f"expected {len(cols)} tab-separated fields {list(cols)}, got {len(rec)}",
-                                 path=str(path), line=i)
-            gold.append(_label_yes(rec[3], str(path), i))
-            keys.append(f"{rec[0].lstrip()} {rec[1]}")  # the evaluator strips each line
+    spec = TaskSpec.builtin("mc_taco")
+    table = read_local(path, spec)
+    needed = ["sentence", "question", spec.label_field()]
+    for col in needed:  # only what scoring reads: the answer text is not needed
+        if col not in table.column_names:
+            raise InputError("column missing", path=str(path), field=col)
+    table = normalize_labels(spec, table, str(path))
+    rows = table.select(needed).to_pylist()
+    gold = [r[spec.label_field()] == 1 for r in rows]
+    # CogComp's evaluator keys a question by sentence and question joined with a space, after
+    # stripping each line (so leading spaces of the sentence do not count)
+    keys = [f"{r['sentence'].lstrip()} {r['question']}" for r in rows]
     return gold, keys
 
 
