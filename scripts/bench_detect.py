@@ -197,6 +197,37 @@ def _jwords(text: str) -> list[str]:
 _JTABLE = str.maketrans(string.ascii_uppercase, string.ascii_lowercase, string.punctuation)
 
 
+def unflagged_pool(flags: dict, rules: list[str], k: int, seed: int) -> tuple[np.ndarray, list[int]]:
+    """Items the original corpus already flags under any rule cannot serve as positives or
+    negatives: the flags, and the other items' indices in a seeded random order."""
+    pre = np.zeros(k, dtype=bool)
+    for r in rules:
+        pre |= flags[r]
+    pool = [i for i in range(k) if not pre[i]]
+    random.Random(seed).shuffle(pool)
+    return pre, pool
+
+
+def split_negatives(items: list[dict], pool: list[int], injected: list[int], text_key: str
+                    ) -> tuple[list[int], list[int]]:
+    """Never-injected items of ``pool``: those sharing no 13-gram with an injected text, and those
+    that do (benchmark-internal duplicates, e.g. overlapping SQuAD passages: really in the corpus
+    now, so left out of the false-positive rate and counted separately)."""
+    injected_grams = set()
+    for i in injected:
+        w = _jwords(items[i][text_key])
+        injected_grams.update(" ".join(w[j:j + 13]) for j in range(len(w) - 12))
+    chosen = set(injected)
+    negatives, dup = [], []
+    for i in pool:
+        if i in chosen:
+            continue
+        w = _jwords(items[i]["query"])
+        grams = {" ".join(w[j:j + 13]) for j in range(len(w) - 12)}
+        (dup if grams & injected_grams else negatives).append(i)
+    return negatives, dup
+
+
 # ---- scoring ---------------------------------------------------------------------------------
 def score(items: list[dict], index_dir: Path) -> dict[str, np.ndarray]:
     from tcqa_data.decontam.detect import QueryDoc, Rule, score_docs
@@ -245,19 +276,16 @@ def quality(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     base_idx = work / "index_orig"
     mh = True
-    if args.mh_threshold is not None:
+    if args.mh_threshold is not None or args.sentence_splitter:
         from tcqa_data.decontam.minhash import MinHashParams
 
-        mh = MinHashParams(threshold=args.mh_threshold)
+        mh_kw = {"threshold": args.mh_threshold} if args.mh_threshold is not None else {}
+        if args.sentence_splitter:
+            mh_kw["sentence_splitter"] = args.sentence_splitter
+        mh = MinHashParams(**mh_kw)
     build([str(DATA / "corpus" / "wiki_sample.jsonl")], base_idx, workers=args.workers, minhash=mh)
     base = score(items, base_idx)
-    # items the original corpus already flags under any rule cannot serve as positives or negatives
-    pre = np.zeros(len(items), dtype=bool)
-    for r in RULES:
-        pre |= base[r]
-    pool = [i for i in range(len(items)) if not pre[i]]
-    rng = random.Random(args.seed)
-    rng.shuffle(pool)
+    pre, pool = unflagged_pool(base, RULES, len(items), args.seed)
     assign: dict[int, str] = {}
     for bench in ("mc_taco", "squad"):
         mine = [i for i in pool if items[i]["bench"] == bench]
@@ -273,20 +301,7 @@ def quality(args: argparse.Namespace) -> None:
     t_build = time.perf_counter() - t0
     res = score(items, idx)
     jan = janitor_flags(items, injected)
-    # A never-injected item that shares a 13-gram with an injected text is a benchmark-internal
-    # duplicate (SQuAD has overlapping passages): it really is in the corpus now, so it is left
-    # out of the false-positive rate and counted separately.
-    injected_grams = set()
-    for i in assign:
-        w = _jwords(items[i]["injected_text"])
-        injected_grams.update(" ".join(w[j:j + 13]) for j in range(len(w) - 12))
-    negatives, dup_negatives = [], []
-    for i in pool:
-        if i in assign:
-            continue
-        w = _jwords(items[i]["query"])
-        grams = {" ".join(w[j:j + 13]) for j in range(len(w) - 12)}
-        (dup_negatives if grams & injected_grams else negatives).append(i)
+    negatives, dup_negatives = split_negatives(items, pool, list(assign), "injected_text")
     rows = []
     rule_names = RULES + ["janitor (lm-eval)"]
 
@@ -367,6 +382,198 @@ def print_quality(s: dict, rule_names: list[str]) -> None:
               f"{f['query']!r}")
 
 
+# ---- natural: edited source passages ---------------------------------------------------------
+NATURAL_RULES = ["any-ngram", "any-ngram|minhash>=0.5", "aligned>=0.5", "aligned-field>=0.8",
+                 "any-ngram|aligned>=0.5", "any-ngram|aligned-field>=0.8",
+                 "any-ngram|aligned>=0.5|aligned-field>=0.9"]
+# word edit rates of the passage (issue 9): deleted, replaced by another corpus word, swapped with the
+# next word, new word inserted
+EDIT_RATES = {"delete": 0.03, "replace": 0.03, "swap": 0.02, "insert": 0.02}
+
+
+def edit_passage(text: str, rng: random.Random, vocab: list[str]) -> str:
+    """About 10% of the words edited, each word independently (see EDIT_RATES)."""
+    words = text.split()
+    out: list[str] = []
+    i = 0
+    cuts = [EDIT_RATES["delete"], EDIT_RATES["replace"], EDIT_RATES["swap"], EDIT_RATES["insert"]]
+    while i < len(words):
+        r = rng.random()
+        if r < cuts[0]:
+            i += 1
+            continue
+        r -= cuts[0]
+        if r < cuts[1]:
+            out.append(rng.choice(vocab))
+            i += 1
+            continue
+        r -= cuts[1]
+        if r < cuts[2] and i + 1 < len(words):
+            out += [words[i + 1], words[i]]
+            i += 2
+            continue
+        r -= cuts[2]
+        if r < cuts[3]:
+            out.append(rng.choice(vocab))
+        out.append(words[i])
+        i += 1
+    return " ".join(out)
+
+
+def inject_natural(corpus: list[dict], items: list[dict], chosen: list[int], seed: int, vocab: list[str]
+                   ) -> list[dict]:
+    """Each chosen item's text (MC-TACO: its sentence; SQuAD: its passage) is put between two sentences
+    of a paragraph of a long article, and then that whole paragraph is edited (EDIT_RATES): the source
+    passage was revised, not the item alone. Questions never enter the corpus. One host per item."""
+    rng = random.Random(seed)
+    docs = [dict(d) for d in corpus]
+    hosts = [i for i, d in enumerate(docs) if len(d["text"].split()) > 2000]
+    rng.shuffle(hosts)
+    if len(hosts) < len(chosen):
+        raise SystemExit(f"only {len(hosts)} long host articles for {len(chosen)} items")
+    for idx, h in zip(chosen, hosts, strict=False):
+        paras = docs[h]["text"].split("\n")
+        good = [j for j, p in enumerate(paras) if len(p.split()) >= 60 and p.count(". ") >= 2]
+        j = rng.choice(good) if good else max(range(len(paras)), key=lambda t: len(paras[t]))
+        p = paras[j]
+        cuts = [k + 2 for k in range(len(p)) if p.startswith(". ", k)]
+        cut = rng.choice(cuts) if cuts else len(p)
+        passage = p[:cut] + items[idx]["main"].strip() + " " + p[cut:]
+        paras[j] = edit_passage(passage, rng, vocab)
+        docs[h]["text"] = "\n".join(paras)
+        items[idx]["injected_into"] = docs[h]["title"]
+        items[idx]["injected_text"] = paras[j]
+    return docs
+
+
+def score_natural(items: list[dict], index_dir: Path, rules: list[str], align_params) -> dict:
+    from tcqa_data.decontam.detect import QueryDoc, Rule, score_docs
+
+    cols = score_docs([QueryDoc(it["query"], it["fields"]) for it in items], str(index_dir), 13,
+                      align=True, align_params=align_params)
+    out = {r: Rule.parse(r).evaluate(cols)[0] for r in rules}
+    out["cols"] = cols
+    return out
+
+
+def natural(args: argparse.Namespace) -> None:
+    from tcqa_data.decontam.align import AlignParams
+    from tcqa_data.decontam.textstore import store_bytes
+
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    corpus = read_corpus()
+    items = load_items()
+    sizes = [int(x) for x in args.ngram.split(",")]
+    params = AlignParams(min_len=args.min_len, max_mismatches=args.max_mismatches,
+                         anchor_min_shared=args.anchor_min_shared)
+    rules = list(NATURAL_RULES)
+    t0 = time.perf_counter()
+    base_idx = work / "index_orig"
+    if not (args.reuse and (base_idx / "manifest.json").is_file()):
+        build([str(DATA / "corpus" / "wiki_sample.jsonl")], base_idx, workers=args.workers, ngram_sizes=sizes)
+    base = score_natural(items, base_idx, rules, params)
+    pre, pool = unflagged_pool(base, rules, len(items), args.seed)
+    chosen: list[int] = []
+    for bench, k in (("mc_taco", args.mc_taco), ("squad", args.squad)):
+        chosen += [i for i in pool if items[i]["bench"] == bench][:k]
+    vocab = sorted({w for d in corpus[:50] for w in d["text"].split() if w.isalpha()})
+    injected = inject_natural(corpus, items, chosen, args.seed, vocab)
+    path = work / "corpus_natural.jsonl"
+    if not (args.reuse and path.is_file()):  # rewriting would change its mtime: the text store refuses
+        write_jsonl(path, injected)
+    idx = work / "index_natural"
+    tb = time.perf_counter()
+    if not (args.reuse and (idx / "manifest.json").is_file()):
+        build([str(path)], idx, workers=args.workers, ngram_sizes=sizes)
+    t_build = time.perf_counter() - tb
+    ts = time.perf_counter()
+    res = score_natural(items, idx, rules, params)
+    t_score = time.perf_counter() - ts
+    cols = res["cols"]
+    negatives, dup = split_negatives(items, pool, chosen, "main")
+    rows = []
+    for bench in ("mc_taco", "squad", "all"):
+        pos = [i for i in chosen if bench == "all" or items[i]["bench"] == bench]
+        neg = [i for i in negatives if bench == "all" or items[i]["bench"] == bench]
+        row = {"bench": bench, "positives": len(pos), "negatives": len(neg)}
+        for r in rules:
+            row[r] = {"recall": float(res[r][pos].mean()) if pos else None,
+                      "fp": int(res[r][neg].sum()), "fpr": float(res[r][neg].mean()) if neg else None}
+        rows.append(row)
+
+    def evidence(i: int) -> dict:
+        return {"bench": items[i]["bench"], "query": items[i]["query"][:300],
+                "aligned_share": round(float(cols["aligned_share"][i]), 3),
+                "aligned_field_share": round(float(cols["aligned_field_share"][i]), 3),
+                "aligned_field": cols["aligned_field"][i], "aligned_ref": cols["aligned_ref"][i],
+                "aligned_mismatches": cols["aligned_mismatches"][i],
+                "aligned_text": _marked(cols["aligned_text"][i], cols["aligned_text_marks"][i]),
+                "ngram_hits": cols["ngram_hits"][i], "minhash": cols["minhash_sim"][i]}
+
+    fps = [{"rule": r, **evidence(i)} for r in rules for i in negatives if res[r][i]]
+    misses = [{"rule": r, "injected_into": items[i]["injected_into"],
+               "candidates": cols["aligned_candidates"][i], "main_words": len(items[i]["main"].split()),
+               **evidence(i)}
+              for r in args.list_misses.split(",") for i in chosen if not res[r][i]]
+    sizes_b = {"index_bytes_without_textstore": sum(p.stat().st_size for p in idx.rglob("*") if p.is_file())
+               - store_bytes(idx), "textstore_bytes": store_bytes(idx), "corpus_bytes": path.stat().st_size}
+    summary = {"items": len(items), "excluded_already_flagged": int(pre.sum()), "positives": len(chosen),
+               "negatives": len(negatives), "negatives_sharing_injected_13grams": len(dup),
+               "ngram_sizes": sizes, "align_params": params.to_dict(), "edit_rates": EDIT_RATES,
+               "seed": args.seed, "build_s": round(t_build, 1), "score_s": round(t_score, 1),
+               "setup_s": round(time.perf_counter() - t0, 1), **sizes_b, "rows": rows,
+               "false_positives": fps, "misses": misses}
+    out = work / (f"natural_n{'-'.join(map(str, sizes))}_L{args.min_len}_k{args.max_mismatches}"
+                  f"_s{args.anchor_min_shared}.json")
+    out.write_text(json.dumps(summary, indent=2))
+    print_natural(summary, rules)
+    print(f"\n(written to {out})")
+
+
+def _marked(text: str | None, marks: list | None) -> str | None:
+    """Corpus excerpt with mismatched tokens in [brackets]."""
+    if not text:
+        return text
+    out, pos = [], 0
+    for s, e in marks or []:
+        out += [text[pos:s], "[", text[s:e], "]"]
+        pos = e
+    out.append(text[pos:])
+    return "".join(out)[:400]
+
+
+def print_natural(s: dict, rules: list[str]) -> None:
+    print(f"natural edits {s['edit_rates']}; n-gram sizes {s['ngram_sizes']}; "
+          f"alignment {s['align_params']}; positives {s['positives']}, negatives {s['negatives']} "
+          f"(excluded: {s['excluded_already_flagged']} already flagged, "
+          f"{s['negatives_sharing_injected_13grams']} sharing a 13-gram with injected text); "
+          f"build {s['build_s']} s, scoring {s['score_s']} s; "
+          f"index {s['index_bytes_without_textstore']:,} B, text store {s['textstore_bytes']:,} B, "
+          f"corpus {s['corpus_bytes']:,} B\n")
+    print("| rule | " + " | ".join(f"{r['bench']} recall (n={r['positives']}) | "
+                               f"{r['bench']} FP (of {r['negatives']})" for r in s["rows"]) + " |")
+    print("|---|" + "---:|---:|" * len(s["rows"]))
+    for rule in rules:
+        cells = []
+        for r in s["rows"]:
+            v = r[rule]
+            cells += [f"{v['recall']:.3f}" if v["recall"] is not None else "-",
+                      f"{v['fp']} ({100 * v['fpr']:.2f}%)" if v["fpr"] is not None else "-"]
+        print("| `" + rule.replace("|", "\\|") + "` | " + " | ".join(cells) + " |")
+    print(f"\nfalse positives: {len(s['false_positives'])}")
+    for f in s["false_positives"][:30]:
+        print(f"- {f['rule']} on {f['bench']}: share {f['aligned_share']} (field {f['aligned_field']} "
+              f"{f['aligned_field_share']}), {f['aligned_mismatches']} mismatches, "
+              f"corpus doc {f['aligned_ref']!r}\n"
+              f"  query: {f['query'][:200]!r}\n  corpus: {f['aligned_text']!r}")
+    print(f"\nmisses: {len(s['misses'])}")
+    for m in s["misses"][:30]:
+        print(f"- {m['rule']} on {m['bench']}: {m['main_words']} words, candidates {m['candidates']}, share "
+              f"{m['aligned_share']} field {m['aligned_field_share']}, ngram hits {m['ngram_hits']}, minhash "
+              f"{m['minhash']}\n  corpus: {m['aligned_text']!r}")
+
+
 # ---- speed -----------------------------------------------------------------------------------
 def make_big_corpus(folder: Path, size_gb: float, seed: int) -> list[str]:
     """The wiki sample, then copies whose lowercase and uppercase letters are permuted (a different
@@ -400,6 +607,7 @@ def make_big_corpus(folder: Path, size_gb: float, seed: int) -> list[str]:
 
 
 def speed(args: argparse.Namespace) -> None:
+    from tcqa_data.decontam.textstore import store_bytes
     from tcqa_data.prep.pipeline import decontaminate
 
     work = Path(args.work)
@@ -409,10 +617,16 @@ def speed(args: argparse.Namespace) -> None:
         paths = make_big_corpus(corpus_dir, args.size_gb, args.seed)
         t_gen = time.perf_counter() - t0
         t1 = time.perf_counter()
-        build(paths, idx, workers=args.workers, minhash=not args.no_minhash)
+        build(paths, idx, workers=args.workers, minhash=not args.no_minhash, text_store="none")
         t_build = time.perf_counter() - t1
+        # the text store (doc locations + alignment anchors) is one more pass: timed on its own
+        from tcqa_data.decontam.textstore import build_text_store
+
+        t1 = time.perf_counter()
+        build_text_store(idx, "auto")
+        t_store = time.perf_counter() - t1
     else:
-        t_gen = t_build = float("nan")
+        t_gen = t_build = t_store = float("nan")
     man = json.loads((idx / "manifest.json").read_text())
     files = {"mc_taco": {"test": str(DATA / "mc_taco" / "test_9442.tsv"),
                          "validation": str(DATA / "mc_taco" / "dev_3783.tsv")},
@@ -439,7 +653,8 @@ def speed(args: argparse.Namespace) -> None:
     info = {"corpus_bytes": man["counts"]["input_bytes"], "docs": man["counts"]["docs"],
             "unique_ngrams": man["counts"]["ngrams"]["13"]["unique"], "minhash": bool(man.get("minhash")),
             "generate_s": round(t_gen, 1), "build_s": round(t_build, 1), "workers": args.workers,
-            "index_bytes": sum(p.stat().st_size for p in idx.rglob("*") if p.is_file()),
+            "text_store_s": round(t_store, 1), "text_store_bytes": store_bytes(idx),
+            "index_bytes": sum(p.stat().st_size for p in idx.rglob("*") if p.is_file()) - store_bytes(idx),
             "cpus": os.cpu_count(), "results": results}
     print(json.dumps(info, indent=2))
     (work.parent / "speed.json").write_text(json.dumps(info, indent=2))
@@ -455,21 +670,35 @@ def main() -> None:
     q.add_argument("--per-kind", type=int, default=30)
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--workers", type=int, default=2)
+    q.add_argument("--sentence-splitter", default=None, choices=["punkt-fast", "punkt"],
+                   help="MinHash window sentence splitter (default: the library's)")
     q.add_argument("--mh-threshold", type=float, default=None,
                    help="LSH threshold of the MinHash index (default: the build default)")
+    nat = sub.add_parser("natural", help="edited source passages (issue 9)")
+    nat.add_argument("--work", default=str(REPO / ".bench" / "natural"))
+    nat.add_argument("--mc-taco", type=int, default=150, help="MC-TACO items injected")
+    nat.add_argument("--squad", type=int, default=50, help="SQuAD passages injected")
+    nat.add_argument("--ngram", default="13", help="n-gram sizes of the index, e.g. 8,13")
+    nat.add_argument("--min-len", type=int, default=10)
+    nat.add_argument("--max-mismatches", type=int, default=4)
+    nat.add_argument("--anchor-min-shared", type=int, default=2)
+    nat.add_argument("--reuse", action="store_true", help="reuse the indexes of an earlier run (same seed)")
+    nat.add_argument("--list-misses", default="any-ngram|aligned-field>=0.8")
+    nat.add_argument("--seed", type=int, default=0)
+    nat.add_argument("--workers", type=int, default=2)
     s = sub.add_parser("speed")
     s.add_argument("--work", default=str(REPO / ".bench" / "speed"))
     s.add_argument("--size-gb", type=float, default=1.0)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--workers", type=int, default=2)
     s.add_argument("--no-minhash", action="store_true")
-    s.add_argument("--rules", default="any-ngram,any-ngram|minhash>=0.5")
+    s.add_argument("--rules", default="any-ngram,any-ngram|minhash>=0.5,any-ngram|aligned-field>=0.8")
     s.add_argument("--repeat", type=int, default=2)
     s.add_argument("--keep", action="store_true")
     args = ap.parse_args()
     if not DATA.is_dir():
         sys.exit(f"needs the real data at {DATA}")
-    quality(args) if args.cmd == "quality" else speed(args)
+    {"quality": quality, "natural": natural, "speed": speed}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -64,17 +64,22 @@ def tree_memory(proc: psutil.Process) -> tuple[int, int, int]:
     return rss, pss, anon
 
 
-def timed_build(inputs: list[str], out: Path, workers: int, minhash: bool, extra: dict | None = None) -> dict:
-    """Run build_index in a fresh process; sample the RSS of its whole process tree."""
+def timed_build(inputs: list[str], out: Path, workers: int, minhash: bool, extra: dict | None = None,
+                env: dict | None = None) -> dict:
+    """Run build_index in a fresh process; sample the RSS of its whole process tree. ``env``:
+    extra environment (``TCQA_KERNEL=numpy`` for the fallback, ``NUMBA_CACHE_DIR`` for a cold
+    compile)."""
     if out.exists():
         shutil.rmtree(out)
-    kw = dict(workers=workers, minhash=minhash, quiet=True, **(extra or {}))
+    # The corpus text store (alignment, issue 9) is a separate pass: measured on its own below.
+    kw = {"workers": workers, "minhash": minhash, "quiet": True, "text_store": "none", **(extra or {})}
     code = ("import json,sys,time; from tcqa_data.decontam.build import build_index; t=time.perf_counter(); "
             f"c=time.process_time(); build_index({inputs!r}, {str(out)!r}, **{kw!r}); "
             "print(json.dumps([time.perf_counter()-t, time.process_time()-c]))")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=REPO,
+                            env={**os.environ, **(env or {})})
     ps = psutil.Process(proc.pid)
     peak = [0, 0, 0]
     # peak PSS per phase: the merge starts when the build creates _work/stage
@@ -201,6 +206,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="best of N for the Janitor comparison")
     ap.add_argument("--json", type=Path, default=REPO / ".bench" / "bench_index.json")
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--skip-full", action="store_true", help="skip the n-gram + MinHash build of the sample")
+    ap.add_argument("--synthetic-minhash", action="store_true",
+                    help="synthetic builds also build the MinHash part")
     args = ap.parse_args()
     bench = REPO / ".bench"
     bench.mkdir(exist_ok=True)
@@ -212,10 +220,15 @@ def main() -> None:
     # The machine may be shared: alternate the two contenders and keep the best of `repeat`
     # runs of each, so a burst of someone else's work does not decide the ratio.
     out = bench / "wiki_idx"
-    jan_times, builds = [], []
+    jan_times, builds, fallback = [], [], []
+    import tcqa_data.decontam.kernel as kernel
+
+    kernel_name = kernel.name()
     for _ in range(args.repeat):
         t_jan, grams = janitor_baseline(texts)
         jan_times.append(t_jan)
+        fallback.append(timed_build([str(WIKI)], out.with_name("wiki_idx_numpy"), workers=1, minhash=False,
+                                    env={"TCQA_KERNEL": "numpy"}))
         builds.append(timed_build([str(WIKI)], out, workers=1, minhash=False))
     t_jan = min(jan_times)
     res["janitor"] = {"cpu_seconds": round(t_jan, 2), "all_cpu_seconds": [round(t, 2) for t in jan_times],
@@ -226,21 +239,51 @@ def main() -> None:
     b1["all_cpu_seconds"] = [round(b["cpu_seconds_build_process"], 2) for b in builds]
     eq, n_theirs, n_ours = same_ngram_set(grams, out)
     del grams
+    identical = all((out / p.relative_to(out.with_name("wiki_idx_numpy"))).read_bytes() == p.read_bytes()
+                    for p in (out.with_name("wiki_idx_numpy") / "ngrams").rglob("*.npy"))
+    bf = min(fallback, key=lambda b: b["cpu_seconds_build_process"])
+    res["ngram_build_1_worker_numpy_fallback"] = {
+        "cpu_seconds_build_process": round(bf["cpu_seconds_build_process"], 3),
+        "cpu_seconds_tree": round(bf["cpu_seconds_tree"], 3),
+        "all_cpu_seconds": [round(b["cpu_seconds_build_process"], 2) for b in fallback],
+        "text_mb_per_cpu_s": round(text_mb / bf["cpu_seconds_build_process"], 2),
+        "speedup_vs_janitor": round(t_jan / bf["cpu_seconds_build_process"], 2),
+        "files_identical_to_kernel": identical}
+    print("ngram build, numpy fallback", res["ngram_build_1_worker_numpy_fallback"], flush=True)
+    # Cold numba compile: an empty cache folder, so every kernel compiles in this process.
+    cold_dir = bench / "numba_cold_cache"
+    shutil.rmtree(cold_dir, ignore_errors=True)
+    cold = timed_build([str(WIKI)], out, workers=1, minhash=False, env={"NUMBA_CACHE_DIR": str(cold_dir)})
+    shutil.rmtree(cold_dir, ignore_errors=True)
+    res["numba_compile"] = {"kernel": kernel_name,
+                            "cold_cache_cpu_seconds": round(cold["cpu_seconds_build_process"], 2),
+                            "warm_cache_cpu_seconds": round(b1["cpu_seconds_build_process"], 2),
+                            "compile_cpu_seconds": round(cold["cpu_seconds_build_process"]
+                                                         - b1["cpu_seconds_build_process"], 2)}
+    print("numba compile", res["numba_compile"], flush=True)
     t_ours = b1["cpu_seconds_build_process"]
-    res["ngram_build_1_worker"] = {**b1, "text_mb_per_cpu_s": round(text_mb / t_ours, 2),
-                                   "speedup_vs_janitor": round(t_jan / t_ours, 1),
+    t_tree = b1["cpu_seconds_tree"]  # the whole CLI: interpreter start, imports, numba cache load
+    res["ngram_build_1_worker"] = {**b1, "kernel": kernel_name,
+                                   "text_mb_per_cpu_s": round(text_mb / t_ours, 2),
+                                   "speedup_vs_janitor": round(t_jan / t_ours, 2),
+                                   "speedup_vs_janitor_whole_process": round(t_jan / t_tree, 2),
                                    "same_ngram_set_as_janitor": eq, "unique": [n_theirs, n_ours],
                                    "ngram_index_bytes_per_corpus_byte": round(du(out / "ngrams") / cbytes, 3),
                                    "index_bytes_per_corpus_byte": round(du(out) / cbytes, 3)}
     print("ngram build, 1 worker", res["ngram_build_1_worker"], flush=True)
 
-    b2 = timed_build([str(WIKI)], out, workers=1, minhash=True)
-    cpu2 = b2["cpu_seconds_build_process"]
-    res["full_build_1_worker"] = {**b2, "text_mb_per_cpu_s": round(text_mb / cpu2, 2),
-                                  "index_bytes_per_corpus_byte": round(du(out) / cbytes, 3),
-                                  "minhash_bytes_per_corpus_byte": round(du(out / "minhash") / cbytes, 3)}
-    print("n-gram + minhash build, 1 worker", res["full_build_1_worker"], flush=True)
-    shutil.rmtree(out)
+    if not args.skip_full:
+        for name, extra in (("full_build_1_worker", None), ("full_build_1_worker_with_text_store",
+                                                             {"text_store": "auto"})):
+            b2 = timed_build([str(WIKI)], out, workers=1, minhash=True, extra=extra)
+            cpu2 = b2["cpu_seconds_build_process"]
+            res[name] = {**b2, "text_mb_per_cpu_s": round(text_mb / cpu2, 2),
+                         "index_bytes_per_corpus_byte": round(du(out) / cbytes, 3),
+                         "ngram_bytes_per_corpus_byte": round(du(out / "ngrams") / cbytes, 3),
+                         "minhash_bytes_per_corpus_byte": round(du(out / "minhash") / cbytes, 3)}
+            print(name, res[name], flush=True)
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(out.with_name("wiki_idx_numpy"), ignore_errors=True)
 
     res["minhash"] = minhash_bench(texts[:150])
     print("minhash", res["minhash"], flush=True)
@@ -255,7 +298,7 @@ def main() -> None:
             gen_s = time.perf_counter() - t
             size = sum(os.path.getsize(p) for p in paths)
             out = bench / f"synthetic_{gb}_idx"
-            b = timed_build(paths, out, workers=args.workers, minhash=False)
+            b = timed_build(paths, out, workers=args.workers, minhash=args.synthetic_minhash)
             m = json.loads((out / "manifest.json").read_text())
             text_b = m["counts"]["text_chars"]
             row = {"gb": gb, "corpus_bytes": size, "files": len(paths), "workers": args.workers, **b,
@@ -263,7 +306,8 @@ def main() -> None:
                    "corpus_mb_per_cpu_s": round(size / 1e6 / b["cpu_seconds_tree"], 2),
                    "text_chars": text_b, "unique_13grams": m["counts"]["ngrams"]["13"]["unique"],
                    "index_bytes_per_corpus_byte": round(du(out) / size, 3),
-                   "generate_seconds": round(gen_s, 1)}
+                   "ngram_bytes_per_corpus_byte": round(du(out / "ngrams") / size, 3),
+                   "minhash": args.synthetic_minhash, "generate_seconds": round(gen_s, 1)}
             res["synthetic"].append(row)
             print("synthetic", row, flush=True)
             shutil.rmtree(out)

@@ -123,3 +123,21 @@ class NpyRowReader:
 def read_json(path: str | os.PathLike) -> Any:
     with open(path, encoding="utf-8") as fh:
         return json.load(fh)
+
+
+def iter_jsonl_objects(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` for each non-blank line of a JSON Lines file; a line that is not
+    a JSON object is an ``InputError`` naming the file and line."""
+    from tcqa_data.errors import InputError
+
+    with open(path, encoding="utf-8") as fh:
+        for line_no, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"invalid JSON: {exc.msg}", path=str(path), line=line_no) from None
+            if not isinstance(rec, dict):
+                raise InputError("each line must be a JSON object", path=str(path), line=line_no)
+            yield line_no, rec

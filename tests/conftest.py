@@ -54,3 +54,11 @@ def wiki_index(wiki_sample, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wiki_index") / "index"
     build_index([str(wiki_sample)], out, id_field="title", quiet=True, workers=1)
     return out
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    """A 2-layer random Llama with the SmolLM2 tokenizer (eval_fixtures.build_tiny_model), per module."""
+    from eval_fixtures import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny_model"))

@@ -235,9 +235,12 @@ def test_formats_agree_and_cli(tmp_path, wiki_lines):
     pq.write_table(pa.table({"text": texts}), base / "c.parquet")
     (base / "d.txt").write_text(texts[0], encoding="utf-8")
     res = CliRunner().invoke(app, ["index-corpus", str(base), "--out", str(tmp_path / "idx"),
-                                   "--ngram", "8,13", "--no-minhash", "--workers", "2", "--quiet"])
+                                   "--ngram", "8,13", "--no-minhash", "--workers", "2", "--quiet",
+                                   "--num-buckets", "16"])
     assert res.exit_code == 0, res.output
     idx = NgramIndex.open(tmp_path / "idx")
+    assert idx.num_buckets == 16
+    assert len(list((tmp_path / "idx" / "ngrams" / "n13").glob("*.hashes.npy"))) == 16
     assert idx.manifest["counts"]["docs"] == 6 * 3 + 1
     assert [e["format"] for e in idx.manifest["inputs"]] == ["jsonl.gz", "jsonl.zst", "parquet", "txt"]
     for n in (8, 13):
@@ -251,7 +254,8 @@ def test_formats_agree_and_cli(tmp_path, wiki_lines):
     assert info.exit_code == 0 and HASH_NAME in info.output and "c.parquet" in info.output
     # the real entry point prints user errors without a traceback and exits 2
     proc = subprocess.run([sys.executable, "-m", "tcqa_data", "index-corpus", str(base), "--out",
-                           str(tmp_path / "idx"), "--ngram", "13", "--no-minhash", "--quiet"],
+                           str(tmp_path / "idx"), "--ngram", "13", "--no-minhash", "--quiet",
+                           "--num-buckets", "16"],
                           capture_output=True, text=True, cwd=REPO,
                           env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert proc.returncode == 2 and "other parameters" in proc.stderr and "Traceback" not in proc.stderr

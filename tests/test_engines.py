@@ -522,6 +522,6 @@ def test_cli_without_ray_says_which_extra_to_install(tiny_corpus: str, tmp_path:
         "'--engine', 'ray', '--quiet', '--no-minhash']\n"
         "main()\n")
     assert proc.returncode == 2, proc.stderr
-    assert "error: the ray engine needs Ray: install the ray extra: pip install 'tcqa-data[ray]'" \
+    assert "Error: the ray engine needs Ray: install the ray extra: pip install 'tcqa-data[ray]'" \
         in proc.stderr
     assert not (out / "manifest.json").exists()

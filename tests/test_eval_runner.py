@@ -9,18 +9,13 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from conftest import SHARED_DATA, shared_file
-from eval_fixtures import build_prep_dir, build_tiny_model
+from eval_fixtures import build_prep_dir
 
 from tcqa_data.errors import ConfigError, TcqaError
 from tcqa_data.eval import metrics as M
 from tcqa_data.eval.runner import evaluate
 
 MC_GROUPS = 5
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("tiny_model"))
 
 
 @pytest.fixture(scope="module")
@@ -177,8 +172,12 @@ def test_missing_task_and_incompatible_version(prep, tiny_model, tmp_path):
 def test_bad_models_and_devices(prep, tiny_model, tmp_path):
     import torch
 
-    with pytest.raises(TcqaError, match="cannot load"):
+    with pytest.raises(TcqaError, match="model folder does not exist"):
         evaluate(prep, str(tmp_path / "no_such_model"), device="cpu", quiet=True, write=False)
+    not_a_model = tmp_path / "empty"
+    not_a_model.mkdir()
+    with pytest.raises(TcqaError, match="cannot load"):
+        evaluate(prep, str(not_a_model), device="cpu", quiet=True, write=False)
     no_tok = tmp_path / "no_tok"
     no_tok.mkdir()
     for f in ("config.json", "model.safetensors"):

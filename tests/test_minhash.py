@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tcqa_data.decontam import minhash as mh_mod
 from tcqa_data.decontam.minhash import (
     MinHashIndex,
     MinHashParams,
@@ -23,6 +22,9 @@ from tcqa_data.decontam.minhash import (
     split_windows,
     write_minhash_shard,
 )
+from tcqa_data.decontam.minhash import merge as mh_merge
+from tcqa_data.decontam.minhash import shards as mh_shards
+from tcqa_data.decontam.minhash import windows as mh_windows
 from tcqa_data.errors import IndexMismatchError, TcqaError
 
 P = MinHashParams()
@@ -103,7 +105,7 @@ def test_split_windows_on_a_wiki_article(wiki_sample):
     starts = [0]
     for w in wins[1:]:
         starts.append(text.index(w, starts[-1] + 1))  # windows are substrings, in text order
-    sentence_starts = [text.index(s) for s in mh_mod._punkt().tokenize(text)[:5]]
+    sentence_starts = [text.index(s) for s in mh_windows._punkt().tokenize(text)[:5]]
     assert starts[:5] == sentence_starts  # one window per sentence start
     assert all(len(w.split()) >= P.window_min_words for w in wins[:-1])
     assert all(len(w.split()) < P.window_min_words + P.window_max_words for w in wins)
@@ -132,12 +134,12 @@ def test_missing_punkt_tables_say_how_to_fix(monkeypatch, tmp_path):
     import nltk
 
     monkeypatch.setattr(nltk.data, "path", [str(tmp_path)])
-    mh_mod._punkt.cache_clear()
+    mh_windows._punkt.cache_clear()
     try:
         with pytest.raises(TcqaError, match=r"NLTK_DATA.*python -m nltk\.downloader punkt_tab"):
             split_windows("One sentence. Another one.", P)
     finally:
-        mh_mod._punkt.cache_clear()
+        mh_windows._punkt.cache_clear()
 
 
 # --- signatures -------------------------------------------------------------------------------
@@ -183,7 +185,7 @@ def planted(wiki_sample, tmp_path_factory):
     rng = random.Random(7)
     planted = []  # (host doc, copied text)
     for k, src in enumerate(outside):
-        sents = [s for s in mh_mod._punkt().tokenize(src) if 15 <= len(s.split()) <= 40 and "\n" not in s]
+        sents = [s for s in mh_windows._punkt().tokenize(src) if 15 <= len(s.split()) <= 40 and "\n" not in s]
         for s in rng.sample(sents, min(3, len(sents))):
             host = (3 * k + len(planted)) % len(corpus)
             paras = corpus[host].split("\n")
@@ -196,7 +198,7 @@ def planted(wiki_sample, tmp_path_factory):
             planted.append((host, s))
     root = _build(corpus, tmp_path_factory.mktemp("planted"), shards=3)
     unrelated = [s for src in _wiki(wiki_sample, list(range(900, 906)))
-                 for s in mh_mod._punkt().tokenize(src) if len(s.split()) >= 12][:150]
+                 for s in mh_windows._punkt().tokenize(src) if len(s.split()) >= 12][:150]
     return corpus, planted, root, unrelated
 
 
@@ -247,10 +249,20 @@ def test_lightly_edited_copy_scores_high_and_unrelated_low(planted):
     assert np.quantile(sim_u, 0.95) < 0.1 and sim_u.max() < 0.5, np.sort(sim_u)[-5:]
 
 
+def _full_signatures(corpus: list[str]) -> np.ndarray:
+    """32-bit signatures of every window (with shingles) of ``corpus``, in window-id order."""
+    sigs = signatures([w for doc in corpus for w in split_windows(doc, P)], P)
+    return sigs[~(sigs == 0xFFFFFFFF).all(axis=1)]
+
+
 def test_band_tables_are_consistent(planted):
-    _, _, root, _ = planted
+    corpus, _, root, _ = planted
     index = MinHashIndex.open(root)
-    keys = band_keys(np.asarray(index.signatures), P)
+    full = _full_signatures(corpus)
+    # storage format 2: low 16 bits of each value, top 32 bits of each 64-bit band key
+    assert index.signatures.dtype == np.uint16 and index.band_keys.dtype == np.uint32
+    np.testing.assert_array_equal(np.asarray(index.signatures), (full & 0xFFFF).astype(np.uint16))
+    keys = (band_keys(full, P) >> np.uint64(32)).astype(np.uint32)
     for b in (0, P.bands - 1):
         row, wins = np.asarray(index.band_keys[b]), np.asarray(index.band_windows[b]).astype(np.int64)
         assert (np.diff(row.astype(np.float64)) >= 0).all()
@@ -289,9 +301,9 @@ def test_shards_parts_and_append_equal_a_full_rebuild(wiki_sample, tmp_path, mon
     docs = _wiki(wiki_sample, list(range(40, 52)))
     docs[5] = docs[2]  # duplicate article: equal band keys, ties ordered by window id
     docs[7] = "The same boilerplate sentence repeats here. " * 40
-    monkeypatch.setattr(mh_mod, "PART_WINDOWS", 150)  # several runs per shard
-    monkeypatch.setattr(mh_mod, "_MIN_BLOCK", 17)  # many merge steps
-    monkeypatch.setattr(mh_mod, "_MERGE_ENTRIES", 64)
+    monkeypatch.setattr(mh_shards, "PART_WINDOWS", 150)  # several runs per shard
+    monkeypatch.setattr(mh_merge, "_MIN_BLOCK", 17)  # many merge steps
+    monkeypatch.setattr(mh_merge, "_MERGE_ENTRIES", 64)
     full = _bytes(_build(docs, tmp_path / "one", shards=1))
     assert _bytes(_build(docs, tmp_path / "four", shards=4)) == full
     assert _bytes(_build(docs, tmp_path / "again", shards=1)) == full  # deterministic
@@ -339,3 +351,77 @@ def test_empty_index_empty_queries_and_bad_input(tmp_path):
     keys.write_bytes(keys.read_bytes()[:-8])
     with pytest.raises(TcqaError, match="damaged"):
         MinHashIndex.open(root)
+
+
+def test_fast_sentence_splitter_keeps_punkt_boundaries(wiki_sample):
+    """punkt-fast (Punkt's tables and rules without NLTK's per-candidate machinery) starts
+    sentences at the words Punkt starts them at, on real wiki articles."""
+    from tcqa_data.decontam.minhash.windows import _PARAGRAPH_BREAK, fast_sentence_spans
+
+    texts = _wiki(wiki_sample, range(0, 1400, 25))
+    paras = [p for t in texts for p in _PARAGRAPH_BREAK.split(t) if p.strip()]
+    punkt = mh_windows._punkt()
+    same = total = 0
+    for para in paras:
+        def starts(spans, para=para):
+            return {len(para[:s].split()) for s, e in spans if para[s:e].split()}
+
+        a, b = starts(punkt.span_tokenize(para)), starts(fast_sentence_spans(para))
+        same += len(a & b)
+        total += len(a | b)
+    assert total > 5000
+    assert same / total >= 0.995, same / total
+    # the edge cases the rules are about
+    assert [para[s:e] for para in ["Dr. Smith arrived. He left at 5 p.m. on Monday. Really?! Yes."]
+            for s, e in fast_sentence_spans(para)] == ["Dr. Smith arrived.", "He left at 5 p.m. on Monday.",
+                                                        "Really?!", "Yes."]
+
+
+def test_sentence_splitter_is_a_recorded_parameter():
+    assert MinHashParams().sentence_splitter == "punkt-fast"
+    assert MinHashParams().to_dict()["sentence_splitter"] == "punkt-fast"
+    old = {k: v for k, v in MinHashParams().to_dict().items() if k != "sentence_splitter"}
+    assert MinHashParams.from_dict(old).sentence_splitter == "punkt"  # indexes from before the option
+    with pytest.raises(ValueError, match="sentence_splitter"):
+        MinHashParams(sentence_splitter="spacy")
+
+
+def test_lossy_storage_rates_are_recorded(planted):
+    _, _, root, _ = planted
+    meta = json.loads((root / "minhash" / "params.json").read_text())
+    st = meta["storage"]
+    assert st["storage_format"] == 2 and st["signature_bits"] == 16 and st["band_key_bits"] == 32
+    assert st["similarity_estimate_max_bias"] == 2.0 ** -16
+    assert st["chance_candidates_per_query"] == pytest.approx(P.bands * meta["n_windows"] / 2**32)
+
+
+def _write_format1(corpus: list[str], folder: Path) -> None:
+    """The first MinHash layout (32-bit signatures, 64-bit band keys), written by hand."""
+    full = _full_signatures(corpus)
+    keys = band_keys(full, P)
+    order = np.argsort(keys, axis=0, kind="stable")
+    folder.mkdir(parents=True)
+    per_doc = [sum(1 for w in split_windows(d, P) if shingles(w, P)) for d in corpus]
+    np.save(folder / "signatures.npy", full)
+    np.save(folder / "window_doc.npy", np.repeat(np.arange(len(corpus), dtype=np.int64), per_doc))
+    np.save(folder / "window_shingles.npy", np.ones(len(full), dtype=np.uint32))
+    np.save(folder / "band_keys.npy", np.take_along_axis(keys, order, axis=0).T.copy())
+    np.save(folder / "band_windows.npy", order.T.astype(np.uint32))
+    (folder / "params.json").write_text(json.dumps({
+        "kind": "tcqa-minhash-index", "format_version": 1, "params": P.to_dict(), "n_windows": len(full),
+        "n_docs": len(corpus), "n_windows_without_tokens": 0}))
+
+
+def test_format1_index_still_answers_queries_but_refuses_append(planted, tmp_path):
+    corpus, planted_items, root, _ = planted
+    _write_format1(corpus, tmp_path / "v1" / "minhash")
+    old, new = MinHashIndex.open(tmp_path / "v1"), MinHashIndex.open(root)
+    items = [s for _, s in planted_items][:40]
+    (s1, w1), (s2, w2) = _best(old, items), _best(new, items)
+    assert (s1 >= 0.5).mean() >= 0.85
+    np.testing.assert_array_equal(w1, w2)
+    assert np.abs(s1 - s2).max() <= 0.05  # 16-bit values agree by chance at most rarely
+    shard = write_minhash_shard([(len(corpus), "One more document. It has two sentences here.")],
+                                tmp_path / "_work", 0, P)
+    with pytest.raises(IndexMismatchError, match="storage format 1.*--overwrite"):
+        merge_minhash_shards([shard], tmp_path / "out", P, base_dir=tmp_path / "v1" / "minhash")

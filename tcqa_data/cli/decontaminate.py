@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from tcqa_data.cli import app
+from tcqa_data.cli import app, warning
 from tcqa_data.decontam.detect import DEFAULT_RULE
 
 
@@ -15,7 +15,8 @@ from tcqa_data.decontam.detect import DEFAULT_RULE
 def decontaminate_cmd(
     index_dir: Path = typer.Argument(..., help="Index folder written by `tcqa-data index-corpus`."),
     tasks: str = typer.Option("mc_taco,squad_completion", "--tasks",
-                              help="Comma-separated built-in task names or task YAML paths."),
+                              help="Comma-separated built-in task names, task YAML paths, or lm-eval "
+                                   "task, group or tag names (needs the lm-eval extra)."),
     out: Path = typer.Option(..., "--out", help="Output folder (PREP_DIR)."),
     data_files: Optional[list[str]] = typer.Option(  # noqa: UP045 - typer needs Optional here
         None, "--data-files",
@@ -35,9 +36,17 @@ def decontaminate_cmd(
                                      help="A group is dirty when any | all | majority of its docs are."),
     normalization: Optional[str] = typer.Option(  # noqa: UP045
         None, "--normalization", help="Require the index to use this normalization (janitor | unicode)."),
+    lm_eval_include: Optional[list[Path]] = typer.Option(  # noqa: UP045
+        None, "--lm-eval-include",
+        help="A folder of your own lm-eval task YAMLs (lm-eval's --include_path); repeatable."),
+    group_by: Optional[list[str]] = typer.Option(  # noqa: UP045
+        None, "--group-by",
+        help="Docs of TASK with equal FIELD values form one question group, kept whole in clean and dirty: "
+             "TASK:FIELD[,FIELD...]; repeatable (default: each doc is its own group)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or summary."),
 ) -> None:
     """Score benchmark docs against INDEX_DIR, write clean/dirty splits, evidence and reports to --out."""
+    from tcqa_data.prep.lm_eval_tasks import parse_group_by
     from tcqa_data.prep.pipeline import decontaminate, parse_data_files
 
     task_list = [t.strip() for t in tasks.split(",") if t.strip()]
@@ -46,8 +55,11 @@ def decontaminate_cmd(
         data_files=parse_data_files(data_files or [], task_list),
         splits=[s.strip() for s in splits.split(",") if s.strip()] if splits else None,
         rule=rule, ngram=ngram, max_corpus_freq=max_corpus_freq, group_policy=group_policy,
-        normalization=normalization, quiet=quiet,
+        normalization=normalization, lm_eval_include=[str(p) for p in lm_eval_include or []],
+        group_by=parse_group_by(group_by or []), quiet=quiet,
     )
+    for note in summary.get("warnings", []):  # shown even with --quiet; also at the top of every report
+        warning(note)
     if quiet:
         return
     typer.echo(f"rule: {summary['rule']}")

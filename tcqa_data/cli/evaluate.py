@@ -27,7 +27,8 @@ def _batch_size(value: str) -> int | str:
 @app.command("evaluate")
 def evaluate_cmd(
     prep_dir: Path = typer.Argument(..., help="Folder written by `tcqa-data decontaminate`."),
-    model: str = typer.Option(..., "--model", help="Hub id, local folder, or path to a .gguf file."),
+    model: str = typer.Option(..., "--model", help="Hub id, local folder, path to a .gguf file, or "
+                              "smollm2-135m-gguf (the SmolLM2-135M file installed by scripts/install.sh)."),
     gguf_file: str = typer.Option(None, "--gguf-file", help="GGUF file name inside the --model folder."),
     tasks: str = typer.Option(None, "--tasks", help="Comma-separated tasks (default: all in PREP_DIR)."),
     clean_only: bool = typer.Option(False, "--clean-only", help="Score only the clean docs."),
@@ -36,23 +37,67 @@ def evaluate_cmd(
         "auto", "--dtype", help="auto (bf16 on CUDA, fp32 else)|float32|bfloat16|float16"),
     batch_size: str = typer.Option("auto", "--batch-size", help="auto or N (rows per forward pass)."),
     output: Path = typer.Option(None, "--output", help="Output folder (default PREP_DIR/eval/<model>)."),
-    limit_groups: int = typer.Option(None, "--limit-groups", help="Only the first N whole question groups."),
+    limit_groups: int = typer.Option(None, "--limit-groups", help="Only the first N whole question groups "
+                                     "(of the clean ones with --clean-only)."),
+    sample_groups: int = typer.Option(None, "--sample-groups", help="N whole groups: every dirty group (at "
+                                      "most N/2) plus a seeded sample of clean ones, in the split's order."),
+    sample_seed: int = typer.Option(0, "--sample-seed", help="Seed of --sample-groups."),
     split: str = typer.Option(None, "--split", help="Prepared split (default: test, else validation)."),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code",
                                            help="Run the model repo's own code."),
-    quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+    backend: str = typer.Option("native", "--backend", help="native (tcqa-data's scorer) or lm-eval (run "
+                                "lm-evaluation-harness on the exported full YAMLs, then `analyze`)."),
+    lm_eval_model: str = typer.Option("hf", "--lm-eval-model", help="With --backend lm-eval: lm-eval's "
+                                      "model type (hf, vllm, ...)."),
+    model_args: str = typer.Option(None, "--model-args", help="With --backend lm-eval: lm-eval's "
+                                   "--model_args (default pretrained=<--model>)."),
 ) -> None:
     """Score a model on the full, clean and dirty splits (one pass) and print the comparison."""
+    if backend == "lm-eval":
+        native_only = {"--clean-only": clean_only, "--limit-groups": limit_groups, "--gguf-file": gguf_file,
+                       "--sample-groups": sample_groups, "--trust-remote-code": trust_remote_code}
+        given = [k for k, v in native_only.items() if v]
+        if given:
+            raise typer.BadParameter(f"{', '.join(given)} apply to the native backend only; lm-eval "
+                                     "scores every doc of the full split", param_hint="--backend")
+        _evaluate_with_lm_eval(prep_dir, model, lm_eval_model, model_args, tasks, split, output, batch_size,
+                               None if device == "auto" else device, quiet)
+        return
+    if backend != "native":
+        raise typer.BadParameter("use native or lm-eval", param_hint="--backend")
     from tcqa_data.eval.results import render_markdown
     from tcqa_data.eval.runner import evaluate
 
     names = [t.strip() for t in tasks.split(",") if t.strip()] if tasks else None
     results = evaluate(prep_dir, model, tasks=names,
                        clean_only=clean_only, device=device, dtype=dtype, batch_size=_batch_size(batch_size),
-                       output=output, limit_groups=limit_groups, gguf_file=gguf_file,
+                       output=output, limit_groups=limit_groups, sample_groups=sample_groups,
+                       sample_seed=sample_seed, gguf_file=gguf_file,
                        trust_remote_code=trust_remote_code, split=split, quiet=quiet)
     typer.echo(render_markdown({k: v for k, v in results.items() if not k.startswith("_")}))
     typer.echo(f"wrote {results['output_dir']}")
+
+
+def _evaluate_with_lm_eval(prep_dir: Path, model: str, lm_eval_model: str, model_args: str | None,
+                           tasks: str | None, split: str | None, output: Path | None, batch_size: str,
+                           device: str | None, quiet: bool) -> None:
+    from tcqa_data.analysis.run import analyze
+    from tcqa_data.errors import TcqaError
+    from tcqa_data.eval.lm_eval_backend import run_lm_eval
+
+    names = [t.strip() for t in tasks.split(",") if t.strip()] if tasks else None
+    run = run_lm_eval(prep_dir, model_args or f"pretrained={model}", model=lm_eval_model, tasks=names,
+                      split=split, output=output, batch_size=_batch_size(batch_size), device=device)
+    typer.echo(f"lm-eval wrote {run['output_dir']} ({', '.join(run['tasks'])})")
+    try:
+        analysis = analyze(prep_dir, run["output_dir"], tasks=names, split=split)
+    except TcqaError as exc:
+        typer.echo(f"warning: analysis of the lm-eval run failed: {exc}; after fixing it run "
+                   f"`tcqa-data analyze {prep_dir} --results {run['output_dir']}`", err=True)
+        return
+    if not quiet:
+        typer.echo(f"wrote {analysis['output_dir']}")
 
 
 @score_app.command("mc_taco")

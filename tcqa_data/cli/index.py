@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from tcqa_data.cli import app
+from tcqa_data.cli import app, warning
 from tcqa_data.errors import ConfigError
 
 
@@ -41,10 +41,17 @@ def index_corpus(
     no_minhash: bool = typer.Option(False, "--no-minhash", help="Build only the n-gram index."),
     num_perm: int = typer.Option(128, "--num-perm", help="MinHash permutations."),
     provenance: int = typer.Option(2, "--provenance", help="Doc ordinals kept per n-gram (index size)."),
-    quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+    num_buckets: int = typer.Option(64, "--num-buckets",
+                                    help="Hash buckets of the n-gram index, a power of two (reduce "
+                                         "tasks; more buckets: smaller merges, for large corpora)."),
+    text_store: str = typer.Option("auto", "--text-store",
+                                   help="Corpus text for alignment (aligned>= rule terms): auto (doc "
+                                        "locations for .jsonl/.parquet/.txt, a zstd copy for compressed "
+                                        "inputs and HF streams), copy (always a copy) or none."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar and no summary line."),
     engine: str = typer.Option("local", "--engine",
                                help="local: worker processes on this machine; ray: Ray tasks "
-                                    "(pip install 'tcqa-data\\[ray]'; see docs/CLUSTER.md)."),
+                                    "(pip install 'tcqa-data[ray]'; see docs/CLUSTER.md)."),
     ray_address: str = typer.Option(None, "--ray-address",
                                     help="With --engine ray: auto, HOST:PORT or ray://HOST:PORT of a "
                                          "running cluster (default: start a local Ray instance "
@@ -52,18 +59,36 @@ def index_corpus(
 ) -> None:
     """Index a training corpus: n-gram hashes (exact matches) and MinHash windows (near-duplicates)."""
     from tcqa_data.decontam.build import build_index
+    from tcqa_data.decontam.ngram_index import MANIFEST
+    from tcqa_data.io_utils import read_json
 
+    manifest_path = out / MANIFEST
+    before = read_json(manifest_path) if manifest_path.is_file() and not overwrite else None
     manifest = build_index(
         corpus or [], out, ngram_sizes=_parse_ngrams(ngram), normalization=normalization,
         text_field=text_field, id_field=id_field, workers=workers, append=append, overwrite=overwrite,
         on_error=on_error, minhash=not no_minhash, num_perm=num_perm, quiet=quiet,
         hf_dataset=hf_dataset, hf_config=hf_config, hf_split=hf_split, provenance=provenance,
-        engine=engine, ray_address=ray_address,
+        engine=engine, ray_address=ray_address, text_store=text_store, num_buckets=num_buckets,
     )
     c = manifest["counts"]
+    if c["docs"] == 0:
+        warning(f"the index {out} holds 0 documents (every record was empty or skipped): decontaminating "
+                "against it would report every benchmark doc clean")
+    if quiet:
+        return
+    if manifest == before:
+        typer.echo(f"nothing added: every input is already in the index {out} ({c['docs']:,} docs from "
+                   f"{c['inputs']} input(s)); pass --overwrite to rebuild it", err=True)
+        return
     grams = ", ".join(f"{n}-grams {v['unique']:,}" for n, v in c["ngrams"].items())
     skipped = manifest.get("skipped", {}).get("counts", {})
-    msg = f"indexed {c['docs']:,} docs from {c['inputs']} input(s) into {out}: {grams}"
+    added = manifest.get("build", {}).get("appended_inputs") if before is not None else None
+    if added:
+        msg = (f"added {len(added)} input(s) to {out}; it now holds {c['docs']:,} docs from {c['inputs']} "
+               f"input(s): {grams}")
+    else:
+        msg = f"indexed {c['docs']:,} docs from {c['inputs']} input(s) into {out}: {grams}"
     if skipped:
         msg += "; skipped " + ", ".join(f"{k} {v:,}" for k, v in sorted(skipped.items()))
     typer.echo(msg, err=True)
@@ -73,11 +98,16 @@ def index_corpus(
 def index_info(
     index_dir: Path = typer.Argument(..., help="An index folder built by index-corpus."),
     as_json: bool = typer.Option(False, "--json", help="Print the raw manifest JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q",
+                               help="Print nothing; the exit status says whether INDEX_DIR is a "
+                                    "complete index."),
 ) -> None:
     """Describe an index: parameters, inputs, counts, skipped records."""
     from tcqa_data.decontam.build import index_info as load
 
     m = load(index_dir)
+    if quiet:
+        return
     if as_json:
         typer.echo(json.dumps(m, indent=2, sort_keys=True))
         return
@@ -87,18 +117,43 @@ def index_info(
     con = Console()
     c = m["counts"]
     head = Table(title=f"index {index_dir}", show_header=False)
+    head.add_column(no_wrap=True)
+    head.add_column(overflow="fold")  # long values (skipped input paths) wrap, never cut with "..."
     head.add_row("format version", str(m["format_version"]))
     head.add_row("normalization", m["normalization"])
     head.add_row("n-gram sizes", ", ".join(map(str, m["ngram_sizes"])))
     head.add_row("hash", f"{m['hash']['name']} seed {m['hash']['seed']}")
     head.add_row("buckets / provenance", f"{m['num_buckets']} / first {m['provenance_docs']} docs")
     head.add_row("fields", f"text {m['text_field']!r}, id {m['id_field']!r}")
-    head.add_row("minhash", json.dumps(m["minhash"], sort_keys=True) if m["minhash"] else "off")
+    mh = m["minhash"]
+    if mh:
+        lsh = f"LSH {mh.get('bands')} bands x {mh.get('rows')} rows (threshold {mh.get('threshold')})"
+        head.add_row("minhash", f"{mh.get('num_perm')} permutations, seed {mh.get('seed')}, {lsh}")
+        head.add_row("minhash windows", f"{mh.get('window_min_words')}..{mh.get('window_max_words')} words, "
+                                        f"shingles of {mh.get('shingle_words')} words")
+        shown = {"num_perm", "seed", "bands", "rows", "threshold", "window_min_words", "window_max_words",
+                 "shingle_words"}
+        for key, value in sorted(mh.items()):
+            if key not in shown:  # whatever else the MinHash section records, one row each
+                head.add_row(f"minhash {key.replace('_', ' ')}", str(value))
+    else:
+        head.add_row("minhash", "off")
     head.add_row("docs", f"{c['docs']:,} ({c['input_bytes']:,} input bytes)")
     for n, v in c["ngrams"].items():
         head.add_row(f"{n}-grams", f"{v['unique']:,} unique of {v['total']:,}")
-    if "minhash" in c:
-        head.add_row("minhash counts", json.dumps(c["minhash"], sort_keys=True))
+        # 64-bit hashes: an n-gram not in the corpus is found by chance with probability unique / 2**64
+        head.add_row(f"{n}-gram false-positive rate", f"{v['unique'] / 2.0**64:.1e} per query n-gram")
+    if c.get("minhash"):
+        head.add_row("minhash counts", ", ".join(f"{k.removeprefix('n_').replace('_', ' ')} "
+                                                 f"{v:,}" if isinstance(v, int) else f"{k} {v}"
+                                                 for k, v in sorted(c["minhash"].items()) if k != "storage"))
+        st = c["minhash"].get("storage")
+        if st:  # the lossy parts of the MinHash files and their computed error rates
+            head.add_row("minhash storage", (
+                f"format {st['storage_format']}: {st['signature_bits']}-bit signature values (similarity "
+                f"estimate bias <= {st['similarity_estimate_max_bias']:.1e}), {st['band_key_bits']}-bit "
+                f"band keys ({st['chance_candidates_per_query']:.2g} chance candidates per query, "
+                "each verified)"))
     b = m.get("build", {})
     head.add_row("built", f"{b.get('finished', '?')} in {b.get('seconds', '?')} s, "
                           f"{b.get('workers', '?')} workers")
@@ -108,10 +163,13 @@ def index_info(
         head.add_row("skipped input", f"{s['path']}: {s['reason']}")
     con.print(head)
     inputs = Table(title="inputs")
-    for col in ("path", "format", "bytes", "docs", "first ordinal", "sha256", "skipped"):
+    for col in ("#", "format", "bytes", "docs", "first ordinal", "sha256", "skipped"):
         inputs.add_column(col)
-    for e in m["inputs"]:
+    for i, e in enumerate(m["inputs"], 1):
         sk = e.get("skipped", {}).get("counts", {})
-        inputs.add_row(e["path"], e["format"], f"{e['size']:,}", f"{e['docs']:,}", f"{e['doc_offset']:,}",
+        inputs.add_row(str(i), e["format"], f"{e['size']:,}", f"{e['docs']:,}", f"{e['doc_offset']:,}",
                        e["sha256"][:16], ", ".join(f"{k} {v}" for k, v in sorted(sk.items())) or "")
     con.print(inputs)
+    # whole paths, one per line, never shortened to fit the terminal (copyable)
+    for i, e in enumerate(m["inputs"], 1):
+        con.print(f"#{i} {e['path']}", soft_wrap=True, highlight=False, markup=False)

@@ -23,6 +23,8 @@ Rules (``Rule.parse``) are a tiny boolean grammar over these scores::
             | "ngram-fraction>=" FLOAT      # 0..1
             | "longest>=" INT               # words
             | "minhash>=" FLOAT             # 0..1
+            | "aligned>=" FLOAT             # 0..1, share of query tokens in an aligned match (align.py)
+            | "aligned-field>=" FLOAT       # 0..1, the same share within the best-covered field
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ LOOKUP_BATCH = 1 << 20
 
 _PARAGRAPH_BREAK = re.compile(r"\n[^\S\n]*\n\s*")  # a blank line, as the MinHash windows use
 _TERM_RE = re.compile(
-    r"^(?P<name>any-ngram|ngram-hits|ngram-fraction|longest|minhash)(?:\s*>=\s*(?P<value>[0-9]*\.?[0-9]+))?$"
+    r"^(?P<name>any-ngram|ngram-hits|ngram-fraction|longest|minhash|aligned-field|aligned)"
+    r"(?:\s*>=\s*(?P<value>[0-9]*\.?[0-9]+))?$"
 )
 _TERM_METRIC = {
     "any-ngram": "ngram_hits",
@@ -55,6 +58,8 @@ _TERM_METRIC = {
     "ngram-fraction": "ngram_fraction",
     "longest": "longest_match",
     "minhash": "minhash_sim",
+    "aligned": "aligned_share",
+    "aligned-field": "aligned_field_share",
 }
 
 
@@ -70,6 +75,10 @@ class Term:
     @property
     def uses_minhash(self) -> bool:
         return self.name == "minhash"
+
+    @property
+    def uses_alignment(self) -> bool:
+        return self.name.startswith("aligned")
 
     def __str__(self) -> str:
         if self.name == "any-ngram":
@@ -99,11 +108,12 @@ class Rule:
                 if not m or (m["name"] == "any-ngram") != (m["value"] is None):
                     raise ConfigError(
                         f"cannot parse rule term {term_text.strip()!r} in {text!r}; terms are any-ngram, "
-                        "ngram-hits>=K, ngram-fraction>=X, longest>=L, minhash>=T joined by & (and) "
-                        "and | (or)")
+                        "ngram-hits>=K, ngram-fraction>=X, longest>=L, minhash>=T, aligned>=S, "
+                        "aligned-field>=S joined by & (and) and | (or)")
                 name = m["name"]
                 value = 1.0 if name == "any-ngram" else float(m["value"])
-                if name in ("ngram-fraction", "minhash") and not 0.0 <= value <= 1.0:
+                shares = ("ngram-fraction", "minhash", "aligned", "aligned-field")
+                if name in shares and not 0.0 <= value <= 1.0:
                     raise ConfigError(f"rule term {t!r}: threshold must be in [0, 1]")
                 if name in ("longest", "ngram-hits") and (value != int(value) or value < 1):
                     raise ConfigError(f"rule term {t!r}: threshold must be a positive integer")
@@ -123,8 +133,12 @@ class Rule:
         return any(t.uses_minhash for t in self.terms)
 
     @property
+    def uses_alignment(self) -> bool:
+        return any(t.uses_alignment for t in self.terms)
+
+    @property
     def uses_ngrams(self) -> bool:
-        return any(not t.uses_minhash for t in self.terms)
+        return any(not t.uses_minhash and not t.uses_alignment for t in self.terms)
 
     def evaluate(self, scores: dict[str, np.ndarray]) -> tuple[np.ndarray, list[str]]:
         """Per doc: whether the rule fires, and which clauses fired (text, '|'-joined)."""
@@ -147,20 +161,23 @@ class Rule:
 
 
 def doc_status(dirty: np.ndarray, testable: np.ndarray, rule: Rule,
-               minhash_windows: Sequence[int] | None = None) -> list[str]:
+               minhash_windows: Sequence[int] | None = None,
+               aligned_tested: Sequence[bool] | None = None) -> list[str]:
     """'dirty', 'clean' or 'untestable'.
 
     A doc is 'untestable' when the rule did not fire, the query is shorter than n words, and no
     MinHash term of the rule could test it instead (no such term, or no query window long enough
-    to query). Untestable docs stay in the clean split (nothing shows they were seen) but are
+    to query), and no alignment term either (the query is shorter than the alignment's minimum
+    match). Untestable docs stay in the clean split (nothing shows they were seen) but are
     counted and listed separately in every report.
     """
     out = []
     for i, (d, t) in enumerate(zip(dirty, testable, strict=True)):
         mh_tested = rule.uses_minhash and (minhash_windows is None or minhash_windows[i] > 0)
+        al_tested = rule.uses_alignment and aligned_tested is not None and bool(aligned_tested[i])
         if d:
             out.append("dirty")
-        elif not t and not mh_tested:
+        elif not t and not mh_tested and not al_tested:
             out.append("untestable")
         else:
             out.append("clean")
@@ -203,6 +220,17 @@ def attribute_fields(tokens: list[str], fields: dict[str, str], tokenize: Callab
     order (falling back to a search from the start), so any template works without knowing it.
     """
     owner = [""] * len(tokens)
+    for name, (start, end) in field_positions(tokens, fields, tokenize).items():
+        for j in range(start, end):
+            if not owner[j]:
+                owner[j] = name
+    return owner
+
+
+def field_positions(tokens: list[str], fields: dict[str, str], tokenize: Callable[[str], list[str]]
+                    ) -> dict[str, tuple[int, int]]:
+    """Field name -> its ``[start, end)`` token positions in the query (fields not found are left out)."""
+    out: dict[str, tuple[int, int]] = {}
     cursor = 0
     for name, value in fields.items():
         ftoks = tokenize(value)
@@ -211,11 +239,9 @@ def attribute_fields(tokens: list[str], fields: dict[str, str], tokenize: Callab
             pos = _find_sub(tokens, ftoks, 0)
         if pos < 0:
             continue
-        for j in range(pos, pos + len(ftoks)):
-            if not owner[j]:
-                owner[j] = name
+        out[name] = (pos, pos + len(ftoks))
         cursor = pos + len(ftoks)
-    return owner
+    return out
 
 
 def _longest_run(mask: np.ndarray) -> int:
@@ -234,11 +260,14 @@ def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
 
 
 def score_docs(docs: Sequence[QueryDoc], index_dir: str, n: int, *, max_corpus_freq: int | None = None,
-               use_minhash: bool = True, progress: Callable[[int], None] | None = None) -> dict[str, list]:
+               use_minhash: bool = True, progress: Callable[[int], None] | None = None,
+               align: bool | None = None, align_params: Any = None) -> dict[str, list]:
     """Score every doc against the index in ``index_dir``; returns column name -> per-doc values.
 
     ``max_corpus_freq``: n-grams found in more than this many corpus docs are ignored (counted in
     ``ngram_common``), so boilerplate shared by many docs does not flag a query.
+    ``align``: align queries against candidate corpus docs' text (``aligned_*`` columns, see
+    ``decontam/align.py``); None = when the index has a text store. ``align_params``: ``AlignParams``.
     """
     # MC-TACO repeats one query for every candidate answer of a question: score each distinct
     # (query, fields) once and copy the result to its docs.
@@ -257,14 +286,19 @@ def score_docs(docs: Sequence[QueryDoc], index_dir: str, n: int, *, max_corpus_f
         if progress is not None:
             progress(k)
 
+    if align is None:
+        from tcqa_data.decontam.textstore import has_text_store
+
+        align = has_text_store(index_dir)
     cols = _score_unique(unique, index_dir, n, max_corpus_freq=max_corpus_freq, use_minhash=use_minhash,
-                         progress=step)
+                         progress=step, align=align, align_params=align_params)
     step(len(docs) - len(unique))
     return {name: [values[j] for j in where] for name, values in cols.items()}
 
 
 def _score_unique(docs: Sequence[QueryDoc], index_dir: str, n: int, *, max_corpus_freq: int | None,
-                  use_minhash: bool, progress: Callable[[int], None]) -> dict[str, list]:
+                  use_minhash: bool, progress: Callable[[int], None], align: bool = False,
+                  align_params: Any = None) -> dict[str, list]:
     from tcqa_data.decontam.hashing import batch_ngram_hashes
     from tcqa_data.decontam.ngram_index import NgramIndex
     from tcqa_data.decontam.normalize import token_char_spans, tokenize
@@ -358,8 +392,18 @@ def _score_unique(docs: Sequence[QueryDoc], index_dir: str, n: int, *, max_corpu
     ref_of = dict(zip(uniq, idx.doc_refs(np.asarray(uniq, dtype=np.int64)), strict=False)) if uniq else {}
     cols["matched_doc_refs"] = [[str(ref_of[o]) for o in refs] for refs in pending_refs]
 
-    sims, wins, wrefs, nwin = _minhash_scores(docs, index_dir, tok) if use_minhash else (None,) * 4
+    mh_cands: list[list[int]] | None = [[] for _ in docs] if align else None
+    sims, wins, wrefs, nwin = _minhash_scores(docs, index_dir, tok, mh_cands) if use_minhash else (None,) * 4
     k = len(docs)
+    if align:
+        from tcqa_data.decontam.align import alignment_columns
+
+        ng_cands = _ngram_candidates(docs, idx, n, doc_cols, counted, offsets)
+        results = _align(docs, all_tokens, index_dir, scheme, ng_cands, mh_cands or [[] for _ in docs], tok,
+                         align_params)
+        got = sorted({r.doc_ordinal for r in results if r.covered_words})
+        refs = dict(zip(got, idx.doc_refs(np.asarray(got, dtype=np.int64)), strict=True)) if got else {}
+        cols.update(alignment_columns(results, refs))
     cols["minhash_windows"] = nwin if nwin is not None else [0] * k
     cols["minhash_sim"] = sims if sims is not None else [float("nan")] * k
     cols["minhash_query_window"] = wins if wins is not None else [None] * k
@@ -380,10 +424,13 @@ def has_minhash(index_dir: str) -> bool:
     return bool(manifest.get("minhash"))
 
 
-def _minhash_scores(docs: Sequence[QueryDoc], index_dir: str, tok: Callable[[str], list[str]]
-                    ) -> tuple[Any, Any, Any, Any]:
+def _minhash_scores(docs: Sequence[QueryDoc], index_dir: str, tok: Callable[[str], list[str]],
+                    candidates: list[list[int]] | None = None) -> tuple[Any, Any, Any, Any]:
     """Best verified MinHash similarity of any query window (whole query, and each field alone),
-    its window text, the corpus doc of the best window, and the number of windows queried."""
+    its window text, the corpus doc of the best window, and the number of windows queried.
+
+    ``candidates``: when given, each doc's list gets the corpus doc of every query window's best
+    candidate window, most similar first (alignment candidates)."""
     if not has_minhash(index_dir):
         return None, None, None, None
     from tcqa_data.decontam.minhash import MinHashIndex, signatures, split_windows
@@ -428,6 +475,13 @@ def _minhash_scores(docs: Sequence[QueryDoc], index_dir: str, tok: Callable[[str
             i = owner[j]
             if int(w) >= 0 and s > best[i]:
                 best[i], best_text[i], best_win[i] = float(s), texts[j], int(w)
+        if candidates is not None:
+            hit = np.flatnonzero(np.asarray(wins) >= 0)
+            if len(hit):
+                hit_docs = np.asarray(mh.window_docs(np.asarray(wins)[hit].astype(np.int64)))
+                order = sorted(range(len(hit)), key=lambda t: -float(sims[hit[t]]))
+                for t in order:
+                    candidates[owner[int(hit[t])]].append(int(hit_docs[t]))
     refs: list[str | None] = [None] * len(docs)
     have = [i for i, w in enumerate(best_win) if w >= 0]
     if have:
@@ -436,3 +490,44 @@ def _minhash_scores(docs: Sequence[QueryDoc], index_dir: str, tok: Callable[[str
         for i, r in zip(have, names, strict=False):
             refs[i] = str(r)
     return best, best_text, refs, nwin
+
+
+def _ngram_candidates(docs: Sequence[QueryDoc], idx: Any, n: int, doc_cols: np.ndarray, counted: np.ndarray,
+                      offsets: np.ndarray) -> list[list[int]]:
+    """Per doc, corpus docs of its matched n-grams at every size the index holds, most hits first."""
+    from tcqa_data.decontam.hashing import batch_ngram_hashes
+
+    counts: list[Counter] = [Counter() for _ in docs]
+    for i in range(len(docs)):
+        lo, hi = offsets[i], offsets[i + 1]
+        ords = doc_cols[lo:hi][counted[lo:hi]]
+        counts[i].update(ords[ords >= 0].tolist())
+    for m in idx.ngram_sizes:
+        if m == n:
+            continue
+        flat, owner = batch_ngram_hashes([d.query for d in docs], [m], idx.normalization, idx.hash_seed)[m]
+        owner = np.asarray(owner, dtype=np.int64)
+        for lo in range(0, len(flat), LOOKUP_BATCH):
+            hit = idx.lookup(np.asarray(flat[lo:lo + LOOKUP_BATCH], dtype=np.uint64), m)
+            hd = np.asarray(hit.docs, dtype=np.int64).reshape(len(hit.found), -1)
+            for j in np.flatnonzero(np.asarray(hit.found)):
+                counts[int(owner[lo + j])].update(o for o in hd[j].tolist() if o >= 0)
+    return [[o for o, _ in sorted(c.items(), key=lambda t: (-t[1], t[0]))] for c in counts]
+
+
+def _align(docs: Sequence[QueryDoc], all_tokens: list[list[str]], index_dir: str, scheme: str,
+           ng_cands: list[list[int]], mh_cands: list[list[int]], tok: Callable[[str], list[str]],
+           params: Any) -> list[Any]:
+    """Align each query to its candidate docs: n-gram candidates first, then the text store's
+    anchor candidates (shared rare 4-grams), then MinHash ones."""
+    from tcqa_data.decontam.align import Aligner
+    from tcqa_data.decontam.textstore import AnchorIndex
+
+    aligner = Aligner(index_dir, scheme, params)
+    an_cands = AnchorIndex(index_dir).candidates([d.query for d in docs], aligner.params.max_candidates,
+                                                 aligner.params.anchor_min_shared)
+    out = []
+    for d, tokens, ng, an, mh in zip(docs, all_tokens, ng_cands, an_cands, mh_cands, strict=True):
+        pos = field_positions(tokens, d.fields, tok) if d.fields else {}
+        out.append(aligner.align(d.query, tokens, pos, d.fields, list(dict.fromkeys(ng + an + mh)), tok))
+    return out

@@ -11,7 +11,9 @@ Scheme ``tcqa-word64-poly64-splitmix64-v1`` (recorded in every index manifest):
 
 The polynomial is evaluated for every n-gram at once with a prefix sum: ``B2`` is odd, hence
 invertible mod 2**64, so a window sum is ``(S[i + n] - S[i]) * B2**-i``. There is no
-Python-level work per token, which is what makes the index build fast. The hash depends only on
+Python-level work per token. With numba installed the same values come from compiled kernels
+(``kernel``: one pass for tokens, one rolling pass for n-grams); ``TCQA_KERNEL=numpy`` keeps
+the numpy passes, which tests compare with the kernels. The hash depends only on
 the token strings, never on whitespace or document layout, and n-grams never cross documents.
 """
 
@@ -22,6 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 import xxhash
 
+from tcqa_data.decontam import kernel
 from tcqa_data.decontam.normalize import (
     JANITOR_BYTES_DELETE,
     JANITOR_BYTES_TABLE,
@@ -170,6 +173,11 @@ def _hash_parts(parts: Sequence[bytes], ns: Sequence[int], seed: int
     arr = np.frombuffer(data, dtype=np.uint8)
     if not data.isascii():
         _blank_unicode_whitespace(arr)
+    for n in ns:
+        if n < 1:
+            raise ValueError(f"n-gram size must be >= 1, got {n}")
+    if kernel.enabled():
+        return _hash_parts_compiled(arr, doc_start, ns, salt_tok, salt_ng)
     edge = np.diff((arr != 32).view(np.int8))
     starts = np.flatnonzero(edge == 1) + 1
     ends = np.flatnonzero(edge == -1) + 1
@@ -207,6 +215,26 @@ def _hash_parts(parts: Sequence[bytes], ns: Sequence[int], seed: int
             np.add.at(bad, np.minimum(cut, m), -1)
             h = h[np.cumsum(bad[:m]) == 0]
         out[n] = (h, np.repeat(np.arange(ndocs, dtype=np.int64), counts))
+    return out
+
+
+def _hash_parts_compiled(arr: np.ndarray, doc_start: np.ndarray, ns: Sequence[int], salt_tok: np.uint64,
+                         salt_ng: np.uint64) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """``_hash_parts`` with the numba kernels (same values: see ``kernel``)."""
+    k = kernel.kernels()
+    words = np.ndarray((len(arr) - 7,), dtype="<u8", buffer=arr, offset=0, strides=(1,))
+    tok, doc_tok, huge, starts, ends = k["token_hashes"](arr, words, doc_start[:-1], salt_tok, _MAX_WORDS * 8)
+    doc_tok = np.append(doc_tok, len(tok))
+    if len(huge):
+        raw = arr.tobytes()
+        x = np.array([xxhash.xxh3_64_intdigest(raw[starts[i]:ends[i]], int(salt_tok)) for i in huge.tolist()],
+                     dtype=np.uint64)
+        tok[huge] = _fmix_inplace(x)
+    inv = np.uint64(_P2.inv)
+    out = {}
+    for n in ns:
+        add = np.uint64((n * int(_K_N) + int(salt_ng)) & _M64)
+        out[n] = k["ngram_hashes"](tok, doc_tok, n, np.uint64(_B2), inv, add)
     return out
 
 

@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from tcqa_data.decontam import kernel
 from tcqa_data.decontam.hashing import HASH_NAME, batch_ngram_hashes
 from tcqa_data.errors import IndexMismatchError, TcqaError
 from tcqa_data.io_utils import NpyRowReader, atomic_path, read_json, write_npy_atomic
@@ -113,8 +114,36 @@ def _sort_by_hash(h: np.ndarray, d: np.ndarray, *rest: np.ndarray) -> list[np.nd
     return out
 
 
+def _sort_by_hash_compiled(h: np.ndarray, d: np.ndarray, *rest: np.ndarray) -> list[np.ndarray]:
+    """``_sort_by_hash`` with the numba kernels (same result, so the same bytes on disk).
+
+    A concatenation of sorted runs (the reduce) is merged by numpy's stable sort (timsort finds
+    the runs); unsorted pairs (the map) go through a radix sort. Both are stable, and each run
+    of equal hashes is then ordered by ``d``."""
+    k = kernel.kernels()
+    n = len(h)
+    h = np.ascontiguousarray(h, dtype=np.uint64)
+    if rest:
+        order = np.argsort(h, kind="stable")
+        hs = h[order]
+    else:
+        shift = max(0, (int(h.min()) ^ int(h.max())).bit_length() - 8) if n else 0
+        hs, order = k["sort_pairs"](h, np.arange(n, dtype=np.int64), shift)
+    ds = np.ascontiguousarray(d[order], dtype=np.int64)
+    pos = np.arange(n, dtype=np.int64)
+    k["order_ties"](hs, ds, pos)
+    return [hs, ds.astype(d.dtype, copy=False), *(r[order][pos] for r in rest)]
+
+
 def sort_pairs(h: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Sort ``(hash, doc)`` pairs by hash then doc and drop repeated pairs."""
+    if kernel.enabled():
+        k = kernel.kernels()
+        h = np.ascontiguousarray(h, dtype=np.uint64)
+        shift = max(0, (int(h.min()) ^ int(h.max())).bit_length() - 8) if len(h) else 0
+        hs, ds = k["sort_pairs"](h, np.ascontiguousarray(d, dtype=np.int64), shift)
+        k["order_ties"](hs, ds, np.empty(0, dtype=np.int64))
+        return k["dedupe_pairs"](hs, ds)
     hs, ds = _sort_by_hash(h, d)
     if len(hs) > 1:
         keep = np.ones(len(hs), dtype=bool)
@@ -420,6 +449,13 @@ def _merge(h: np.ndarray, d: np.ndarray, w: np.ndarray, provenance: int, doc_dty
     if doc_dtype == DOC_DTYPE and len(d) and int(d.max()) >= DOC_NONE:
         raise TcqaError(f"doc ordinal {int(d.max())} does not fit the index's uint32 provenance "
                         f"(at most {DOC_NONE - 1}); build with doc_dtype=int64")
+    if kernel.enabled():
+        k = kernel.kernels()
+        if len(h) > 1 and not bool(np.all(h[1:] >= h[:-1])):
+            h, d, w = _sort_by_hash_compiled(h, d, w)
+        out = np.empty((len(h), provenance), dtype=doc_dtype)
+        return k["merge_sorted"](np.ascontiguousarray(h), np.ascontiguousarray(d, np.int64),
+                                 np.ascontiguousarray(w, np.int64), provenance, none, out)
     if len(h) > 1 and not bool(np.all(h[1:] >= h[:-1])):
         h, d, w = _sort_by_hash(h, d, w)
     if len(h) < 2 or bool(np.all(h[1:] != h[:-1])):  # common case: every hash once

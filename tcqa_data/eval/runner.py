@@ -5,6 +5,7 @@ from __future__ import annotations
 import platform
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from tcqa_data.eval.scoring import (
 )
 from tcqa_data.io_utils import read_json
 from tcqa_data.prep.taskspec import TaskSpec
-from tcqa_data.progress import progress_bar, rate_text
+from tcqa_data.progress import note, progress_bar, progress_enabled, rate_text, stage
 
 SUBSETS = ("full", "clean", "dirty")
 
@@ -37,7 +38,7 @@ class TaskData:
 
     task: str
     split: str
-    spec: TaskSpec
+    spec: TaskSpec | None  # None: a task resolved through lm-eval (no task.yaml)
     docs: list[dict[str, Any]]
     clean: np.ndarray  # bool per doc
     path: Path
@@ -83,7 +84,12 @@ def load_task(prep_dir: Path, task: str, split: str | None = None) -> TaskData:
                         f"tasks there: {available_tasks(prep_dir) or 'none'}")
     spec = TaskSpec.from_yaml(task_dir / "task.yaml")
     split = pick_split(task_dir, spec, split)
-    d = task_dir / split
+    return read_split(task, split, spec, task_dir / split)
+
+
+def read_split(task: str, split: str, spec: TaskSpec | None, d: Path) -> TaskData:
+    """The prepared docs of one split folder (full order, each doc's subset); ``spec`` None for a task
+    resolved through lm-eval, which has no task.yaml."""
     tables = {}
     for name in SUBSETS:
         if not (d / f"{name}.parquet").is_file():
@@ -105,20 +111,101 @@ def load_task(prep_dir: Path, task: str, split: str | None = None) -> TaskData:
 
 def limit_to_groups(data: TaskData, limit_groups: int | None) -> TaskData:
     """Keep the first ``limit_groups`` whole groups (MC-TACO questions; docs elsewhere)."""
-    if limit_groups is None:
-        return data
-    if limit_groups < 1:
-        raise ConfigError(f"--limit-groups must be a positive number of groups, not {limit_groups}")
-    keep_groups: list[int] = []
+    return select_groups(data, limit_groups=limit_groups)[0]
+
+
+def take_groups(data: TaskData, group_ids: list[int] | set[int]) -> TaskData:
+    """Only the docs of ``group_ids``, in their original order (what a selection recorded)."""
+    chosen = {int(g) for g in group_ids}
+    idx = [i for i, d in enumerate(data.docs) if int(d["group_id"]) in chosen]
+    return TaskData(data.task, data.split, data.spec, [data.docs[i] for i in idx], data.clean[idx], data.path)
+
+
+def _group_order(data: TaskData) -> tuple[list[int], set[int]]:
+    """Group ids in order of first appearance, and the dirty ones (a group with any dirty doc)."""
+    order: list[int] = []
     seen: set[int] = set()
-    for d in data.docs:
+    dirty: set[int] = set()
+    for d, c in zip(data.docs, data.clean, strict=True):
         g = int(d["group_id"])
         if g not in seen:
             seen.add(g)
-            keep_groups.append(g)
-    chosen = set(keep_groups[:limit_groups])
-    idx = [i for i, d in enumerate(data.docs) if int(d["group_id"]) in chosen]
-    return TaskData(data.task, data.split, data.spec, [data.docs[i] for i in idx], data.clean[idx], data.path)
+            order.append(g)
+        if not c:
+            dirty.add(g)
+    return order, dirty
+
+
+def _sample(rng: np.random.Generator, groups: list[int], k: int) -> list[int]:
+    if k >= len(groups):
+        return list(groups)
+    return [groups[i] for i in sorted(rng.choice(len(groups), size=k, replace=False).tolist())]
+
+
+def select_groups(data: TaskData, *, clean_only: bool = False, limit_groups: int | None = None,
+                  sample_groups: int | None = None, sample_seed: int = 0) -> tuple[TaskData, dict[str, Any]]:
+    """The docs to evaluate and a record of how they were chosen (results.json's ``selection``).
+
+    With ``clean_only`` only clean docs are candidates, so ``limit_groups`` N means the first N
+    clean groups. ``sample_groups`` N takes every dirty group (at most half of N when there are
+    more; then a seeded sample of them) and a seeded sample of clean groups for the rest, in the
+    split's order: a small run that still has a dirty slice to compare.
+    """
+    if limit_groups is not None and sample_groups is not None:
+        raise ConfigError("--limit-groups and --sample-groups choose the groups in two ways; give one")
+    for opt, n in (("--limit-groups", limit_groups), ("--sample-groups", sample_groups)):
+        if n is not None and n < 1:
+            raise ConfigError(f"{opt} must be a positive number of groups, not {n}")
+    if clean_only:
+        keep = np.flatnonzero(data.clean)
+        data = TaskData(data.task, data.split, data.spec, [data.docs[i] for i in keep], data.clean[keep],
+                        data.path)
+    order, dirty = _group_order(data)
+    clean_groups = [g for g in order if g not in dirty]
+    dirty_groups = [g for g in order if g in dirty]
+    pool = "clean groups" if clean_only else "groups"
+    record: dict[str, Any] = {"method": "all", "clean_only": clean_only,
+                              "groups_available": len(order), "dirty_groups_available": len(dirty_groups)}
+    if limit_groups is not None:
+        taken = order[:limit_groups]
+        record.update(method="first", requested=limit_groups)
+        how = f"first {len(taken):,} of {len(order):,} {pool}"
+    elif sample_groups is not None:
+        rng = np.random.default_rng(sample_seed)
+        n_dirty = min(len(dirty_groups), max(sample_groups - len(clean_groups), sample_groups // 2))
+        took_dirty = _sample(rng, dirty_groups, n_dirty)
+        took_clean = _sample(rng, clean_groups, sample_groups - len(took_dirty))
+        picked = set(took_dirty) | set(took_clean)
+        taken = [g for g in order if g in picked]
+        record.update(method="sample", requested=sample_groups, seed=sample_seed)
+        every = "all" if len(took_dirty) == len(dirty_groups) else f"{len(took_dirty):,} of"
+        how = f"seeded sample (seed {sample_seed}) of {len(taken):,} of {len(order):,} {pool}"
+        if not clean_only:
+            how += (f": {every} {len(dirty_groups):,} dirty + {len(took_clean):,} of "
+                    f"{len(clean_groups):,} clean")
+    else:
+        taken = order
+        how = f"all {len(order):,} {pool}"
+    if taken is not order:
+        data = take_groups(data, taken)
+        record["group_ids"] = taken
+    record.update(groups=len(taken), dirty_groups=sum(1 for g in taken if g in dirty), docs=len(data.docs))
+    record["description"] = f"{how}; {len(data.docs):,} docs"
+    return data, record
+
+
+def describe_groups(group_ids: list[int], limit: int = 12) -> str:
+    """'0-19, 25, 31-40, ...' for a log line (results.json has the full list)."""
+    runs: list[str] = []
+    start = prev = None
+    for g in [*sorted(group_ids), None]:
+        if g is not None and prev is not None and g == prev + 1:
+            prev = g
+            continue
+        if start is not None:
+            runs.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = g
+    return ", ".join(runs[:limit]) + (f", ... ({len(runs) - limit} more runs)" if len(runs) > limit else "")
 
 
 # ---- running one task ----------------------------------------------------------------------
@@ -167,22 +254,20 @@ def score_generation(engine: Engine, spec: TaskSpec, docs: list[dict[str, Any]],
     return out
 
 
+def group_units(group_ids: np.ndarray) -> tuple[np.ndarray, int]:
+    """Bootstrap units: whole groups (MC-TACO questions), numbered 0..n-1 in order of first
+    appearance; returns (unit per doc, number of units)."""
+    _, first = np.unique(group_ids, return_index=True)
+    order = group_ids[np.sort(first)]
+    unit_of = {int(g): u for u, g in enumerate(order)}
+    return np.array([unit_of[int(g)] for g in group_ids], dtype=np.int64), len(order)
+
+
 def task_metrics(spec: TaskSpec, docs: list[dict[str, Any]], per_doc: list[dict[str, Any]],
                  clean: np.ndarray, bootstrap: int, seed: int) -> dict[str, Any]:
     """Metrics for full / clean / dirty with bootstrap intervals and the clean - full difference."""
     group_ids = np.array([int(d["group_id"]) for d in docs], dtype=np.int64)
-    # units: whole groups (MC-TACO questions), renumbered 0..n-1 in order of appearance
-    _, first = np.unique(group_ids, return_index=True)
-    order = group_ids[np.sort(first)]
-    unit_of = {int(g): u for u, g in enumerate(order)}
-    units = np.array([unit_of[int(g)] for g in group_ids], dtype=np.int64)
-    n_units = len(order)
-    unit_clean = np.zeros(n_units, dtype=bool)
-    unit_clean[units[clean]] = True
-    subsets = {"full": np.ones(n_units, dtype=bool), "clean": unit_clean, "dirty": ~unit_clean}
-    weights = M.bootstrap_weights(n_units, bootstrap, seed)
-    doc_masks = {"full": np.ones(len(docs), dtype=bool), "clean": clean, "dirty": ~clean}
-
+    units, n_units = group_units(group_ids)
     if spec.output_type == "multiple_choice":
         gold = np.array([o["gold"] for o in per_doc], dtype=np.int64)
         pred = np.array([o["pred"] for o in per_doc], dtype=np.int64)
@@ -199,12 +284,27 @@ def task_metrics(spec: TaskSpec, docs: list[dict[str, Any]], per_doc: list[dict[
         scores = np.array([o["contains"] for o in per_doc], dtype=float)
         names = task_metric_names(spec)
         points = {M.LM_CONTAINS: lambda m: float(scores[m].mean()) if m.any() else float("nan")}
+    stats = {name: M.unit_stats(name, gold, pred, units, n_units, scores) for name in names}
+    return subset_table(group_ids, clean, stats, points, bootstrap, seed)
 
+
+def subset_table(group_ids: np.ndarray, clean: np.ndarray, stats: dict[str, np.ndarray],
+                 points: dict[str, Callable[[np.ndarray], float]], bootstrap: int,
+                 seed: int) -> dict[str, Any]:
+    """The full / clean / dirty table: per metric (``stats``: per-unit statistics, see
+    ``metrics.unit_stats``) the group-bootstrap intervals, with point values from ``points[metric]``
+    (a function of a doc mask: the reference implementation), and the paired clean - full difference."""
+    units, n_units = group_units(group_ids)
+    unit_clean = np.zeros(n_units, dtype=bool)
+    unit_clean[units[clean]] = True
+    subsets = {"full": np.ones(n_units, dtype=bool), "clean": unit_clean, "dirty": ~unit_clean}
+    weights = M.bootstrap_weights(n_units, bootstrap, seed)
+    doc_masks = {"full": np.ones(len(group_ids), dtype=bool), "clean": clean, "dirty": ~clean}
+    names = list(stats)
     per_metric = {}
     for name in names:
-        stats = M.unit_stats(name, gold, pred, units, n_units, scores)
-        summary = M.summarize(name, stats, subsets, weights)
-        # point values from the reference implementations (sklearn, CogComp's rules)
+        summary = M.summarize(name, stats[name], subsets, weights)
+        # point values from the reference implementations (sklearn, CogComp's rules, lm-eval's mean)
         for sub in SUBSETS:
             m = doc_masks[sub]
             v = points[name](m) if m.any() else float("nan")
@@ -255,8 +355,13 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
              limit_groups: int | None = None, *, gguf_file: str | None = None,
              trust_remote_code: bool = False, split: str | None = None, bootstrap: int = M.BOOTSTRAP_SAMPLES,
              seed: int = M.BOOTSTRAP_SEED, quiet: bool = False, write: bool = True,
-             packing: bool | None = None) -> dict[str, Any]:
+             packing: bool | None = None, sample_groups: int | None = None,
+             sample_seed: int = 0) -> dict[str, Any]:
     """Score ``model`` on the prepared tasks in ``prep_dir``; write results to ``output``.
+
+    ``limit_groups`` (the first N groups) or ``sample_groups`` (every dirty group plus a seeded
+    sample of clean ones, see ``select_groups``) evaluate part of each split; with ``clean_only``
+    both choose among the clean groups. What was taken is printed and recorded per task.
 
     The model runs once over full = clean + dirty (or only the clean docs with ``clean_only``);
     every subset's metrics are sliced from that one pass. Returns the results.json object, with
@@ -269,14 +374,27 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
     names = tasks or available_tasks(prep_dir)
     if not names:
         raise TcqaError(f"{prep_dir} holds no prepared tasks (no */task.yaml)")
-    datas = [limit_to_groups(load_task(prep_dir, t, split), limit_groups) for t in names]
+    datas, selections = [], {}
+    for t in names:
+        data, selections[t] = select_groups(load_task(prep_dir, t, split), clean_only=clean_only,
+                                            limit_groups=limit_groups, sample_groups=sample_groups,
+                                            sample_seed=sample_seed)
+        datas.append(data)
     for data in datas:
         task_metric_names(data.spec)  # refuse unsupported metrics before the model loads
+    for data in datas:
+        record = selections[data.task]
+        which = f" (group_id {describe_groups(record['group_ids'])})" if "group_ids" in record else ""
+        note(f"{data.task} ({data.split}): {record['description']}{which}", quiet)
 
     t0 = time.perf_counter()
-    lm = model if isinstance(model, LoadedModel) else load_model(
-        model, gguf_file=gguf_file, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
-    engine = Engine(lm, batch_size, packing=packing)
+    what = model.name if isinstance(model, LoadedModel) else str(model if gguf_file is None
+                                                                 else Path(model) / gguf_file)
+    with stage(f"loading model {what}", quiet):
+        lm = model if isinstance(model, LoadedModel) else load_model(
+            model, gguf_file=gguf_file, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
+            show_progress=progress_enabled(quiet))
+        engine = Engine(lm, batch_size, packing=packing)
     load_s = time.perf_counter() - t0
 
     results: dict[str, Any] = {
@@ -289,6 +407,7 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
         "prep_dir": str(prep_dir),
         "clean_only": clean_only,
         "limit_groups": limit_groups,
+        "sample_groups": None if sample_groups is None else {"groups": sample_groups, "seed": sample_seed},
         "bootstrap": {"samples": bootstrap, "seed": seed, "level": M.LEVEL,
                       "unit": "question group (group_id); a doc where the task has no groups",
                       "difference": "paired: clean and full from the same resample of full's groups"},
@@ -302,6 +421,7 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
         "timings": {"model_load_s": round(load_s, 3)},
     }
     samples: list[dict[str, Any]] = []
+    scored: list[tuple[TaskData, list[dict[str, Any]]]] = []  # for the analysis at the end
     for data in datas:
         sel = np.flatnonzero(data.clean) if clean_only else np.arange(len(data.docs))
         docs = [data.docs[i] for i in sel]
@@ -331,7 +451,7 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
         entry = task_metrics(data.spec, docs, per_doc, clean, bootstrap, seed) if docs else \
             _empty_task_entry(data.spec)
         entry.update({"split": data.split, "output_type": data.spec.output_type,
-                      "source": str(data.path)})
+                      "source": str(data.path), "selection": selections[data.task]})
         if clean_only:
             # Only clean docs were scored: a "full" computed from them would be the clean score.
             for key in ("full", "dirty"):
@@ -343,11 +463,18 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
         for doc, c, o in zip(docs, clean, per_doc, strict=True):
             samples.append({"task": data.task, "doc_id": int(doc["doc_id"]), "group_id": int(doc["group_id"]),
                             "subset": "clean" if c else "dirty", **o})
+        if not clean_only:
+            scored.append((TaskData(data.task, data.split, data.spec, docs, clean, data.path), per_doc))
     results["effective_batch_size"] = engine.batch_size
     if write:
         from tcqa_data.eval.results import write_outputs
 
         out_dir = Path(output) if output is not None else default_output(prep_dir, lm.name)
+        if not clean_only:  # the contamination analysis of this pass, into out_dir/analysis
+            from tcqa_data.analysis.run import analyze_after_evaluate
+
+            results["analysis"] = analyze_after_evaluate(prep_dir, scored, out_dir / "analysis", bootstrap,
+                                                         seed)
         write_outputs(out_dir, results, samples)
         results["output_dir"] = str(out_dir)
     results["_samples"] = samples

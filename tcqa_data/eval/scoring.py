@@ -307,10 +307,12 @@ class Engine:
         if cache is not None:
             kwargs[self.cache_kw] = cache
         out = self.model(**kwargs)
-        new_cache = getattr(out, "cache", None)
-        if new_cache is None:
-            new_cache = getattr(out, "past_key_values", None)
-        return out.logits, new_cache
+        return out.logits, self.output_cache(out)
+
+    def output_cache(self, out: Any) -> Any:
+        """The cache a model output carries, read under the name this transformers uses (the old
+        name is a deprecated alias in 5.x, and reading it logs a warning)."""
+        return getattr(out, self.cache_kw, None)
 
     # ---- one forward pass over packed rows ----
     def forward(self, rows: Sequence[Packed], want: Sequence[Sequence[int]], use_cache: bool = False):
@@ -356,7 +358,7 @@ class Engine:
                 kwargs[self.cache_kw] = cache
             out = self.base(**kwargs)
             logits = self.head(out.last_hidden_state[bi, ti])
-            cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+            cache = self.output_cache(out) if use_cache else None
         else:
             cols = sorted({i for w in want for i in w})
             col_of = {i: c for c, i in enumerate(cols)}

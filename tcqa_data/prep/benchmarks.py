@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tcqa_data.errors import InputError, TcqaError
+from tcqa_data.io_utils import iter_jsonl_objects
 from tcqa_data.prep.taskspec import TaskSpec
 
 LOCAL_FORMATS = (".tsv", ".jsonl", ".json", ".parquet")
@@ -108,16 +109,7 @@ def _read_json(path: Path) -> pa.Table:
             raise InputError(f"invalid JSON: {exc}", path=str(path)) from exc
         rows = list(loaded)
     else:
-        for lineno, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"invalid JSON: {exc.msg}", path=str(path), line=lineno) from exc
-            if not isinstance(row, dict):
-                raise InputError("each line must be a JSON object", path=str(path), line=lineno)
-            rows.append(row)
+        rows = [row for _, row in iter_jsonl_objects(path)]
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
             raise InputError("each record must be a JSON object", path=str(path), line=i + 1)

@@ -6,10 +6,11 @@ Outputs are deterministic: the same inputs give byte-identical files (no timesta
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -24,47 +25,129 @@ from tcqa_data.decontam.detect import (
     has_minhash,
     score_docs,
 )
-from tcqa_data.errors import ConfigError, IndexMismatchError
+from tcqa_data.errors import ConfigError, IndexMismatchError, TcqaError
 from tcqa_data.io_utils import write_json_atomic, write_parquet_atomic, write_text_atomic
 from tcqa_data.prep.benchmarks import BenchmarkSplit, group_ids, load_split
-from tcqa_data.prep.lm_eval_export import export_lm_eval
+from tcqa_data.prep.lm_eval_export import export_lm_eval, export_lm_eval_task, exportable, lm_eval_task_name
 from tcqa_data.prep.report import write_reports
 from tcqa_data.prep.splits import GROUP_POLICIES, add_ids, check_invariants, group_flags, split_table
-from tcqa_data.prep.taskspec import TaskSpec
+from tcqa_data.prep.taskspec import TaskSpec, is_tcqa_task
 from tcqa_data.progress import progress_bar, rate_text
+
+if TYPE_CHECKING:
+    from tcqa_data.prep.lm_eval_tasks import LmEvalTask
 
 
 def parse_data_files(items: Iterable[str], tasks: Sequence[str]) -> dict[str, dict[str, str]]:
-    """``TASK:SPLIT=PATH`` (or ``SPLIT=PATH`` when there is one task) -> {task: {split: path}}."""
+    """``TASK:SPLIT=PATH`` items -> {task: {split: path}}; any other form is refused with the expected one.
+
+    Both names are required: ``mc_taco=PATH`` would otherwise read as a split named "mc_taco".
+    """
     out: dict[str, dict[str, str]] = {}
     for item in items:
-        if "=" not in item:
-            raise ConfigError(f"--data-files {item!r}: expected TASK:SPLIT=PATH, e.g. "
-                              "mc_taco:test=../shared/data/mc_taco/test_9442.tsv")
-        key, path = item.split("=", 1)
-        if ":" in key:
-            task, split = key.split(":", 1)
-        elif len(tasks) == 1:
-            task, split = tasks[0], key
-        else:
-            raise ConfigError(f"--data-files {item!r}: with several tasks name the task: TASK:SPLIT=PATH")
+        key, _, path = item.partition("=")
+        task, _, split = key.partition(":")
+        if not (task.strip() and split.strip() and path.strip()):
+            raise ConfigError(f"--data-files {item!r}: expected TASK:SPLIT=PATH (task, split and file), "
+                              "e.g. mc_taco:test=../shared/data/mc_taco/test_9442.tsv")
         # with a task given as a YAML path, its spec's `task` name is checked later, in decontaminate
+        if not is_tcqa_task(task) and task in tasks:
+            raise ConfigError(f"--data-files {item!r}: task {task!r} is resolved through lm-eval, which "
+                              "reads its data as its YAML says; point dataset_path/dataset_kwargs "
+                              "(e.g. dataset_path: json, data_files) at local files in a task YAML "
+                              "under --lm-eval-include instead")
         if task not in tasks and not any(t.endswith((".yaml", ".yml")) for t in tasks):
             raise ConfigError(f"--data-files {item!r}: task {task!r} is not among --tasks {list(tasks)}")
         out.setdefault(task, {})[split] = path
     return out
 
 
+def portable_path(path: str | os.PathLike) -> str:
+    """A path as PREP_DIR files record it: the file or folder name (hub and hf:// ids unchanged).
+
+    Files in PREP_DIR never hold absolute paths, so a prepared folder can be moved or shared, and
+    the same inputs give the same bytes wherever they and the output live. Content is identified
+    by checksums (the index manifest's sha256 per input), not by where it was read from.
+    """
+    text = os.fspath(path)
+    if text.startswith(("hub:", "hf://")):
+        return text
+    return Path(text).resolve().name or text
+
+
+def portable_ref(index_dir: str | os.PathLike) -> Callable[[str | None], str | None]:
+    """A function that rewrites a ``"<input path>:<line>"`` corpus doc ref of the index at
+    ``index_dir`` to ``"<file name>:<line>"``, as PREP_DIR files record it.
+
+    Doc refs without an id field embed the input path as given to index-corpus; PREP_DIR files
+    must not. Refs from an id field (titles, urls) are left as they are.
+    """
+    from tcqa_data.decontam.ngram_index import MANIFEST
+    from tcqa_data.io_utils import read_json
+
+    inputs = read_json(Path(index_dir) / MANIFEST).get("inputs", [])
+    prefixes = sorted({e["path"] + ":" for e in inputs}, key=len, reverse=True)
+    renamed = {p: portable_path(p[:-1]) + ":" for p in prefixes}
+
+    def fix(ref: str | None) -> str | None:
+        if ref is not None:
+            for p in prefixes:
+                if ref.startswith(p):
+                    return renamed[p] + ref[len(p):]
+        return ref
+
+    return fix
+
+
+def portable_doc_refs(cols: dict[str, list], index_dir: str | os.PathLike) -> None:
+    """Rewrite the corpus doc refs in ``cols`` (columns ``*_ref``, ``*_refs``) with ``portable_ref``."""
+    fix = portable_ref(index_dir)
+    for name in cols:  # every corpus doc ref column is named *_ref or *_refs
+        if name.endswith(("_ref", "_refs")):
+            cols[name] = [[fix(r) for r in v] if isinstance(v, list) else fix(v) for v in cols[name]]
+
+
 def _index_summary(idx: Any, index_dir: str | os.PathLike) -> dict[str, Any]:
-    """The index manifest (long lists shortened) plus its path, for the prep manifest and reports."""
-    summary: dict[str, Any] = {"path": str(Path(index_dir).resolve())}
+    """The index manifest (long lists shortened, paths made portable) for the prep manifest and reports."""
+    summary: dict[str, Any] = {"path": portable_path(index_dir)}
     for key, value in sorted(idx.manifest.items()):
         if key == "build":  # timestamps and durations: would make reruns differ byte-wise
             continue
+        if key in ("inputs", "skipped_inputs"):
+            value = [{**e, "path": portable_path(e["path"])} for e in value]
+            for e in value:
+                if "reason" in e:  # "same content as PATH", "already indexed as PATH"
+                    head, sep, other = e["reason"].rpartition(" as ")
+                    e["reason"] = head + sep + portable_path(other) if sep else e["reason"]
         if isinstance(value, list) and len(value) > 20:
             value = value[:20] + [f"... {len(value) - 20} more"]
         summary[key] = value
     return summary
+
+
+def _minhash_and_index_checks(idx: Any, index_dir: str | os.PathLike, rule: Rule, index_has_minhash: bool
+                              ) -> tuple[bool, str, list[str]]:
+    """Whether MinHash evidence is computed, how the reports describe it, and warnings for every report.
+
+    MinHash windows may need NLTK Punkt. A rule with a MinHash term cannot run without it: refused
+    before anything is written, with the fix. MinHash only as evidence: left out, said once.
+    """
+    warnings: list[str] = []
+    if idx.manifest.get("counts", {}).get("docs", 0) == 0:
+        warnings.append(f"the index {portable_path(index_dir)} holds 0 documents: nothing was searched, "
+                        "so every doc below is reported clean")
+    if not index_has_minhash:
+        return False, "off: the index has no MinHash section", warnings
+    from tcqa_data.decontam.minhash import MinHashParams
+    from tcqa_data.decontam.preflight import minhash_windows_problem
+
+    problem = minhash_windows_problem(MinHashParams.from_dict(idx.manifest["minhash"]))
+    if problem is None:
+        return True, "on", warnings
+    if rule.uses_minhash:
+        raise TcqaError(f"rule {str(rule)!r} uses MinHash, which needs sentence windows: {problem}")
+    warnings.append(f"MinHash evidence (minhash_sim) was left out: {problem}")
+    return False, "off: MinHash windows cannot be cut here (see the warning)", warnings
 
 
 def decontaminate(
@@ -79,6 +162,9 @@ def decontaminate(
     max_corpus_freq: int | None = None,
     group_policy: str = "any",
     normalization: str | None = None,
+    lm_eval_include: Sequence[str | os.PathLike] | str | os.PathLike | None = None,
+    group_by: Mapping[str, Sequence[str]] | None = None,
+    lm_eval_include_defaults: bool = True,
     quiet: bool = False,
 ) -> dict[str, Any]:
     """Score every doc of ``tasks`` against the index, write PREP_DIR, return the summary.
@@ -87,6 +173,11 @@ def decontaminate(
     splits, others load their declared splits from the hub. ``splits`` restricts the split names.
     ``ngram`` is an int n that the index holds, or "auto" (GPT-3's per-benchmark n).
     ``normalization``, when given, must equal the index's (else IndexMismatchError).
+    A task name that is neither built in nor a YAML path is resolved through lm-eval
+    (:mod:`tcqa_data.prep.lm_eval_tasks`): ``lm_eval_include`` adds folders of lm-eval task YAMLs,
+    groups and tags expand to their tasks, and ``group_by`` maps a task name to the doc fields
+    that form its question groups (any task; default: each doc is its own group).
+    ``lm_eval_include_defaults=False`` skips indexing lm-eval's shipped tasks.
     """
     from tcqa_data.decontam.ngram_index import NgramIndex
 
@@ -114,16 +205,56 @@ def decontaminate(
     if parsed_rule.uses_minhash and not minhash_ok:
         raise IndexMismatchError(f"rule {str(parsed_rule)!r} uses MinHash, but index {index_dir} has no "
                                  "MinHash section; rebuild it with MinHash or use an n-gram rule")
+    index_has_minhash = minhash_ok
+    if parsed_rule.uses_alignment:
+        from tcqa_data.decontam.textstore import has_text_store
+
+        if not has_text_store(index_dir):
+            raise IndexMismatchError(f"rule {str(parsed_rule)!r} aligns against corpus text, but index "
+                                     f"{index_dir} has no text store; rebuild it with --text-store auto")
+    minhash_ok, minhash_evidence, warnings = _minhash_and_index_checks(idx, index_dir, parsed_rule,
+                                                                       index_has_minhash)
     sizes = sorted(int(s) for s in idx.ngram_sizes)
     index_summary = _index_summary(idx, index_dir)
     out = Path(out_dir)
     data_files = {k: dict(v) for k, v in (data_files or {}).items()}
-    specs = [TaskSpec.resolve(t) for t in tasks]
+    group_by = {k: tuple(v) for k, v in (group_by or {}).items()}
+    own = [t for t in tasks if is_tcqa_task(t)]
+    specs = [TaskSpec.resolve(t) for t in own]
+    specs = [dataclasses.replace(s, group_by=group_by.pop(t, group_by.pop(s.task, s.group_by)))
+             for t, s in zip(own, specs, strict=True)]
     # local files may be keyed by the name given in `tasks` (maybe a YAML path) or by spec.task
-    known = set(tasks) | {s.task for s in specs}
+    known = set(own) | {s.task for s in specs}
     unknown = sorted(set(data_files) - known)
     if unknown:
-        raise ConfigError(f"data files given for tasks {unknown} that are not among {list(tasks)}")
+        raise ConfigError(f"data files given for tasks {unknown} that are not among the built-in or YAML "
+                          f"tasks {own}")
+    lm_names = [t for t in tasks if not is_tcqa_task(t)]
+    lm_tasks: list[LmEvalTask] = []
+    if lm_names:
+        from tcqa_data.prep.lm_eval_tasks import resolve_lm_eval_tasks
+
+        lm_tasks = resolve_lm_eval_tasks(lm_names, include_path=lm_eval_include, group_by=group_by,
+                                         include_defaults=lm_eval_include_defaults)
+    elif group_by:
+        raise ConfigError(f"--group-by names task(s) {sorted(group_by)} that are not among {list(tasks)}")
+    names = [s.task for s in specs] + [t.task for t in lm_tasks]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"tasks {sorted({n for n in names if names.count(n) > 1})} are given twice")
+
+    def choose_n(task: str, queries: Iterable[str]) -> tuple[int, str]:
+        if fixed_n is None:
+            from tcqa_data.decontam.normalize import tokenize
+
+            n = auto_ngram([len(tokenize(q, idx.normalization)) for q in queries])
+            how = "auto (GPT-3: 5th percentile of query length in words, clamped to 8..13)"
+        else:
+            n, how = fixed_n, "fixed"
+        if n not in sizes:
+            raise IndexMismatchError(
+                f"task {task!r} needs {n}-grams ({how}), but index {index_dir} holds n-gram sizes "
+                f"{sizes}; rebuild the index with --ngram {n} or pass --ngram with one of {sizes}")
+        return n, how
 
     config = {
         "rule": str(parsed_rule),
@@ -131,13 +262,16 @@ def decontaminate(
         "group_policy": group_policy,
         "max_corpus_freq": max_corpus_freq,
         "normalization": idx.normalization,
-        "minhash_available": minhash_ok,
+        "minhash_available": index_has_minhash,
+        "minhash_evidence": minhash_evidence,
+        "warnings": warnings,
         "untestable_policy": "docs shorter than n words with no other rule term firing are kept in the "
                              "clean split and reported as 'untestable'",
     }
     manifest_tasks: dict[str, Any] = {}
-    summary: dict[str, Any] = {"out_dir": str(out), "rule": str(parsed_rule), "tasks": {}}
-    for task_name, spec in zip(tasks, specs, strict=True):
+    summary: dict[str, Any] = {"out_dir": str(out), "rule": str(parsed_rule), "warnings": warnings,
+                               "tasks": {}}
+    for task_name, spec in zip(own, specs, strict=True):
         local = data_files.get(task_name) or data_files.get(spec.task) or {}
         role_of = {name: role for role, name in spec.splits().items()}
         if local:
@@ -152,30 +286,37 @@ def decontaminate(
                               f"local files {list(local)}, --splits {list(splits or [])})")
         loaded: list[BenchmarkSplit] = [load_split(spec, s, local.get(s)) for s in wanted]
         queries = {b.split: [spec.decontamination_query(d) for d in b.docs()] for b in loaded}
-        if fixed_n is None:
-            from tcqa_data.decontam.normalize import tokenize
-
-            counts = [len(tokenize(q, idx.normalization)) for qs in queries.values() for q in qs]
-            n = auto_ngram(counts)
-            how = "auto (GPT-3: 5th percentile of query length in words, clamped to 8..13)"
-        else:
-            n, how = fixed_n, "fixed"
-        if n not in sizes:
-            raise IndexMismatchError(
-                f"task {spec.task!r} needs {n}-grams ({how}), but index {index_dir} holds n-gram sizes "
-                f"{sizes}; rebuild the index with --ngram {n} or pass --ngram with one of {sizes}")
+        n, how = choose_n(spec.task, (q for qs in queries.values() for q in qs))
         task_dir = out / spec.task
         write_text_atomic(task_dir / "task.yaml", spec.to_yaml())
         manifest_tasks[spec.task] = {"ngram": n, "ngram_choice": how, "splits": {}}
         summary["tasks"][spec.task] = {}
         for b in loaded:
-            counts = _process_split(
+            counts, export = _process_split(
                 spec, b, queries[b.split], role_of.get(b.split, "test"), task_dir / b.split,
                 index_dir=str(index_dir), n=n, rule=parsed_rule, max_corpus_freq=max_corpus_freq,
                 group_policy=group_policy, use_minhash=minhash_ok,
                 config={**config, "ngram": n, "ngram_choice": how}, index_summary=index_summary, quiet=quiet)
             manifest_tasks[spec.task]["splits"][b.split] = counts
+            manifest_tasks[spec.task].setdefault("lm_eval_export", {})[b.split] = export
             summary["tasks"][spec.task][b.split] = counts
+    for lt in lm_tasks:
+        if splits and lt.split not in splits:
+            raise ConfigError(f"lm-eval task {lt.task!r} evaluates split {lt.split!r}, which --splits "
+                              f"{list(splits)} leaves out")
+        n, how = choose_n(lt.task, lt.queries)
+        b = BenchmarkSplit(task=lt.task, split=lt.split, source=lt.source, table=lt.table)
+        manifest_tasks[lt.task] = {"ngram": n, "ngram_choice": how, "splits": {},
+                                   "source": {"lm_eval_task": lt.task, "requested_as": lt.requested_as,
+                                              "query": lt.query_description, "group_by": list(lt.group_by)}}
+        counts, export = _process_split(
+            lt, b, lt.queries, lt.role, out / lt.task / lt.split, index_dir=str(index_dir), n=n,
+            rule=parsed_rule, max_corpus_freq=max_corpus_freq, group_policy=group_policy,
+            use_minhash=minhash_ok, config={**config, "ngram": n, "ngram_choice": how},
+            index_summary=index_summary, quiet=quiet)
+        manifest_tasks[lt.task]["splits"][lt.split] = counts
+        manifest_tasks[lt.task]["lm_eval_export"] = {lt.split: export}
+        summary["tasks"][lt.task] = {lt.split: counts}
     manifest = {
         "format_version": tcqa_data.FORMAT_VERSION,
         "tcqa_data_version": tcqa_data.__version__,
@@ -187,10 +328,11 @@ def decontaminate(
     return summary
 
 
-def _process_split(spec: TaskSpec, b: BenchmarkSplit, queries: list[str], role: str, split_dir: Path, *,
+def _process_split(spec: TaskSpec | LmEvalTask, b: BenchmarkSplit, queries: list[str], role: str,
+                   split_dir: Path, *,
                    index_dir: str, n: int, rule: Rule, max_corpus_freq: int | None, group_policy: str,
                    use_minhash: bool, config: dict[str, Any], index_summary: dict[str, Any],
-                   quiet: bool) -> dict[str, Any]:
+                   quiet: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     import time
 
     docs = b.docs()
@@ -208,12 +350,15 @@ def _process_split(spec: TaskSpec, b: BenchmarkSplit, queries: list[str], role: 
                 prog.update(task_id, completed=done[0],
                             rate=rate_text(done[0], time.perf_counter() - t0, "docs"))
 
+        # alignment against corpus text (aligned_* columns) runs when the rule has an aligned term
         cols = score_docs(qdocs, index_dir, n, max_corpus_freq=max_corpus_freq, use_minhash=use_minhash,
-                          progress=step)
+                          progress=step, align=rule.uses_alignment)
+    portable_doc_refs(cols, index_dir)
     gids = group_ids(spec, b.table)
     dirty_doc, fired = rule.evaluate(cols)
     dirty = group_flags(dirty_doc, gids, group_policy)
-    status = doc_status(dirty, np.asarray(cols["testable"]), rule, cols["minhash_windows"])
+    status = doc_status(dirty, np.asarray(cols["testable"]), rule, cols["minhash_windows"],
+                        cols.get("aligned_tested"))
     full = add_ids(b.table, gids)
     clean_t, dirty_t = split_table(full, dirty)
     check_invariants(full, clean_t, dirty_t)
@@ -222,10 +367,20 @@ def _process_split(spec: TaskSpec, b: BenchmarkSplit, queries: list[str], role: 
     write_parquet_atomic(split_dir / "clean.parquet", clean_t)
     write_parquet_atomic(split_dir / "dirty.parquet", dirty_t)
     write_parquet_atomic(split_dir / "contamination.parquet", contamination)
-    export_lm_eval(spec, b.split, role, split_dir)
-    counts = write_reports(spec, b.split, b.source, full, contamination, split_dir, config=config,
-                           index_summary=index_summary)
-    return counts
+    if isinstance(spec, TaskSpec):
+        export_lm_eval(spec, b.split, role, split_dir)
+        reason = None
+    elif (reason := exportable(spec.lm_task)) is None:
+        export_lm_eval_task(spec, split_dir)
+    counts = write_reports(spec, b.split, portable_path(b.source), full, contamination, split_dir,
+                           config=config, index_summary=index_summary)
+    # where lm-eval finds the exported tasks (relative to PREP_DIR), for `lm_eval --include_path`
+    if reason is None:
+        export = {"include_path": f"{spec.task}/{b.split}/lm_eval",
+                  "tasks": {w: lm_eval_task_name(spec.task, b.split, w) for w in ("clean", "full")}}
+    else:
+        export = {"include_path": None, "tasks": {}, "not_exported": reason}
+    return counts, export
 
 
 def _contamination_table(cols: dict[str, list], gids: list[int], n: int, dirty_doc: np.ndarray,
@@ -254,4 +409,14 @@ def _contamination_table(cols: dict[str, list], gids: list[int], n: int, dirty_d
     }
     for name, typ in types.items():
         data[name] = pa.array(cols[name], type=typ)
+    # null where no MinHash candidate was found or MinHash was not computed (never -1.0 / NaN, so a
+    # plain mean over the column is the mean over docs that have a candidate)
+    sims = cols["minhash_sim"]
+    data["minhash_sim"] = pa.array([None if x is None or not x >= 0 else float(x) for x in sims],
+                                   type=pa.float64())
+    from tcqa_data.decontam.align import ALIGNED_COLUMN_TYPES
+
+    for name, typ in ALIGNED_COLUMN_TYPES.items():  # present when the index has a text store
+        if name in cols:
+            data[name] = pa.array(cols[name], type=typ)
     return pa.table(data)

@@ -6,9 +6,6 @@ PNGs without the Software/date metadata), so reruns give byte-identical files.
 
 from __future__ import annotations
 
-import base64
-import html
-import io
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +14,20 @@ import pyarrow as pa
 
 from tcqa_data.io_utils import write_json_atomic, write_text_atomic
 from tcqa_data.prep.taskspec import TaskSpec
+from tcqa_data.report_render import (
+    Block,
+    Bullets,
+    Code,
+    Figure,
+    Heading,
+    Paragraph,
+    Quote,
+    Table,
+    highlight,
+    png_bytes,
+    to_html,
+    to_markdown,
+)
 
 TOP_K = 20
 UNTESTABLE_LIST = 50
@@ -91,8 +102,10 @@ def summarize(spec: TaskSpec, split: str, source: str, full: pa.Table, cont: pa.
         "task": spec.task,
         "split": split,
         "source": source,
+        # shown first in report.md/html: an empty index, MinHash evidence left out
+        "warnings": list(config.get("warnings", [])),
         "method": {
-            **config,
+            **{k: v for k, v in config.items() if k != "warnings"},
             "index": index_summary,
             "query_template": spec.doc_to_decontamination_query or spec.doc_to_text,
             "attribution_fields": spec.query_fields(),
@@ -149,6 +162,12 @@ def _top_docs(c: dict[str, list], full: pa.Table, spec: TaskSpec) -> list[dict[s
         }
         for f in extra:
             row[f] = full.column(f)[i].as_py()
+        if c.get("aligned_text") and c["aligned_text"][i]:
+            # edited-contamination evidence (decontam/align.py): the corpus span and its mismatches
+            row.update({key: c[key][i] for key in (
+                "aligned_ref", "aligned_span", "aligned_text", "aligned_text_marks", "aligned_query_spans",
+                "aligned_mismatches", "aligned_field", "aligned_words")})
+            row["aligned_share"] = _r(c["aligned_share"][i])
         if not row["match_spans"] and row["minhash_query_window"]:
             # flagged by MinHash alone: show the query window that matched instead
             start = row["query"].find(row["minhash_query_window"])
@@ -160,181 +179,165 @@ def _top_docs(c: dict[str, list], full: pa.Table, spec: TaskSpec) -> list[dict[s
     return out
 
 
-# ---- rendering ------------------------------------------------------------------------------
-def _highlight_html(text: str, spans: list[list[int]]) -> str:
-    out, pos = [], 0
-    for s, e in sorted(spans):
-        if s < pos:
-            s = pos
-        if e <= s:
-            continue
-        out.append(html.escape(text[pos:s]))
-        out.append(f"<mark>{html.escape(text[s:e])}</mark>")
-        pos = e
-    out.append(html.escape(text[pos:]))
-    return "".join(out).replace("\n", "<br>")
-
-
-def _highlight_md(text: str, spans: list[list[int]]) -> str:
-    out, pos = [], 0
-    for s, e in sorted(spans):
-        s = max(s, pos)
-        if e <= s:
-            continue
-        out.append(text[pos:s])
-        out.append(f"**{text[s:e]}**")
-        pos = e
-    out.append(text[pos:])
-    return "".join(out).replace("\n", " ").replace("|", "\\|")
-
-
+# ---- rendering: one document model (tcqa_data.report_render) rendered to report.md and report.html ----
 def _mh_spans(t: dict[str, Any]) -> list[list[int]]:
     return [t["minhash_span"]] if t.get("minhash_span") else []
 
 
-def _png(fig) -> str:
-    buf = io.BytesIO()
-    # No Software/creation metadata: the PNG bytes depend only on the data.
-    fig.savefig(buf, format="png", dpi=80, metadata={"Software": None})
-    return base64.b64encode(buf.getvalue()).decode("ascii")
+def _fmt(x: Any) -> str:
+    return "n/a" if x is None else str(x)
 
 
-def _plots(rep: dict[str, Any]) -> list[tuple[str, str]]:
-    from matplotlib.figure import Figure
+def _fraction_plot(rep: dict[str, Any]) -> bytes:
+    from matplotlib.figure import Figure as MplFigure
 
-    plots = []
-    d = rep["distributions"]
-    fig = Figure(figsize=(6, 3))
+    d = rep["distributions"]["ngram_fraction"]
+    fig = MplFigure(figsize=(6, 3))
     ax = fig.subplots()
-    b = d["ngram_fraction"]["bins"]
+    b = d["bins"]
     mids = [(x + y) / 2 for x, y in zip(b[:-1], b[1:], strict=True)]
-    ax.bar(mids, d["ngram_fraction"]["counts"], width=0.09, color="#c44")
+    ax.bar(mids, d["counts"], width=0.09, color="#c44")
     ax.set_xlabel(f"fraction of query {rep['method']['ngram']}-grams found in the corpus")
     ax.set_ylabel("docs")
     ax.set_yscale("symlog")
     fig.tight_layout()
-    plots.append(("Distribution of n-gram overlap fraction (testable docs)", _png(fig)))
-    fig = Figure(figsize=(6, 3))
+    return png_bytes(fig)
+
+
+def _longest_plot(rep: dict[str, Any]) -> bytes:
+    from matplotlib.figure import Figure as MplFigure
+
+    d = rep["distributions"]["longest_match"]
+    fig = MplFigure(figsize=(6, 3))
     ax = fig.subplots()
-    lb = d["longest_match"]["bins"]
+    lb = d["bins"]
     labels = [f"{x}-{y - 1}" if y - 1 > x else f"{x}" for x, y in zip(lb[:-1], lb[1:], strict=False)]
-    ax.bar(range(len(labels)), d["longest_match"]["counts"], color="#48c")
+    ax.bar(range(len(labels)), d["counts"], color="#48c")
     ax.set_xticks(range(len(labels)), labels, rotation=30, fontsize=7)
     ax.set_xlabel("longest run of consecutive matched words")
     ax.set_ylabel("docs")
     ax.set_yscale("symlog")
     fig.tight_layout()
-    plots.append(("Distribution of longest match", _png(fig)))
-    for field, per in sorted(rep["by"].items()):
-        names = list(per)
-        fig = Figure(figsize=(6, 0.4 * len(names) + 1))
-        ax = fig.subplots()
-        shares = [per[v]["clean_share_groups"] or 0.0 for v in names]
-        ax.barh(range(len(names)), shares, color="#4a4")
-        ax.set_yticks(range(len(names)), names, fontsize=8)
-        ax.set_xlim(0, 1)
-        ax.set_xlabel("clean share of question groups")
-        fig.tight_layout()
-        plots.append((f"Clean share by {field}", _png(fig)))
-    return plots
+    return png_bytes(fig)
+
+
+def _clean_share_plot(per: dict[str, dict[str, Any]]) -> bytes:
+    from matplotlib.figure import Figure as MplFigure
+
+    names = list(per)
+    fig = MplFigure(figsize=(6, 0.4 * len(names) + 1))
+    ax = fig.subplots()
+    shares = [per[v]["clean_share_groups"] or 0.0 for v in names]
+    ax.barh(range(len(names)), shares, color="#4a4")
+    ax.set_yticks(range(len(names)), names, fontsize=8)
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("clean share of question groups")
+    fig.tight_layout()
+    return png_bytes(fig)
+
+
+def _warnings(rep: dict[str, Any]) -> list[Block]:
+    """Things a reader must see before any number: an empty index, MinHash evidence left out."""
+    notes = rep.get("warnings") or []
+    if not notes:
+        return []
+    return [Heading(2, "Warnings"), Bullets(list(notes))]
+
+
+def _method(rep: dict[str, Any]) -> Bullets:
+    m = rep["method"]
+    idx = m["index"]
+    return Bullets([
+        ["Data: ", Code(rep["source"])],
+        ["Index: ", Code(str(idx.get("path"))), " (normalization ", Code(m["normalization"]),
+         f", n-gram sizes {idx.get('ngram_sizes', '?')}, {_fmt(idx.get('counts', {}).get('docs'))} docs)"],
+        ["Rule: ", Code(m["rule"]), f" ({m['rule_help']}); n = {m['ngram']} ({m['ngram_choice']})"],
+        ["Query template: ", Code(str(m["query_template"]))],
+        ["Group policy: ", Code(m["group_policy"]),
+         f" (group_by {m['group_by'] or 'none: each doc is its own group'})"],
+        f"Max corpus frequency: {m['max_corpus_freq'] if m['max_corpus_freq'] is not None else 'none'}",
+        f"MinHash evidence: {m.get('minhash_evidence', 'on' if m.get('minhash_available') else 'off')}",
+        f"Untestable: {m['untestable_policy']}",
+    ])
+
+
+def _counts(rep: dict[str, Any]) -> list[Block]:
+    c = rep["counts"]
+    return [
+        Heading(2, "Counts"),
+        Table(["", "docs", "groups"], [
+            ["total", str(c["docs"]), str(c["groups"])],
+            ["dirty", str(c["dirty_docs"]), str(c["dirty_groups"])],
+            ["clean", str(c["clean_docs"]), str(c["clean_groups"])],
+            ["flagged by the rule itself", str(c["docs_flagged_by_rule"]), ""],
+            ["dirty only through the group policy", str(c["docs_dirty_by_group_policy_only"]), ""],
+            ["untestable (query < n words, no other test; kept in clean)", str(c["untestable_docs"]), ""],
+            ["shorter than n words (n-grams cannot test them)", str(c["ngram_untestable_docs"]), ""],
+        ]),
+        Paragraph(f"Clean share: {_fmt(c['clean_share_docs'])} of docs, "
+                  f"{_fmt(c['clean_share_groups'])} of groups."),
+    ]
+
+
+def _evidence(t: dict[str, Any]) -> list[Block]:
+    """The evidence shown for one contaminated doc: a summary line, then the query with the matched
+    words marked. Further per-doc evidence (e.g. aligned corpus spans) goes here, as more blocks."""
+    refs = ", ".join(t["matched_doc_refs"]) or "-"
+    summary: list[str | Code] = [
+        f"doc {t['doc_id']} (group {t['group_id']}): {t['ngram_hits']}/{t['ngram_total']} n-grams, "
+        f"longest match {t['longest_match']} words, MinHash {_fmt(t['minhash_sim'])}, rule ",
+        Code(t["rule_fired"] or "-"), f", mostly from field {t['match_field'] or '-'}; corpus docs {refs}"]
+    spans = t["match_spans"] or _mh_spans(t) or t.get("aligned_query_spans") or []
+    blocks: list[Block] = [Paragraph(summary), Quote(highlight(t["query"], spans))]
+    if t.get("aligned_text"):
+        s, e = t["aligned_span"]
+        blocks += [Paragraph(
+            [f"aligned corpus span: {t['aligned_ref']} chars {s}-{e}: {t['aligned_words']} query words "
+             f"contaminated (share {_fmt(t['aligned_share'])}, field {t['aligned_field'] or '-'}), "
+             f"{t['aligned_mismatches']} mismatched tokens; corpus words that differ are marked"]),
+            Quote(highlight(t["aligned_text"], t["aligned_text_marks"]))]
+    return blocks
+
+
+def build_document(rep: dict[str, Any]) -> list[Block]:
+    """The whole report as blocks; report.md and report.html are two renderings of this list."""
+    blocks: list[Block] = [Heading(1, f"Contamination report: {rep['task']} / {rep['split']}")]
+    blocks += _warnings(rep)
+    blocks.append(_method(rep))
+    blocks += _counts(rep)
+    if rep["field_attribution"]:
+        blocks += [Heading(2, "Where matches come from"),
+                   Table(["field", "words", "matched words", "docs mostly from it"],
+                         [[f, str(e["words"]), str(e["matched_words"]), str(e["docs_mostly_from_field"])]
+                          for f, e in rep["field_attribution"].items()])]
+    blocks += [Heading(2, "Distributions"),
+               Figure("Distribution of n-gram overlap fraction (testable docs)",
+                      lambda: _fraction_plot(rep)),
+               Figure("Distribution of longest match", lambda: _longest_plot(rep))]
+    for fld, per in sorted(rep["by"].items()):
+        blocks += [Heading(2, f"Clean share by {fld}"),
+                   Table([fld, "docs", "groups", "dirty groups", "clean share"],
+                         [[v, str(e["docs"]), str(e["groups"]), str(e["dirty_groups"]),
+                           _fmt(e["clean_share_groups"])] for v, e in per.items()]),
+                   Figure(f"Clean share by {fld}", lambda per=per: _clean_share_plot(per))]
+    blocks.append(Heading(2, "Top contaminated docs (one per group; matched text highlighted: n-gram "
+                             "matches, or the MinHash-matched window when only MinHash fired)"))
+    if not rep["top_contaminated"]:
+        blocks.append(Paragraph("None."))
+    for t in rep["top_contaminated"]:
+        blocks += _evidence(t)
+    if rep["untestable_doc_ids"]:
+        blocks += [Heading(2, "Untestable docs (first ids)"),
+                   Paragraph(", ".join(map(str, rep["untestable_doc_ids"])))]
+    return blocks
 
 
 def render_markdown(rep: dict[str, Any]) -> str:
-    m, c = rep["method"], rep["counts"]
-    lines = [
-        f"# Contamination report: {rep['task']} / {rep['split']}",
-        "",
-        f"- Data: `{rep['source']}`",
-        f"- Index: `{m['index'].get('path')}` (normalization `{m['normalization']}`, "
-        f"n-gram sizes {m['index'].get('ngram_sizes', '?')})",
-        f"- Rule: `{m['rule']}` ({m['rule_help']}); n = {m['ngram']} ({m['ngram_choice']})",
-        f"- Query template: `{m['query_template']!s}`".replace("\n", "\\n"),
-        f"- Group policy: `{m['group_policy']}` "
-        f"(group_by {m['group_by'] or 'none: each doc is its own group'})",
-        f"- Max corpus frequency: {m['max_corpus_freq'] if m['max_corpus_freq'] is not None else 'none'}",
-        f"- Untestable: {m['untestable_policy']}",
-        "",
-        "## Counts",
-        "",
-        "| | docs | groups |",
-        "|---|---:|---:|",
-        f"| total | {c['docs']} | {c['groups']} |",
-        f"| dirty | {c['dirty_docs']} | {c['dirty_groups']} |",
-        f"| clean | {c['clean_docs']} | {c['clean_groups']} |",
-        f"| flagged by the rule itself | {c['docs_flagged_by_rule']} | |",
-        f"| dirty only through the group policy | {c['docs_dirty_by_group_policy_only']} | |",
-        f"| untestable (query < n words, no other test; kept in clean) | {c['untestable_docs']} | |",
-        f"| shorter than n words (n-grams cannot test them) | {c['ngram_untestable_docs']} | |",
-        "",
-        f"Clean share: {c['clean_share_docs']} of docs, {c['clean_share_groups']} of groups.",
-        "",
-    ]
-    if rep["field_attribution"]:
-        lines += ["## Where matches come from", "", "| field | words | matched words | docs mostly from it |",
-                  "|---|---:|---:|---:|"]
-        for f, e in rep["field_attribution"].items():
-            lines.append(f"| {f} | {e['words']} | {e['matched_words']} | {e['docs_mostly_from_field']} |")
-        lines.append("")
-    for field, per in sorted(rep["by"].items()):
-        lines += [f"## Clean share by {field}", "",
-                  f"| {field} | docs | groups | dirty groups | clean share |", "|---|---:|---:|---:|---:|"]
-        for v, e in per.items():
-            lines.append(f"| {v} | {e['docs']} | {e['groups']} | {e['dirty_groups']} | "
-                         f"{e['clean_share_groups']} |")
-        lines.append("")
-    lines += ["## Top contaminated docs (one per group; matched text in bold: n-gram matches, or the "
-              "MinHash-matched window when only MinHash fired)", ""]
-    if not rep["top_contaminated"]:
-        lines.append("None.")
-    for t in rep["top_contaminated"]:
-        lines += [
-            f"- doc {t['doc_id']} (group {t['group_id']}): {t['ngram_hits']}/{t['ngram_total']} n-grams, "
-            f"longest {t['longest_match']} words, minhash {t['minhash_sim']}, fired `{t['rule_fired']}`, "
-            f"from field `{t['match_field']}`; corpus docs {t['matched_doc_refs']}",
-            f"  > {_highlight_md(t['query'], t['match_spans'] or _mh_spans(t))}",
-        ]
-    if rep["untestable_doc_ids"]:
-        lines += ["", "## Untestable docs (first ids)", "", ", ".join(map(str, rep["untestable_doc_ids"]))]
-    return "\n".join(lines) + "\n"
+    return to_markdown(build_document(rep))
 
 
 def render_html(rep: dict[str, Any]) -> str:
-    md_head = render_markdown(rep).split("## Counts")[0]
-    c = rep["counts"]
-    parts = [
-        "<!DOCTYPE html><html><head><meta charset='utf-8'>",
-        f"<title>{html.escape(rep['task'])} / {html.escape(rep['split'])}: contamination</title>",
-        "<style>body{font-family:sans-serif;max-width:60em;margin:auto}mark{background:#fc8}"
-        "td,th{padding:2px 8px;border-bottom:1px solid #ddd}.q{font-family:serif;margin:4px 0 12px 1em}"
-        "</style></head><body>",
-        f"<h1>Contamination report: {html.escape(rep['task'])} / {html.escape(rep['split'])}</h1>",
-        "<ul>" + "".join(f"<li>{html.escape(x[2:])}</li>" for x in md_head.splitlines() if x.startswith("- "))
-        + "</ul>",
-        "<h2>Counts</h2><table><tr><th></th><th>docs</th><th>groups</th></tr>",
-        f"<tr><td>total</td><td>{c['docs']}</td><td>{c['groups']}</td></tr>",
-        f"<tr><td>dirty</td><td>{c['dirty_docs']}</td><td>{c['dirty_groups']}</td></tr>",
-        f"<tr><td>clean</td><td>{c['clean_docs']}</td><td>{c['clean_groups']}</td></tr>",
-        f"<tr><td>untestable (kept in clean)</td><td>{c['untestable_docs']}</td><td></td></tr></table>",
-    ]
-    for title, b64 in _plots(rep):
-        parts.append(f"<h2>{html.escape(title)}</h2><img alt='{html.escape(title)}' "
-                     f"src='data:image/png;base64,{b64}'>")
-    parts.append("<h2>Top contaminated docs (matched text highlighted: n-gram matches, or the "
-                 "MinHash-matched window when only MinHash fired)</h2>")
-    if not rep["top_contaminated"]:
-        parts.append("<p>None.</p>")
-    for t in rep["top_contaminated"]:
-        meta = (f"doc {t['doc_id']} (group {t['group_id']}): {t['ngram_hits']}/{t['ngram_total']} n-grams, "
-                f"longest match {t['longest_match']} words, MinHash {t['minhash_sim']}, rule "
-                f"{t['rule_fired']}, mostly from field {t['match_field'] or '-'}; corpus docs "
-                f"{', '.join(t['matched_doc_refs']) or '-'}")
-        quote = _highlight_html(t["query"], t["match_spans"] or _mh_spans(t))
-        parts.append(f"<p>{html.escape(meta)}</p><div class='q'>{quote}</div>")
-    if rep["untestable_doc_ids"]:
-        parts.append("<h2>Untestable docs (first ids)</h2><p>"
-                     + ", ".join(map(str, rep["untestable_doc_ids"])) + "</p>")
-    parts.append("</body></html>\n")
-    return "\n".join(parts)
+    return to_html(build_document(rep), title=f"{rep['task']} / {rep['split']}: contamination")
 
 
 def write_reports(spec: TaskSpec, split: str, source: str, full: pa.Table, cont: pa.Table,

@@ -222,6 +222,12 @@ class TaskSpec:
         return out
 
 
+def is_tcqa_task(name_or_path: str) -> bool:
+    """True for a built-in task name or a task YAML path; other names are lm-eval tasks."""
+    return (name_or_path.endswith((".yaml", ".yml")) or os.path.sep in name_or_path
+            or name_or_path in builtin_task_names())
+
+
 def builtin_task_names() -> list[str]:
     folder = resources.files("tcqa_data.prep") / "tasks"
     return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))

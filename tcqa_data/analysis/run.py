@@ -1,0 +1,324 @@
+"""The analysis of one model pass: library entry points behind `tcqa-data analyze`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from tcqa_data import FORMAT_VERSION, __version__
+from tcqa_data.analysis import labels as LB
+from tcqa_data.analysis import lm_eval_metrics as LM
+from tcqa_data.analysis.llama2 import (
+    CLEAN_BELOW,
+    DIRTY_FROM,
+    ZN_SAMPLES,
+    ZN_SEED,
+    ZnReference,
+    lengths_supported,
+    llama2_subsets,
+    token_shares,
+)
+from tcqa_data.analysis.sources import ScoredSplit, load_scored
+from tcqa_data.analysis.sweep import (
+    make_units,
+    masked_metrics,
+    score_columns,
+    sweep_scores,
+    unit_flags,
+    value_ci,
+)
+from tcqa_data.errors import ConfigError, TcqaError
+from tcqa_data.eval import metrics as M
+from tcqa_data.eval.runner import read_manifest, subset_table, task_metric_names, task_metrics
+from tcqa_data.io_utils import read_json
+
+TOKEN_SHARE_PREFIX = "token_share_L"
+
+
+def rule_thresholds(rule: str | None) -> dict[str, list[float]]:
+    """Score column -> thresholds of the decontaminate rule's terms (none for an unparsable rule)."""
+    from tcqa_data.decontam.detect import Rule
+
+    if not rule:
+        return {}
+    try:
+        parsed = Rule.parse(rule)
+    except ConfigError:
+        return {}
+    out: dict[str, list[float]] = {}
+    for t in parsed.terms:
+        out.setdefault(t.metric, []).append(float(t.threshold))
+    return out
+
+
+def analyze_task(scored: ScoredSplit, manifest: dict[str, Any] | None, bootstrap: int = M.BOOTSTRAP_SAMPLES,
+                 seed: int = M.BOOTSTRAP_SEED, zn_samples: int = ZN_SAMPLES, corpus: bool = True,
+                 index_dir: str | Path | None = None) -> dict[str, Any]:
+    """Every analysis of one task split: the rule's table, sweeps, Llama 2 subsets, input vs label.
+
+    ``index_dir``: the corpus index, to read matched corpus text for input vs input+label (default:
+    the index prep_manifest.json names, if it is found beside PREP_DIR or the working directory).
+    """
+    data = scored.data
+    spec = data.spec
+    docs = data.docs
+    cont_path = data.path / "contamination.parquet"
+    if not cont_path.is_file():
+        raise TcqaError(f"{cont_path} is missing: analysis needs the decontaminate stage's scores "
+                        "(re-run `tcqa-data decontaminate`)")
+    cont = pq.read_table(cont_path)
+    for col in ("doc_id", "group_id"):
+        if col not in cont.column_names:
+            raise TcqaError(f"{cont_path}: column {col!r} is missing; re-run `tcqa-data decontaminate`")
+    row_of = {int(x): i for i, x in enumerate(cont.column("doc_id").to_pylist())}
+    missing = [int(d["doc_id"]) for d in docs if int(d["doc_id"]) not in row_of]
+    if missing:
+        raise TcqaError(f"{cont_path}: no scores for doc_id {missing[0]} ({len(missing)} docs of "
+                        f"{data.path / 'full.parquet'}); the prepared folder is inconsistent")
+    cont = cont.take([row_of[int(d["doc_id"])] for d in docs])
+
+    group_ids = np.asarray([int(d["group_id"]) for d in docs], dtype=np.int64)
+    u = make_units(group_ids)
+    if spec is None:  # a task resolved through lm-eval: the metric values it logged per doc
+        metrics = scored.metrics or []
+        names = [m.name for m in metrics]
+        stats = LM.unit_stats_of(metrics, scored.per_doc, u.units, u.n)
+    else:
+        names = task_metric_names(spec)
+        if spec.output_type == "multiple_choice":
+            gold = np.asarray([o["gold"] for o in scored.per_doc], dtype=np.int64)
+            pred = np.asarray([o["pred"] for o in scored.per_doc], dtype=np.int64)
+            doc_scores = None
+        else:
+            gold = pred = np.zeros(len(docs), dtype=np.int64)
+            doc_scores = np.asarray([o["contains"] for o in scored.per_doc], dtype=np.float64)
+        stats = {m: M.unit_stats(m, gold, pred, u.units, u.n, doc_scores) for m in names}
+    weights = M.bootstrap_weights(u.n, bootstrap, seed)
+    docs_per_unit = np.bincount(u.units, minlength=u.n)
+
+    manifest = manifest or {}
+    rule = manifest.get("rule")
+    policy = manifest.get("group_policy") or "any"
+    scheme = manifest.get("normalization") or "janitor"
+    # the rule's own split, by evaluate's own function: equal to evaluate's table to the last digit
+    if spec is None:
+        rule_table = subset_table(group_ids, data.clean, stats, LM.point_functions(metrics, scored.per_doc),
+                                  bootstrap, seed)
+    else:
+        rule_table = task_metrics(spec, docs, scored.per_doc, data.clean, bootstrap, seed)
+
+    scores = score_columns(cont)
+    rule_th = rule_thresholds(rule)
+    extra_th: dict[str, list[float]] = {}
+    llama: dict[str, Any] = {"skipped": "contamination.parquet holds no match spans"}
+    if {"query", "match_spans", "query_words"} <= set(cont.column_names):
+        n = int(cont.column("ngram_n")[0].as_py()) if "ngram_n" in cont.column_names and len(cont) else 13
+        longest = np.asarray(cont.column("longest_match").to_numpy(zero_copy_only=False)) \
+            if "longest_match" in cont.column_names else np.zeros(0)
+        lengths = lengths_supported(n, longest)
+        shares = token_shares(cont, lengths, scheme)
+        for L, share in shares.items():
+            scores[f"{TOKEN_SHARE_PREFIX}{L}"] = share
+            extra_th[f"{TOKEN_SHARE_PREFIX}{L}"] = [CLEAN_BELOW, DIRTY_FROM]
+
+        def unit_share_of(share: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            out = np.zeros(u.n)
+            np.maximum.at(out, u.units, share)
+            return out, docs_per_unit
+
+        ref = ZnReference(u.n, zn_samples, ZN_SEED)
+        llama = {"L": lengths, "ngram_n": n, "zn_samples": zn_samples, "zn_seed": ZN_SEED,
+                 "subsets": llama2_subsets(shares, unit_share_of, stats, weights, ref)}
+    unit_clean = np.zeros(u.n, dtype=bool)
+    unit_clean[u.units[data.clean]] = True
+    sweeps = sweep_scores(scores, rule_th, u, policy, stats, weights, extra_th, rule_dirty=~unit_clean)
+    single = [(name, ths[0]) for name, ths in rule_th.items() if len(ths) == 1] if len(rule_th) == 1 else []
+    for name, entry in sweeps.items():
+        # does a single-term rule's threshold reproduce the prepared clean/dirty split?
+        entry["reproduces_rule_split"] = None
+        if single and single[0][0] == name:
+            flags = unit_flags(scores[name], np.asarray([single[0][1]]), u, policy)[0]
+            entry["reproduces_rule_split"] = bool(np.array_equal(flags, ~unit_clean))
+
+    index = Path(index_dir) if index_dir is not None else LB.find_index(manifest, data.path.parent.parent)
+    if spec is None:
+        label_table = {"skipped": "task resolved through lm-eval: no task.yaml says which field is its label"}
+    elif corpus:
+        label_table = _labels(spec, docs, cont, scheme, index, u, stats, weights, docs_per_unit)
+    else:
+        label_table = {"skipped": "corpus lookup turned off"}
+    entry = {
+        "split": data.split, "docs": len(docs), "groups": u.n, "metrics": names,
+        "prepared_split": str(data.path), "source": scored.source,
+        "rule": {"rule": rule, "group_policy": policy, "table": rule_table},
+        "sweeps": sweeps, "llama2": llama, "labels": label_table,
+    }
+    if scored.skipped_metrics:
+        entry["skipped_metrics"] = dict(scored.skipped_metrics)
+    entry["conclusion"] = conclusions(entry)
+    return entry
+
+
+def _labels(spec, docs, cont, scheme, index_dir, u, stats, weights, docs_per_unit) -> dict[str, Any]:
+    fields = LB.label_fields(spec)
+    if not fields:
+        return {"skipped": f"task {spec.task!r} has no label text field"}
+    need = {"doc_dirty", "query", "match_spans", "matched_doc_refs"}
+    if not need <= set(cont.column_names):
+        return {"skipped": f"contamination.parquet lacks {sorted(need - set(cont.column_names))}"}
+    if index_dir is None or not (Path(index_dir) / "docs.parquet").is_file():
+        return {"skipped": "corpus text unavailable: the index is not found (give it with --index)"}
+    dirty = np.asarray(cont.column("doc_dirty").to_numpy(zero_copy_only=False), dtype=bool)
+    refs = {r for i in np.flatnonzero(dirty) for r in (cont.column("matched_doc_refs")[int(i)].as_py() or [])}
+    if "minhash_doc_ref" in cont.column_names:
+        refs |= {r for i in np.flatnonzero(dirty) if (r := cont.column("minhash_doc_ref")[int(i)].as_py())}
+    try:
+        texts = LB.corpus_texts(index_dir, refs) if refs else {}
+    except (OSError, TcqaError) as exc:
+        return {"skipped": f"corpus text unavailable ({exc})"}
+    status = LB.doc_label_status(spec, docs, cont, scheme, texts)
+    cats = LB.group_categories(status, u.units, u.n)
+    masks = np.stack([cats == k for k in range(len(LB.CATEGORIES))])
+    res = masked_metrics(stats, masks, weights)
+    rows = []
+    for k, name in enumerate(LB.CATEGORIES):
+        rows.append({"subset": name, "groups": int(masks[k].sum()),
+                     "docs": int(docs_per_unit[masks[k]].sum()),
+                     "metrics": {m: value_ci(p[k], b[:, k]) for m, (p, b) in res.items()}})
+    return {"label_fields": fields, "window_words": LB.WINDOW_WORDS, "index": str(index_dir),
+            "docs_input_label": int(sum(s == "input+label" for s in status)),
+            "docs_input": int(sum(s == "input" for s in status)), "subsets": rows}
+
+
+def _pts(v: float | None) -> str:
+    return "n/a" if v is None else f"{v * 100:+.1f}"
+
+
+def _ci(m: dict[str, Any]) -> str:
+    lo, hi = m["ci95"]
+    return f"{_pts(m['value'])} [{_pts(lo)}, {_pts(hi)}]" if lo is not None else _pts(m["value"])
+
+
+def significant(m: dict[str, Any]) -> bool:
+    lo, hi = m["ci95"]
+    return lo is not None and hi is not None and (lo > 0 or hi < 0)
+
+
+def conclusions(entry: dict[str, Any]) -> list[str]:
+    """Plain-language findings for the primary metric (the task's first)."""
+    metric = entry["metrics"][0]
+    out = []
+    rule = entry["rule"]
+    diff = rule["table"]["clean_minus_full"][metric]
+    sub = rule["table"]["subsets"]
+    out.append(f"Rule `{rule['rule']}`: {sub['dirty']['groups']} of {sub['full']['groups']} groups dirty; "
+               f"{metric} clean - full = {_ci(diff)} points.")
+    for name, sw in entry["sweeps"].items():
+        for t in sw["rule_thresholds"]:
+            if t in sw["thresholds"]:
+                i = sw["thresholds"].index(t)
+                out.append(f"EPG at {name} >= {t:g} (the rule's threshold): "
+                           f"{_ci(sw['metrics'][metric]['epg'][i])} points ({metric}).")
+    hits = []
+    for name, sw in entry["sweeps"].items():
+        for i, t in enumerate(sw["thresholds"]):
+            e = sw["metrics"][metric]["epg"][i]
+            if significant(e):
+                hits.append(f"{name} >= {t:g}: {_ci(e)}")
+    if hits:
+        shown = "; ".join(hits[:6]) + (f"; and {len(hits) - 6} more" if len(hits) > 6 else "")
+        out.append(f"EPG's 95% interval excludes 0 at {len(hits)} score thresholds ({metric}; not "
+                   f"corrected for multiple comparisons): {shown}.")
+    else:
+        out.append(f"No threshold of any score shows a significant effect on {metric} (every EPG "
+                   "95% interval contains 0).")
+    llama = entry["llama2"]
+    if "subsets" in llama:
+        calls = [f"{s['subset']} at L={s['L']} (n={s['groups']} groups, Zn {s['metrics'][metric]['zn']:+.2f})"
+                 for s in llama["subsets"]
+                 if s["metrics"][metric].get("zn") is not None and abs(s["metrics"][metric]["zn"]) > 2]
+        out.append("Llama 2 test: |Zn| > 2 for " + "; ".join(calls) + "." if calls else
+                   f"Llama 2 test: no subset has |Zn| > 2 on {metric}: no contamination effect is called.")
+    labels = entry["labels"]
+    if "subsets" in labels:
+        out.append(f"Input vs input+label: {labels['docs_input']} flagged docs have only their input in "
+                   f"the corpus, {labels['docs_input_label']} also their label "
+                   f"({', '.join(labels['label_fields'])}) next to it.")
+    for name, why in (entry.get("skipped_metrics") or {}).items():
+        out.append(f"Not analyzed: {name} ({why}).")
+    return out
+
+
+def analyze_scored(scored: list[ScoredSplit], prep_dir: str | Path, *, bootstrap: int = M.BOOTSTRAP_SAMPLES,
+                   seed: int = M.BOOTSTRAP_SEED, zn_samples: int = ZN_SAMPLES, corpus: bool = True,
+                   index_dir: str | Path | None = None) -> dict[str, Any]:
+    """The analysis.json object for model outputs already matched to the prepared splits."""
+    prep_dir = Path(prep_dir)
+    manifest = read_manifest(prep_dir)
+    tasks = {s.task: analyze_task(s, manifest, bootstrap, seed, zn_samples, corpus, index_dir)
+             for s in scored}
+    return {
+        "format_version": FORMAT_VERSION, "tcqa_data_version": __version__, "prep_dir": str(prep_dir),
+        "bootstrap": {"samples": bootstrap, "seed": seed, "level": M.LEVEL,
+                      "unit": "question group (group_id); a doc where the task has no groups",
+                      "method": "one resample of groups gives every threshold's subsets (as evaluate)"},
+        "epg": "metric on all docs minus metric on the docs below the threshold (ConTAM)",
+        "tasks": tasks,
+    }
+
+
+def analyze(prep_dir: str | Path, results: str | Path, output: str | Path | None = None, *,
+            tasks: list[str] | None = None, split: str | None = None, bootstrap: int | None = None,
+            seed: int | None = None, zn_samples: int = ZN_SAMPLES, corpus: bool = True,
+            index_dir: str | Path | None = None, write: bool = True) -> dict[str, Any]:
+    """Analyze one model pass (``results``: an evaluate folder or lm-eval samples) against PREP_DIR.
+
+    Writes analysis.json, analysis.parquet, report.md, report.html to ``output`` (default:
+    ``<results folder>/analysis``). Bootstrap samples and seed default to the evaluate run's.
+    """
+    results = Path(results)
+    skipped: dict[str, str] = {}
+    scored = load_scored(prep_dir, results, tasks, split, skipped)
+    if scored[0].source.get("kind") == "tcqa-evaluate":
+        boot = read_json(results / "results.json").get("bootstrap") or {}
+        bootstrap = bootstrap if bootstrap is not None else boot.get("samples")
+        seed = seed if seed is not None else boot.get("seed")
+    analysis = analyze_scored(scored, prep_dir, bootstrap=bootstrap or M.BOOTSTRAP_SAMPLES,
+                              seed=seed if seed is not None else M.BOOTSTRAP_SEED, zn_samples=zn_samples,
+                              corpus=corpus, index_dir=index_dir)
+    analysis["results"] = str(results)
+    if skipped:
+        analysis["skipped_samples"] = skipped
+    if write:
+        from tcqa_data.analysis.report import write_analysis
+
+        base = results if results.is_dir() else results.parent
+        out = Path(output) if output is not None else base / "analysis"
+        write_analysis(out, analysis)
+        analysis["output_dir"] = str(out)
+    return analysis
+
+
+def analyze_after_evaluate(prep_dir: Path, scored: list[tuple[Any, list[dict[str, Any]]]], out_dir: Path,
+                           bootstrap: int, seed: int) -> dict[str, Any]:
+    """evaluate's hook: analyze the pass just made (``(TaskData, per-doc outputs)`` per task) into
+    ``out_dir``; returns a short summary for results.json. A task without contamination scores is
+    skipped with the reason; an analysis error is reported there instead of losing the model pass."""
+    from tcqa_data.analysis.report import write_analysis
+
+    splits = [ScoredSplit(data, per_doc, {"kind": "tcqa-evaluate (in process)"}) for data, per_doc in scored]
+    usable = [s for s in splits if (s.data.path / "contamination.parquet").is_file() and s.data.docs]
+    skipped = {s.task: "no contamination.parquet in the prepared split" for s in splits if s not in usable}
+    if not usable:
+        return {"skipped": skipped}
+    try:
+        analysis = analyze_scored(usable, prep_dir, bootstrap=bootstrap, seed=seed)
+        analysis["results"] = str(out_dir.parent)
+        write_analysis(out_dir, analysis)
+    except TcqaError as exc:
+        return {"error": str(exc), "skipped": skipped}
+    return {"dir": out_dir.name, "report": f"{out_dir.name}/report.html", "skipped": skipped,
+            "conclusions": {t: e["conclusion"] for t, e in analysis["tasks"].items()}}

@@ -1,0 +1,216 @@
+"""``index-corpus`` map side: one input shard -> n-gram runs, docs table, MinHash map part.
+
+Also the driver-side loop that runs the maps (a local process pool or an engine) with one
+progress bar. Pure over paths: a map writes only under ``_work/maps/<key>/`` and its
+``done.json`` last, so a killed map is simply redone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import queue
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tcqa_data.decontam import ngram_index as ni
+from tcqa_data.decontam.engines import Engine
+from tcqa_data.decontam.readers import CorpusInput, InputShard, SkipStats, iter_documents, iter_hf_documents
+from tcqa_data.io_utils import atomic_path, read_json, write_json_atomic
+from tcqa_data.progress import progress_bar, rate_text
+
+# Texts hashed together (bounds the per-batch numpy arrays, ~10 x this in memory).
+BATCH_CHARS = 4_000_000
+
+
+def sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _minhash_module():
+    """The MinHash module's build side, or None while it is not available."""
+    try:
+        from tcqa_data.decontam import minhash
+    except ImportError:
+        return None
+    return minhash
+
+
+def _shard_key(sha: str, shard_index: int) -> str:
+    return f"{sha[:32]}-{shard_index:05d}"
+
+
+_progress_q = None  # set in pool workers by the initializer
+
+
+def _init_worker(q) -> None:
+    global _progress_q
+    _progress_q = q
+    _fixed_mmap_threshold()
+
+
+def _fixed_mmap_threshold() -> None:
+    """Make glibc return freed large numpy buffers to the OS at once.
+
+    glibc raises its mmap threshold after each large free (up to 32 MiB), after which big
+    temporary arrays come from the heap and freed ones stay resident: RSS then creeps up with
+    every batch. A fixed threshold keeps peak memory flat as the corpus grows.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD: 1 MiB, and no dynamic adjustment
+        libc.mallopt(-1, 1 << 24)  # M_TRIM_THRESHOLD: give back heap tops above 16 MiB
+    except (OSError, AttributeError):
+        pass  # not glibc: nothing to tune
+
+
+def _batches(docs: Iterator, limit: int) -> Iterator[list]:
+    batch, size = [], 0
+    for d in docs:
+        batch.append(d)
+        size += len(d.text)
+        if size >= limit:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def map_shard(task: dict[str, Any], work_dir: str, cfg: dict[str, Any],
+              progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Map one input shard into ``work_dir/maps/<key>/``: n-gram runs, docs table, MinHash part.
+
+    Pure over paths: everything comes from ``task`` (the shard) and ``cfg`` (build parameters);
+    ``done.json`` is written last, so a killed map is simply redone.
+    """
+    out = Path(work_dir) / "maps" / task["key"]
+    done = out / "done.json"
+    if done.is_file():
+        return read_json(done)
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    report = progress or (lambda b, d: _progress_q.put((b, d)) if _progress_q is not None else None)
+
+    stats = SkipStats()
+    if task.get("hf"):
+        hf = task["hf"]
+        docs = iter_hf_documents(hf["name"], hf.get("config"), hf.get("split", "train"),
+                                 cfg["text_field"], cfg["id_field"], on_error=cfg["on_error"], stats=stats)
+    else:
+        inp = CorpusInput(task["path"], task["format"], task["size"])
+        shard = InputShard(inp, task["index"], task["kind"], task["start"], task["end"], task["first_line"])
+        docs = iter_documents(shard, cfg["text_field"], cfg["id_field"], cfg["on_error"], stats)
+
+    writer = ni.RunWriter(str(out / "ngrams"), cfg["ngram_sizes"], cfg["normalization"], cfg["seed"],
+                          cfg["num_buckets"], cfg.get("run_pairs", ni.DEFAULT_RUN_PAIRS))
+    text_bytes = 0
+    content = hashlib.sha256() if task.get("hf") else None
+    with atomic_path(out / "docs.parquet") as tmp:
+        with pq.ParquetWriter(tmp, pa.schema([("doc_ref", pa.string()), ("row", pa.int64())]),
+                              compression="zstd") as pw:
+
+            def docs_with_ordinals() -> Iterator[tuple[int, str]]:
+                # One pass over the input feeds both indexes: the n-gram side here, the MinHash
+                # map (which pulls this generator) with shard-local ordinals.
+                nonlocal text_bytes
+                for batch in _batches(docs, cfg.get("batch_chars", BATCH_CHARS)):
+                    texts = [d.text for d in batch]
+                    nbytes = sum(len(t) for t in texts)
+                    first = writer.docs
+                    writer.add_batch(texts)
+                    pw.write_table(pa.Table.from_arrays(
+                        [pa.array([d.ref for d in batch], pa.string()),
+                         pa.array(np.fromiter((d.row for d in batch), np.int64, len(batch)))],
+                        names=["doc_ref", "row"]))
+                    if content is not None:
+                        for t in texts:
+                            content.update(t.encode("utf-8", "surrogatepass") + b"\0")
+                    text_bytes += nbytes
+                    report(nbytes, len(batch))
+                    yield from zip(range(first, first + len(texts)), texts, strict=True)
+
+            mh_summary = None
+            if cfg.get("minhash") is not None:
+                mh = _minhash_module()
+                shard_dir = mh.write_minhash_shard(docs_with_ordinals(), out, "0",
+                                                   mh.MinHashParams.from_dict(cfg["minhash"]))
+                meta = read_json(shard_dir / "shard.json")
+                mh_summary = {"dir": shard_dir.name, "n_docs": meta["n_docs"], "n_windows": meta["n_windows"]}
+            else:
+                for _ in docs_with_ordinals():
+                    pass
+    summary = writer.close()
+    summary.update({"key": task["key"], "path": task["path"], "index": task["index"],
+                    "text_chars": text_bytes, "skipped": stats.to_dict()})
+    if mh_summary is not None:
+        summary["minhash"] = mh_summary
+    if content is not None:
+        summary["content_sha256"] = content.hexdigest()
+    write_json_atomic(done, summary)
+    return summary
+
+
+def _map_shard_task(task: dict[str, Any], work_dir: str, cfg: dict[str, Any]) -> dict[str, Any]:
+    """``map_shard`` as an engine task, with the memory tuning the pool's workers get."""
+    _fixed_mmap_threshold()
+    return map_shard(task, work_dir, cfg)
+
+
+def _run_maps(tasks: list[dict], work_dir: str, cfg: dict, pool: ProcessPoolExecutor | None, q,
+              total_bytes: int, quiet: bool, engine: Engine | None = None) -> list[dict]:
+    t0 = time.time()
+    done_docs = [0]
+    with progress_bar(quiet, bytes_mode=True) as bar:
+        tid = bar.add_task("indexing", total=max(total_bytes, 1), rate="")
+
+        def advance(nbytes: int, ndocs: int) -> None:
+            done_docs[0] += ndocs
+            bar.update(tid, advance=nbytes, rate=rate_text(done_docs[0], time.time() - t0, "docs"))
+
+        if engine is not None:
+            # Progress per finished shard: engine workers have no queue back to this bar.
+            def shard_done(i: int, r: dict) -> None:
+                t = tasks[i]
+                advance(t["end"] - t["start"] if "end" in t else 0, r["docs"])
+
+            results = engine.map(_map_shard_task, [{"task": t} for t in tasks], desc="index-map",
+                                 shared={"work_dir": work_dir, "cfg": cfg}, on_done=shard_done)
+        elif pool is None or len(tasks) <= 1:
+            _fixed_mmap_threshold()
+            results = [map_shard(t, work_dir, cfg, advance) for t in tasks]
+        else:
+            results_by_i: dict[int, dict] = {}
+            futs = {pool.submit(map_shard, t, work_dir, cfg): i for i, t in enumerate(tasks)}
+            pending = set(futs)
+            while pending:
+                fin, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                _drain(q, advance)
+                for f in fin:
+                    results_by_i[futs[f]] = f.result()  # re-raises InputError from the worker
+            _drain(q, advance)
+            results = [results_by_i[i] for i in range(len(tasks))]
+        bar.update(tid, completed=max(total_bytes, 1))
+    return results
+
+
+def _drain(q, advance: Callable[[int, int], None]) -> None:
+    while True:
+        try:
+            b, d = q.get_nowait()
+        except queue.Empty:
+            return
+        advance(b, d)

@@ -1,0 +1,258 @@
+"""``index-corpus`` reduce side: per-bucket n-gram merges, the docs table, the MinHash merge,
+and the idempotent commit that moves staged files into the index folder."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tcqa_data.decontam import ngram_index as ni
+from tcqa_data.decontam.build_map import _minhash_module
+from tcqa_data.decontam.engines import Engine
+from tcqa_data.errors import TcqaError
+from tcqa_data.io_utils import atomic_path, write_json_atomic
+from tcqa_data.progress import progress_bar, rate_text
+
+KIND = "tcqa-ngram-index"
+DOCS_ROW_GROUP = 1 << 20
+_DOCS_SCHEMA = pa.schema([("doc_ordinal", pa.int64()), ("doc_ref", pa.string()),
+                          ("input", pa.string()), ("row", pa.int64())])
+
+
+def _reduce_task(args: tuple) -> int:
+    stage, n, b, sources, num_buckets, provenance, old, chunk_pairs = args
+    return ni.reduce_bucket(stage, n, b, sources, num_buckets=num_buckets, provenance=provenance,
+                            old=old, chunk_pairs=chunk_pairs)
+
+
+def _reduce_bucket_task(bucket: int, n: int, stage: str, sources_by_n: dict, num_buckets: int,
+                        provenance: int, old: Any, chunk_pairs: int) -> int:
+    """A reduce task on an engine: the run list comes once per build (shared), not per bucket."""
+    return ni.reduce_bucket(stage, n, bucket, sources_by_n[n], num_buckets=num_buckets,
+                            provenance=provenance, old=old, chunk_pairs=chunk_pairs)
+
+
+def _reduce(out: Path, work: Path, params: dict, cfg: dict, ns: list[int], entries: list[dict],
+            old_manifest: dict | None, pool, chunk_pairs: int, quiet: bool,
+            engine: Engine | None = None) -> dict[str, Any]:
+    stage = work / "stage"
+    if stage.exists():
+        shutil.rmtree(stage)
+    stage.mkdir(parents=True)
+    old_inputs = [dict(e, _old=True) for e in (old_manifest or {}).get("inputs", [])]
+    all_inputs = old_inputs + sorted((dict(e) for e in entries), key=lambda e: (e["path"], e["sha256"]))
+    offset = 0
+    starts, shifts = [], []
+    for e in all_inputs:
+        if e.get("_old"):
+            starts.append(e["doc_offset"])
+            shifts.append(offset - e["doc_offset"])
+        e["doc_offset"] = offset
+        offset += e["docs"]
+    old = ni.OldIndex(str(out), tuple(starts), tuple(shifts)) if old_manifest is not None else None
+
+    maps = work / "maps"
+    jobs = []
+    for n in ns:
+        sources = []
+        for e in all_inputs:
+            if e.get("_old"):
+                continue
+            doff = e["doc_offset"]
+            for key, nd in zip(e["shards"], e["shard_docs"], strict=True):
+                run_dir = str(maps / key / "ngrams")
+                sources += [ni.RunSource(run_dir, r, doff) for r in ni.list_runs(run_dir, n)]
+                doff += nd
+        for b in range(params["num_buckets"]):
+            jobs.append((str(stage), n, b, tuple(sources), params["num_buckets"], params["provenance_docs"],
+                         old, chunk_pairs))
+    t0 = time.time()
+    with progress_bar(quiet) as bar:
+        tid = bar.add_task("merging", total=len(jobs), rate="")
+        if engine is not None:
+            def bucket_done(i: int, k: int) -> None:
+                bar.update(tid, advance=1, rate=rate_text(i + 1, time.time() - t0, "buckets"))
+
+            shared = {"stage": str(stage), "sources_by_n": {j[1]: j[3] for j in jobs},
+                      "num_buckets": params["num_buckets"], "provenance": params["provenance_docs"],
+                      "old": old, "chunk_pairs": chunk_pairs}
+            it = iter(engine.map(_reduce_bucket_task, [{"bucket": j[2], "n": j[1]} for j in jobs],
+                                 desc="index-reduce", shared=shared, on_done=bucket_done))
+        else:
+            it = pool.map(_reduce_task, jobs, chunksize=8) if pool else map(_reduce_task, jobs)
+        uniq = {n: 0 for n in ns}
+        for i, (job, k) in enumerate(zip(jobs, it, strict=True)):
+            uniq[job[1]] += k
+            if engine is None:  # an engine's tasks advance the bar as they finish (bucket_done)
+                bar.update(tid, advance=1, rate=rate_text(i + 1, time.time() - t0, "buckets"))
+
+    _write_docs_table(stage / "docs.parquet", all_inputs, out, maps)
+
+    mh_counts = None
+    if params["minhash"] is not None:
+        mh_counts = _reduce_minhash(stage / "minhash", all_inputs, out, maps, params, old_manifest,
+                                    pool=pool, engine=engine)
+
+    inputs_out = []
+    for e in all_inputs:
+        e = {k: v for k, v in e.items() if k not in ("_old", "shards", "shard_docs", "hf")}
+        inputs_out.append(e)
+    docs_total = sum(e["docs"] for e in all_inputs)
+    counts = {
+        "inputs": len(all_inputs),
+        "docs": docs_total,
+        "text_chars": sum(e.get("text_chars", 0) for e in all_inputs),
+        "input_bytes": sum(e["size"] for e in all_inputs),
+        "ngrams": {str(n): {"total": sum(e["ngrams"][str(n)] for e in all_inputs), "unique": uniq[n]}
+                   for n in ns},
+    }
+    if mh_counts is not None:
+        counts["minhash"] = mh_counts
+    manifest = dict(params)
+    manifest.update({"kind": KIND, "inputs": inputs_out, "counts": counts})
+    return manifest
+
+
+def _write_docs_table(path: Path, all_inputs: list[dict], out: Path, maps: Path) -> None:
+    """docs.parquet in canonical order, in fixed-size row groups (bytes independent of how
+    the rows arrived: an append writes the same file as a full rebuild)."""
+    old_reader = None
+    if any(e.get("_old") for e in all_inputs):
+        old_reader = _RowStream(pq.ParquetFile(out / "docs.parquet").iter_batches(
+            batch_size=65536, columns=["doc_ref", "row"]))
+    buf: list[pa.Table] = []
+    buffered = 0
+    with atomic_path(path) as tmp:
+        with pq.ParquetWriter(tmp, _DOCS_SCHEMA, compression="zstd") as pw:
+            def flush(final: bool) -> None:
+                nonlocal buf, buffered
+                if not buf:
+                    return
+                t = pa.concat_tables(buf)
+                while len(t) >= DOCS_ROW_GROUP or (final and len(t)):
+                    pw.write_table(t.slice(0, DOCS_ROW_GROUP), row_group_size=DOCS_ROW_GROUP)
+                    t = t.slice(DOCS_ROW_GROUP)
+                buf, buffered = ([t] if len(t) else []), len(t)
+
+            for e in all_inputs:
+                if e.get("_old"):
+                    parts = list(old_reader.take(e["docs"]))
+                else:
+                    parts = [pq.read_table(maps / key / "docs.parquet") for key in e["shards"]]
+                ordinal = e["doc_offset"]
+                for t in parts:
+                    k = len(t)
+                    buf.append(pa.Table.from_arrays([
+                        pa.array(np.arange(ordinal, ordinal + k, dtype=np.int64)),
+                        t.column("doc_ref").cast(pa.string()),
+                        pa.array([e["path"]] * k, pa.string()),
+                        t.column("row").cast(pa.int64()),
+                    ], schema=_DOCS_SCHEMA))
+                    ordinal += k
+                    buffered += k
+                    if buffered >= DOCS_ROW_GROUP:
+                        flush(False)
+            flush(True)
+
+
+class _RowStream:
+    """Hands out exactly k rows at a time from an iterator of record batches."""
+
+    def __init__(self, batches: Iterator[pa.RecordBatch]) -> None:
+        self._it = batches
+        self._rest: pa.Table | None = None
+
+    def take(self, k: int) -> Iterator[pa.Table]:
+        while k > 0:
+            if self._rest is None or len(self._rest) == 0:
+                try:
+                    self._rest = pa.Table.from_batches([next(self._it)])
+                except StopIteration as e:
+                    raise TcqaError("existing index docs.parquet is shorter than its manifest") from e
+            t = self._rest.slice(0, k)
+            self._rest = self._rest.slice(len(t))
+            k -= len(t)
+            yield t
+
+
+def _minhash_merge_task(part: str | int, plan: dict, out_dir: str, mh_params: dict) -> str | int:
+    """One task of the MinHash reduce: ``"columns"`` (the per-window files) or a band number."""
+    from tcqa_data.decontam import minhash as mh
+
+    params = mh.MinHashParams.from_dict(mh_params)
+    if part == "columns":
+        mh.write_minhash_columns(plan, out_dir, params)
+        return part
+    return mh.merge_minhash_band(plan, out_dir, params, int(part))
+
+
+def _minhash_merge_pool_task(args: tuple) -> str | int:
+    return _minhash_merge_task(*args)
+
+
+def _reduce_minhash(stage: Path, all_inputs: list[dict], out: Path, maps: Path, params: dict,
+                    old_manifest: dict | None, pool=None, engine: Engine | None = None) -> dict[str, Any]:
+    """Merge the MinHash map shards (shard-local ordinals, moved by ``doc_offsets``) and, on
+    ``--append``, the existing ``minhash/`` folder, whose docs come first. The per-window files
+    and each band are separate tasks (on the engine, or the local pool), like the n-gram
+    buckets: a band's merge reads only that band's rows of every run."""
+    mh = _minhash_module()
+    dirs, offsets = [], []
+    for e in all_inputs:
+        if e.get("_old"):
+            continue
+        doff = e["doc_offset"]
+        for key, nd in zip(e["shards"], e["shard_docs"], strict=True):
+            dirs.append(str(maps / key / "minhash-0"))
+            offsets.append(doff)
+            doff += nd
+    base = str(out / "minhash") if old_manifest is not None else None
+    mparams = mh.MinHashParams.from_dict(params["minhash"])
+    plan = mh.plan_minhash_merge(dirs, mparams, base_dir=base, doc_offsets=offsets)
+    mh.start_minhash_merge(plan, stage, mparams)
+    parts: list[str | int] = ["columns", *range(mparams.bands)]
+    if engine is not None:
+        engine.map(_minhash_merge_task, [{"part": p} for p in parts], desc="index-minhash-reduce",
+                   shared={"plan": plan, "out_dir": str(stage), "mh_params": params["minhash"]})
+    elif pool is not None:
+        list(pool.map(_minhash_merge_pool_task, [(p, plan, str(stage), params["minhash"]) for p in parts]))
+    else:
+        for p in parts:
+            _minhash_merge_task(p, plan, str(stage), params["minhash"])
+    summary = mh.finish_minhash_merge(plan, stage, mparams)
+    # "storage": the lossy parts of the MinHash files and their computed error rates (index-info)
+    return {k: v for k, v in summary.items()
+            if k in ("n_windows", "n_docs", "n_windows_without_tokens", "storage")}
+
+
+def _commit(out: Path, manifest: dict, ns: list[int]) -> None:
+    """Move staged files into place, then write the manifest. Idempotent: rerun after a kill."""
+    work = out / "_work"
+    stage = work / "stage"
+    (out / ni.MANIFEST).unlink(missing_ok=True)
+    for n in ns:
+        src = stage / "ngrams" / f"n{n}"
+        if src.is_dir():
+            dst = out / "ngrams" / f"n{n}"
+            dst.mkdir(parents=True, exist_ok=True)
+            for f in sorted(src.iterdir()):
+                if f.name.startswith(".") and f.name.endswith(".tmp"):
+                    f.unlink()  # left by a reduce task killed mid-write; its retry wrote the file
+                    continue
+                os.replace(f, dst / f.name)
+    if (stage / "docs.parquet").exists():
+        os.replace(stage / "docs.parquet", out / "docs.parquet")
+    if (stage / "minhash").is_dir():
+        if (out / "minhash").exists():
+            shutil.rmtree(out / "minhash")
+        os.replace(stage / "minhash", out / "minhash")
+    write_json_atomic(out / ni.MANIFEST, manifest)
+    shutil.rmtree(work, ignore_errors=True)

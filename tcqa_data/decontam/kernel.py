@@ -1,0 +1,61 @@
+"""Compiled (numba) kernels for the n-gram build's hot path, with the numpy code as fallback.
+
+The kernels compute exactly what the numpy code in ``hashing`` and ``ngram_index`` computes
+(same hash scheme, same sort order, same merge), in one pass each instead of a dozen numpy
+passes: tokenize (Janitor bytes -> tokens at spaces), token hash, rolling n-gram hash per doc,
+a stable LSD radix sort of (hash, doc) pairs, and the bucket merge (doc frequency, first P docs).
+Index files are therefore byte-identical whichever path wrote them (tests compare both).
+
+Selection: the kernels are used when numba imports and ``TCQA_KERNEL`` is not ``numpy``
+(``TCQA_KERNEL=numpy`` forces the fallback, e.g. to compare or on a platform without numba
+wheels). Compiled code is cached on disk (``cache=True``): the first call in a fresh install
+compiles for a few seconds, later processes load it from the cache.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+
+import numpy as np
+
+ENV = "TCQA_KERNEL"
+_U64 = np.uint64
+
+
+@lru_cache(maxsize=1)
+def _numba():
+    try:
+        import numba
+    except ImportError:
+        return None
+    return numba
+
+
+def enabled() -> bool:
+    """True when the compiled kernels run (numba importable and ``TCQA_KERNEL`` != ``numpy``)."""
+    choice = os.environ.get(ENV, "auto").strip().lower()
+    if choice == "numpy":
+        return False
+    if choice not in ("auto", "numba", ""):
+        from tcqa_data.errors import ConfigError
+
+        raise ConfigError(f"{ENV}={choice!r}: use 'numba', 'numpy' or 'auto'")
+    return _numba() is not None
+
+
+def name() -> str:
+    """``"numba"`` or ``"numpy"``: which path writes the index (for reports)."""
+    return "numba" if enabled() else "numpy"
+
+
+@lru_cache(maxsize=1)
+def _kernels() -> dict:
+    from tcqa_data.decontam._numba_kernels import KERNELS
+
+    return KERNELS
+
+
+def kernels() -> dict:
+    """The compiled kernels (compiles or loads them from the cache on first use)."""
+    return _kernels()

@@ -1,0 +1,234 @@
+"""Corpus text -> overlapping sentence windows (see the package docstring)."""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from tcqa_data.decontam.minhash.params import MinHashParams
+from tcqa_data.errors import TcqaError
+
+# ---------------------------------------------------------------------------------------------
+# Windows
+
+
+@lru_cache(maxsize=4)
+def _punkt(language: str = "english"):
+    from nltk.tokenize.punkt import PunktTokenizer
+
+    try:
+        return PunktTokenizer(language)
+    except LookupError:
+        raise TcqaError(
+            "NLTK Punkt sentence tables (punkt_tab) were not found. Set NLTK_DATA to a folder that "
+            "holds tokenizers/punkt_tab (e.g. NLTK_DATA=../shared/data/nltk_data), or run "
+            "`python -m nltk.downloader punkt_tab`."
+        ) from None
+
+
+_PARAGRAPH_BREAK = re.compile(r"\n[^\S\n]*\n\s*")
+_WORD = re.compile(r"\S+")
+
+# ---------------------------------------------------------------------------------------------
+# Fast sentence boundaries with Punkt's parameters (``sentence_splitter="punkt-fast"``)
+#
+# NLTK's Punkt spends ~100 us per candidate boundary (tokenizing a context, token objects, regex
+# timeouts). The boundary decision itself needs only Punkt's learned tables: abbreviation types,
+# collocations, sentence starters and orthographic context. Here one regex pass finds the
+# candidates (whitespace-separated chunks ending in . ? or !, optionally followed by closing
+# quotes/brackets), and each is decided with those tables by Punkt's rules: ? and ! always end a
+# sentence; a period ends one unless the word is a known abbreviation, an ellipsis, an initial or
+# a number, and those four are re-decided from the next word (collocation, orthographic
+# heuristic, sentence starters). Breaks are only between chunks (Punkt can also break inside a
+# chunk such as "end.(Next", which moves no word from one sentence to another for our tokens
+# anyway, since closing punctuation is deleted by normalization).
+
+# a sentence-ending mark followed by whitespace, the end, or punctuation (Punkt's candidates)
+_CANDIDATE = re.compile(r"[.?!](?=[)\";}\]*:@'({\[\u2018\u2019\u201c\u201d\xab\xbb?!]|\s|$)")
+_REALIGN = re.compile(r"([\"')\]}]+?)(?:\s+|(?=--)|$)")
+_NOT_WORD_START = "(\"`{[:;&#*@)}]-,"
+_NEXT_WORD = re.compile(r"\s+(\S+)")
+_NUMERIC = re.compile(r"^-?[.,]?\d[\d,.-]*\.?$")
+_INITIAL = re.compile(r"[^\W\d]\.$")
+_NON_WORD = re.compile(r"[)\";}\]*:@'({\[\u2018\u2019\u201c\u201d\xab\xbb?!]")
+_ORTHO_BEG_UC, _ORTHO_MID_UC, _ORTHO_UNK_UC = 1 << 1, 1 << 2, 1 << 3
+_ORTHO_BEG_LC, _ORTHO_MID_LC, _ORTHO_UNK_LC = 1 << 4, 1 << 5, 1 << 6
+_ORTHO_UC = _ORTHO_BEG_UC | _ORTHO_MID_UC | _ORTHO_UNK_UC
+_ORTHO_LC = _ORTHO_BEG_LC | _ORTHO_MID_LC | _ORTHO_UNK_LC
+
+
+@lru_cache(maxsize=4)
+def _tables_of(punkt) -> tuple[frozenset, frozenset, frozenset, dict, frozenset]:
+    """Punkt's learned tables as plain sets/dicts, once per loaded tokenizer."""
+    p = punkt._params
+    return frozenset(p.abbrev_types), frozenset(p.collocations), frozenset(p.sent_starters), \
+        dict(p.ortho_context), frozenset(a for a, _ in p.collocations)
+
+
+def _type(word: str) -> str:
+    return "##number##" if _NUMERIC.match(word) else word.lower()
+
+
+def _next_token(chunk: str, abbrevs: frozenset) -> tuple[str, str]:
+    """(token, type without a sentence-final period) of the first Punkt word token of ``chunk``."""
+    if chunk[0] in _NOT_WORD_START or _NON_WORD.match(chunk):
+        tok = chunk[0]
+    else:
+        m = _NON_WORD.search(chunk)
+        tok = chunk[:m.start()] if m and m.start() > 0 else chunk
+        comma = tok.find(",", 1)
+        if comma > 0 and comma == len(tok) - 1:
+            tok = tok[:-1]
+    typ = _type(tok)
+    if len(typ) > 1 and typ.endswith(".") and not tok.endswith(".."):
+        base = tok[:-1].lower()
+        if base not in abbrevs and base.split("-")[-1] not in abbrevs:
+            typ = typ[:-1]  # it would end a sentence itself: its type drops the period
+    return tok, typ
+
+
+def _ortho_says_starter(tok: str, typ: str, ortho_context: dict) -> bool | None:
+    """Punkt's orthographic heuristic: True, False or None (unknown)."""
+    if tok in (";", ":", ",", ".", "!", "?"):
+        return False
+    ortho = ortho_context.get(typ, 0)
+    if tok[0].isupper() and ortho & _ORTHO_LC and not ortho & _ORTHO_MID_UC:
+        return True
+    if tok[0].islower() and (ortho & _ORTHO_UC or not ortho & _ORTHO_BEG_LC):
+        return False
+    return None
+
+
+def _is_break(chunk: str, next_chunk: str | None, tables: tuple) -> bool:
+    abbrevs, collocations, starters, ortho_context, colloc_first = tables
+    core = chunk
+    if core.endswith(("?", "!")):
+        return True
+    word = core.lstrip(_NOT_WORD_START) or core
+    if word == ".":
+        return True
+    if next_chunk is None:
+        return True
+    ellipsis = word.endswith("..")
+    base = word[:-1].lower()
+    abbr = not ellipsis and (base in abbrevs or base.split("-")[-1] in abbrevs)
+    brk = not (ellipsis or abbr)
+    if brk and len(word) > 2 and base not in colloc_first and not _NUMERIC.match(word):
+        return True  # the common case: an ordinary word (no initial, number or collocation)
+    typ = _type(word)
+    typ_np = typ[:-1] if len(typ) > 1 and typ.endswith(".") else typ
+    nxt, next_typ = _next_token(next_chunk, abbrevs)
+    if (typ_np, next_typ) in collocations:
+        return False
+    initial = bool(_INITIAL.match(word))
+    if (abbr or ellipsis) and not initial:
+        if _ortho_says_starter(nxt, next_typ, ortho_context) is True:
+            return True
+        if nxt[0].isupper() and next_typ in starters:
+            return True
+        return brk
+    if initial or typ_np == "##number##":
+        starter = _ortho_says_starter(nxt, next_typ, ortho_context)
+        if starter is False:
+            return False
+        lower_seen = ortho_context.get(next_typ, 0) & _ORTHO_LC
+        if starter is None and initial and nxt[0].isupper() and not lower_seen:
+            return False
+    return brk
+
+
+def fast_sentence_spans(para: str) -> list[tuple[int, int]]:
+    """Sentence ``(start, end)`` spans of a paragraph by Punkt's rules and tables (see above)."""
+    tables = _tables_of(_punkt())
+    spans = []
+    pos = 0
+    n = len(para)
+    for m in _CANDIDATE.finditer(para):
+        end = m.end()
+        if end < n and para[end] in ".?!":
+            continue  # a run such as "!!!" or "?!": decided at its last character
+        # the word ending here starts after the last whitespace (searching back is cheaper than
+        # a regex that matches whole chunks)
+        start = max(pos, para.rfind(" ", pos, m.start()) + 1, para.rfind("\n", pos, m.start()) + 1,
+                    para.rfind("\t", pos, m.start()) + 1)
+        word = para[start:end]
+        if not word.isprintable():
+            word = word.split()[-1]  # other whitespace (\r, no-break space...) inside
+        if end < n and not para[end].isspace():
+            # punctuation right after (a closing quote, ":320" page references): Punkt's next
+            # token is that character, and a break goes right after the sentence-ending mark
+            nxt: str | None = para[end:end + 1]
+            nm = None
+        else:
+            nm = _NEXT_WORD.match(para, end)
+            nxt = nm.group(1) if nm else None
+        if not _is_break(word, nxt, tables):
+            continue
+        if nm is None and nxt is not None:
+            # Punkt's realignment: closing quotes/brackets followed by whitespace stay with the
+            # sentence they close
+            r = _REALIGN.match(para, end)
+            if r:
+                spans.append((pos, r.end(1)))
+                pos = r.end()
+            else:
+                spans.append((pos, end))
+                pos = end
+            continue
+        spans.append((pos, end))
+        if nm is None:
+            pos = n
+            break
+        pos = nm.start(1)
+    if pos < n and para[pos:].strip():
+        spans.append((pos, len(para.rstrip())))
+    return spans
+
+
+def _units(text: str, max_words: int, splitter: str = "punkt") -> list[tuple[int, int, int]]:
+    """(start, end, words) of each sentence, or piece of an over-long sentence, in ``text``."""
+    sentence_spans = _punkt().span_tokenize if splitter == "punkt" else fast_sentence_spans
+    units = []
+    para_start = 0
+    breaks = [(m.start(), m.end()) for m in _PARAGRAPH_BREAK.finditer(text)] + [(len(text), len(text))]
+    for brk_start, brk_end in breaks:
+        para = text[para_start:brk_start]
+        if para.strip():
+            for s, e in sentence_spans(para):
+                sent = para[s:e]
+                n = len(sent.split())
+                if n == 0:
+                    continue
+                # Punkt keeps leading whitespace on the first sentence; trim it off the span.
+                s += len(sent) - len(sent.lstrip())
+                e -= len(sent) - len(sent.rstrip())
+                s, e = s + para_start, e + para_start
+                if n <= max_words:
+                    units.append((s, e, n))
+                    continue
+                # Run-on "sentences" (lists, tables, unpunctuated text): equal pieces, so a copied
+                # item still meets a window of comparable size.
+                spans = [(m.start(), m.end()) for m in _WORD.finditer(text, s, e)]
+                pieces = -(-n // max_words)
+                cuts = [round(i * n / pieces) for i in range(pieces + 1)]
+                for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+                    units.append((spans[a][0], spans[b - 1][1], b - a))
+        para_start = brk_end
+    return units
+
+
+def split_windows(text: str, params: MinHashParams) -> list[str]:
+    """Overlapping windows of ``text``: one per sentence, extended by the following sentences
+    until it has ``params.window_min_words`` words (see the module docstring)."""
+    units = _units(text, params.window_max_words, params.sentence_splitter)
+    windows = []
+    for i in range(len(units)):
+        words, j = 0, i
+        while j < len(units) and words < params.window_min_words:
+            words += units[j][2]
+            j += 1
+        if words < params.window_min_words and i > 0:
+            # Ran out of text: the previous window already holds this tail, and more.
+            break
+        windows.append(text[units[i][0]:units[j - 1][1]])
+    return windows

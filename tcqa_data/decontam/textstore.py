@@ -1,0 +1,507 @@
+"""Corpus text reachable from the index: doc locations or a compact copy, per input.
+
+Alignment (``decontam/align.py``) needs the **text** of candidate corpus docs, which the hashed
+n-gram and MinHash indexes do not keep. ``INDEX_DIR/textstore/`` makes it reachable:
+
+- uncompressed JSONL: **locations**, the byte offset of each doc's line in the file
+  (``<key>.offsets.npy``, int64, 8 bytes per doc); reading a doc is one seek and one line;
+- Parquet: **locations**, the 0-based row of each doc (``<key>.rows.npy``); reading decodes
+  the doc's row group (cached, so candidates from one row group cost one decode);
+- ``.txt``: the file itself (one doc per file), nothing stored;
+- ``.jsonl.gz``, ``.jsonl.zst`` and Hugging Face streams: a **copy** of the texts
+  (``<key>.texts.parquet``: one ``text`` column, zstd, row groups of ``COPY_ROW_GROUP`` docs,
+  so reading one doc decompresses about one row group).
+
+``mode="copy"`` copies every input (for corpora that will move or be deleted); ``"none"`` builds
+nothing. ``<key>`` is the first 32 hex digits of the input's sha256. ``meta.json`` is written last:
+without it the store is absent, and a rebuild only redoes inputs whose entry does not match the
+index manifest (so ``--append`` adds only the new inputs, and ``--overwrite`` never leaves a stale
+entry). The store is built after the index commits, by a second pass over the inputs (a newline
+scan for JSONL; a full read for copies; a second stream for Hugging Face datasets).
+
+Location entries keep the absolute path, size and mtime of the file: a moved or changed corpus
+file is a clear error at read time, never wrong text.
+
+**Anchors** (``<key>.anchors-<run>.npy``): candidate docs for alignment when no n-gram of the
+index survives the edits. Winnowing (Schleimer et al. 2003) over the hashes of word ``ANCHOR_K``-grams:
+of every ``ANCHOR_W`` consecutive k-grams of a doc the smallest hash is kept, so any run of at least
+``ANCHOR_W + ANCHOR_K - 1`` (6) words shared by a query and a doc shares a kept k-gram, at about
+half an entry per corpus word. Each entry is one uint64, ``(hash >> 32) << 32 | doc``
+(input-local doc number), sorted, unique; one file per run of up to ``ANCHOR_RUN`` entries
+(bounded memory). A query looks up all its k-grams, ignores those in more than ``ANCHOR_MAX_DF``
+docs, and ranks docs by the summed inverse document frequency of the k-grams they share with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tcqa_data.errors import ConfigError, TcqaError
+from tcqa_data.io_utils import atomic_path, read_json, write_json_atomic, write_npy_atomic
+
+STORE_DIR = "textstore"
+META = "meta.json"
+MODES = ("auto", "copy", "none")
+STORE_VERSION = 2
+COPY_ROW_GROUP = 256  # docs per row group of a copy: ~1 MB of text for Wikipedia-sized docs
+_SCAN_CHUNK = 64 << 20
+_CACHE_GROUPS = 4
+ANCHOR_K = 4  # words per hashed k-gram
+ANCHOR_W = 3  # winnowing window (k-grams): shared runs of >= ANCHOR_W + ANCHOR_K - 1 words are found
+ANCHOR_RUN = 1 << 24  # entries per sorted run file (128 MiB)
+ANCHOR_MAX_DF = 64  # a k-gram in more docs is no evidence of a copy
+ANCHOR_MIN_SHARED = 2  # kept k-grams a doc must share with a query to be aligned (cost)
+_ANCHOR_BATCH_CHARS = 4_000_000
+_LOW32 = np.uint64(0xFFFFFFFF)
+
+
+def check_mode(mode: str) -> str:
+    if mode not in MODES:
+        raise ConfigError(f"--text-store must be one of {', '.join(MODES)}, not {mode!r}")
+    return mode
+
+
+def _key(entry: dict[str, Any]) -> str:
+    return str(entry["sha256"])[:32]
+
+
+def _entry_id(entry: dict[str, Any], manifest: dict[str, Any]) -> dict[str, Any]:
+    """What a stored input must agree with to be reused."""
+    return {"sha256": entry["sha256"], "doc_offset": int(entry["doc_offset"]), "docs": int(entry["docs"]),
+            "text_field": manifest.get("text_field"), "id_field": manifest.get("id_field")}
+
+
+def _doc_rows(index_dir: Path, entry: dict[str, Any]) -> np.ndarray:
+    """The ``row`` (1-based line/row) of each doc of one input, from docs.parquet (row groups
+    outside the input's ordinals are skipped by their statistics)."""
+    lo, k = int(entry["doc_offset"]), int(entry["docs"])
+    t = pq.read_table(index_dir / "docs.parquet", columns=["doc_ordinal", "row"],
+                      filters=[("doc_ordinal", ">=", lo), ("doc_ordinal", "<", lo + k)])
+    rows = t.column("row").to_numpy()[np.argsort(t.column("doc_ordinal").to_numpy(), kind="stable")]
+    if len(rows) != k:
+        raise TcqaError(f"{index_dir}/docs.parquet: {len(rows)} rows for input {entry['path']}, "
+                        f"manifest says {k}")
+    return rows.astype(np.int64)
+
+
+def jsonl_line_offsets(path: str | os.PathLike, lines: np.ndarray) -> np.ndarray:
+    """Byte offset of each 1-based line number in ``lines`` (ascending) of an uncompressed file."""
+    lines = np.asarray(lines, dtype=np.int64)
+    out = np.zeros(len(lines), dtype=np.int64)
+    # line k starts right after newline number k-1 (1-based); line 1 starts at 0
+    need = lines - 2  # index of the newline ending line k-1
+    done = 0
+    seen, base = 0, 0  # newlines seen before this chunk, byte offset of the chunk
+    with open(path, "rb") as fh:
+        while done < len(lines):
+            while done < len(lines) and need[done] < seen:
+                done += 1  # line 1 (need -1): offset 0
+            buf = fh.read(_SCAN_CHUNK)
+            if not buf:
+                break
+            nl = np.flatnonzero(np.frombuffer(buf, dtype=np.uint8) == 10)
+            hi = np.searchsorted(need, seen + len(nl), side="left")
+            if hi > done:
+                out[done:hi] = base + nl[need[done:hi] - seen] + 1
+                done = hi
+            seen += len(nl)
+            base += len(buf)
+    if done < len(lines):
+        raise TcqaError(f"{path}: has fewer lines than the index recorded; was it changed after indexing?")
+    return out
+
+
+def _write_copy(path: Path, texts: Iterable[str]) -> int:
+    schema = pa.schema([("text", pa.string())])
+    n = 0
+    with atomic_path(path) as tmp:
+        with pq.ParquetWriter(tmp, schema, compression="zstd") as pw:
+            buf: list[str] = []
+            for t in texts:
+                buf.append(t)
+                if len(buf) >= COPY_ROW_GROUP:
+                    pw.write_table(pa.table({"text": pa.array(buf, pa.string())}),
+                                   row_group_size=COPY_ROW_GROUP)
+                    n += len(buf)
+                    buf = []
+            if buf:
+                pw.write_table(pa.table({"text": pa.array(buf, pa.string())}), row_group_size=COPY_ROW_GROUP)
+                n += len(buf)
+    return n
+
+
+def _copied_texts(path: Path) -> Iterable[str]:
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=COPY_ROW_GROUP, columns=["text"]):
+        yield from batch.column(0).to_pylist()
+
+
+def _input_texts(entry: dict[str, Any], manifest: dict[str, Any], hf: dict[str, Any] | None) -> Iterable[str]:
+    """The input's documents again, in index order (the build validated them: skip mode)."""
+    from tcqa_data.decontam.readers import CorpusInput, iter_documents, iter_hf_documents
+
+    tf, idf = manifest.get("text_field", "text"), manifest.get("id_field")
+    if entry["format"] == "hf":
+        if hf is None:
+            raise TcqaError(f"{entry['path']}: a Hugging Face input needs its dataset name to be copied")
+        docs = iter_hf_documents(hf["name"], hf.get("config"), hf.get("split", "train"), tf, idf,
+                                 on_error="skip")
+    else:
+        docs = iter_documents(CorpusInput(entry["path"], entry["format"], int(entry["size"])), tf, idf,
+                              on_error="skip")
+    return (d.text for d in docs)
+
+
+def winnow(texts: Sequence[str], scheme: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Kept k-gram hashes (upper 32 bits) and the index in ``texts`` of their doc (see module doc)."""
+    from tcqa_data.decontam.hashing import batch_ngram_hashes
+
+    flat, owner = batch_ngram_hashes(list(texts), [ANCHOR_K], scheme, seed)[ANCHOR_K]
+    flat = np.asarray(flat, dtype=np.uint64)
+    owner = np.asarray(owner, dtype=np.int64)
+    if len(flat) < ANCHOR_W:
+        return (flat >> np.uint64(32)).astype(np.uint32), owner
+    win = np.lib.stride_tricks.sliding_window_view(flat, ANCHOR_W)
+    pos = win.argmin(axis=1) + np.arange(len(win))
+    inside = owner[:len(win)] == owner[ANCHOR_W - 1:]  # windows within one doc
+    keep = np.zeros(len(flat), dtype=bool)
+    keep[pos[inside]] = True
+    counts = np.bincount(owner, minlength=len(texts))
+    keep |= counts[owner] < ANCHOR_W  # docs with fewer k-grams than a window: keep them all
+    return (flat[keep] >> np.uint64(32)).astype(np.uint32), owner[keep]
+
+
+def _write_anchor_runs(store: Path, key: str, texts: Iterable[str], scheme: str, seed: int) -> list[str]:
+    """Anchor entries of one input's docs, as sorted run files; returns their names."""
+    names: list[str] = []
+    parts: list[np.ndarray] = []
+    held = 0
+    base = 0
+
+    def flush() -> None:
+        nonlocal parts, held
+        if not parts:
+            return
+        name = f"{key}.anchors-{len(names):04d}.npy"
+        write_npy_atomic(store / name, np.unique(np.concatenate(parts)))
+        names.append(name)
+        parts, held = [], 0
+
+    batch: list[str] = []
+    size = 0
+
+    def add_batch() -> None:
+        nonlocal batch, size, base, held
+        h, d = winnow(batch, scheme, seed)
+        parts.append((h.astype(np.uint64) << np.uint64(32)) | (d + base).astype(np.uint64))
+        held += len(h)
+        base += len(batch)
+        batch, size = [], 0
+        if held >= ANCHOR_RUN:
+            flush()
+
+    for t in texts:
+        batch.append(t)
+        size += len(t)
+        if size >= _ANCHOR_BATCH_CHARS:
+            add_batch()
+    if batch:
+        add_batch()
+    flush()
+    return names
+
+
+class AnchorIndex:
+    """Candidate corpus docs for queries, from the anchors of a text store."""
+
+    def __init__(self, index_dir: str | os.PathLike) -> None:
+        root = Path(index_dir)
+        manifest = read_json(root / "manifest.json")
+        meta = read_json(root / STORE_DIR / META)
+        self.scheme = manifest["normalization"]
+        self.seed = int(manifest["hash"]["seed"])
+        self.num_docs = int(manifest["counts"]["docs"])
+        self.runs: list[tuple[np.ndarray, int]] = []
+        for e in manifest["inputs"]:
+            rec = meta["inputs"].get(_key(e), {})
+            for name in rec.get("anchors", []):
+                arr = np.load(root / STORE_DIR / name, mmap_mode="r", allow_pickle=False)
+                self.runs.append((arr, int(e["doc_offset"])))
+
+    @property
+    def available(self) -> bool:
+        return bool(self.runs)
+
+    def candidates(self, texts: Sequence[str], top: int, min_shared: int = ANCHOR_MIN_SHARED
+                   ) -> list[list[int]]:
+        """Per text, up to ``top`` doc ordinals sharing at least ``min_shared`` of its kept k-grams
+        (rarer ones weigh more), best first."""
+        from tcqa_data.decontam.hashing import batch_ngram_hashes
+
+        out: list[list[int]] = [[] for _ in texts]
+        if not self.runs or not texts:
+            return out
+        flat, owner = batch_ngram_hashes(list(texts), [ANCHOR_K], self.scheme, self.seed)[ANCHOR_K]
+        keys = np.unique((np.asarray(flat, dtype=np.uint64) >> np.uint64(32) << np.uint64(32))
+                         | np.asarray(owner, dtype=np.uint64))  # distinct (k-gram, query) pairs
+        qh = keys >> np.uint64(32) << np.uint64(32)
+        q_owner = (keys & _LOW32).astype(np.int64)
+        spans = []
+        df = np.zeros(len(keys), dtype=np.int64)
+        for arr, _ in self.runs:
+            lo = np.searchsorted(arr, qh, side="left")
+            hi = np.searchsorted(arr, qh | _LOW32, side="right")
+            spans.append((lo, hi))
+            df += hi - lo
+        use = (df > 0) & (df <= ANCHOR_MAX_DF)
+        idf = np.log1p(self.num_docs / np.maximum(df, 1))
+        docs_l, owners_l, w_l = [], [], []
+        for (arr, doc_offset), (lo, hi) in zip(self.runs, spans, strict=True):
+            sel = np.flatnonzero(use & (hi > lo))
+            if not len(sel):
+                continue
+            n = (hi - lo)[sel]
+            starts = np.repeat(lo[sel], n) + (np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n))
+            docs_l.append((np.asarray(arr[starts]) & _LOW32).astype(np.int64) + doc_offset)
+            owners_l.append(np.repeat(q_owner[sel], n))
+            w_l.append(np.repeat(idf[sel], n))
+        if not docs_l:
+            return out
+        docs, owners, w = np.concatenate(docs_l), np.concatenate(owners_l), np.concatenate(w_l)
+        pair = owners * (self.num_docs + 1) + docs
+        uniq, inv = np.unique(pair, return_inverse=True)
+        score = np.bincount(inv, weights=w)
+        shared = np.bincount(inv)
+        u_owner, u_doc = uniq // (self.num_docs + 1), uniq % (self.num_docs + 1)
+        order = np.lexsort((u_doc, -score, u_owner))
+        order = order[shared[order] >= min_shared]
+        for j in order.tolist():
+            lst = out[int(u_owner[j])]
+            if len(lst) < top:
+                lst.append(int(u_doc[j]))
+        return out
+
+
+def build_text_store(index_dir: str | os.PathLike, mode: str = "auto", *,
+                     hf: dict[str, Any] | None = None, workers: int = 1) -> dict[str, Any]:
+    """Build (or complete) ``INDEX_DIR/textstore`` for a finished index; returns its meta.
+
+    ``hf``: ``{"name", "config", "split"}`` of the index's Hugging Face input, if any.
+    ``workers``: processes, one input each (the files do not depend on it).
+    """
+    check_mode(mode)
+    root = Path(index_dir)
+    store = root / STORE_DIR
+    if mode == "none":
+        return {}
+    manifest = read_json(root / "manifest.json")
+    old = read_json(store / META) if (store / META).is_file() else {"inputs": {}}
+    if old.get("version") != STORE_VERSION:
+        old = {"inputs": {}}
+    entries: dict[str, Any] = {}
+    todo: list[dict[str, Any]] = []
+    for e in manifest["inputs"]:
+        key = _key(e)
+        prev = old["inputs"].get(key)
+        if prev is not None and prev.get("id") == _entry_id(e, manifest) \
+                and prev.get("kind") == _kind(e["format"], mode) and _files_ok(store, prev):
+            entries[key] = prev
+        else:
+            todo.append(e)
+    if todo:
+        store.mkdir(parents=True, exist_ok=True)
+    calls = [(str(root), e, manifest, mode, hf) for e in todo]
+    if workers > 1 and len(todo) > 1:
+        # inputs are independent: one task per input (the pass reads and hashes every doc)
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=min(workers, len(todo))) as pool:
+            recs = list(pool.map(_store_input, *zip(*calls, strict=True)))
+    else:
+        recs = [_store_input(*c) for c in calls]
+    for e, rec in zip(todo, recs, strict=True):
+        entries[_key(e)] = rec
+    entries = dict(sorted(entries.items()))
+    meta = {"version": STORE_VERSION, "mode": mode, "inputs": entries}
+    if store.is_dir():
+        keep = {META} | {r["file"] for r in entries.values() if "file" in r} \
+            | {a for r in entries.values() for a in r.get("anchors", [])}
+        for f in store.iterdir():
+            if f.name not in keep and not f.name.startswith("."):
+                f.unlink()
+    write_json_atomic(store / META, meta)
+    return meta
+
+
+def _store_input(root_dir: str, e: dict[str, Any], manifest: dict[str, Any], mode: str,
+                 hf: dict[str, Any] | None) -> dict[str, Any]:
+    """Write one input's text store files (locations or copy, and anchors); returns its meta entry."""
+    root = Path(root_dir)
+    store = root / STORE_DIR
+    key = _key(e)
+    kind = _kind(e["format"], mode)
+    rec: dict[str, Any] = {"id": _entry_id(e, manifest), "kind": kind, "format": e["format"],
+                           "path": e["path"]}
+    if kind in ("offsets", "rows", "file"):
+        p = os.path.abspath(e["path"])
+        st = os.stat(p)
+        rec.update({"abs_path": p, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
+    if kind == "offsets":
+        rec["file"] = f"{key}.offsets.npy"
+        write_npy_atomic(store / rec["file"], jsonl_line_offsets(e["path"], _doc_rows(root, e)))
+    elif kind == "rows":
+        rec["file"] = f"{key}.rows.npy"
+        write_npy_atomic(store / rec["file"], _doc_rows(root, e) - 1)
+    counted = [0]
+
+    def texts() -> Iterable[str]:
+        for t in _input_texts(e, manifest, hf):
+            counted[0] += 1
+            yield t
+
+    source = texts()
+    if kind == "copy":
+        # the input is read once; the anchors then read the (local, fast) copy
+        rec["file"] = f"{key}.texts.parquet"
+        _write_copy(store / rec["file"], source)
+        source = _copied_texts(store / rec["file"])
+    rec["anchors"] = _write_anchor_runs(store, key, source, manifest["normalization"],
+                                        int(manifest["hash"]["seed"]))
+    if counted[0] != int(e["docs"]):
+        raise TcqaError(f"{e['path']}: read {counted[0]} documents for the text store, the index has "
+                        f"{e['docs']}; was the input changed after indexing?")
+    return rec
+
+
+def _kind(fmt: str, mode: str) -> str:
+    if mode == "copy":
+        return "copy"
+    return {"jsonl": "offsets", "parquet": "rows", "txt": "file"}.get(fmt, "copy")
+
+
+def _files_ok(store: Path, rec: dict[str, Any]) -> bool:
+    files = ([rec["file"]] if "file" in rec else []) + list(rec.get("anchors", []))
+    return all((store / f).is_file() for f in files)
+
+
+def has_text_store(index_dir: str | os.PathLike) -> bool:
+    return (Path(index_dir) / STORE_DIR / META).is_file()
+
+
+def store_bytes(index_dir: str | os.PathLike) -> int:
+    """Bytes on disk of the text store (0 if absent)."""
+    d = Path(index_dir) / STORE_DIR
+    return sum(p.stat().st_size for p in d.iterdir() if p.is_file()) if d.is_dir() else 0
+
+
+class TextStore:
+    """Read doc texts by doc ordinal (``TextStore.open(INDEX_DIR).texts([0, 5])``)."""
+
+    def __init__(self, root: Path, manifest: dict[str, Any], meta: dict[str, Any]) -> None:
+        self.root = root
+        self.text_field = manifest.get("text_field", "text")
+        self._inputs = sorted(manifest["inputs"], key=lambda e: int(e["doc_offset"]))
+        self._starts = np.asarray([int(e["doc_offset"]) for e in self._inputs], dtype=np.int64)
+        self._meta = meta
+        self._arrays: dict[str, np.ndarray] = {}
+        self._groups: OrderedDict[tuple[str, int], list[str]] = OrderedDict()
+        self._checked: set[str] = set()
+
+    @classmethod
+    def open(cls, index_dir: str | os.PathLike) -> TextStore:
+        root = Path(index_dir)
+        mpath = root / STORE_DIR / META
+        if not mpath.is_file():
+            raise TcqaError(f"{root}: the index has no text store (built with --text-store none, or an older "
+                            "tcqa-data); rebuild it with index-corpus to use alignment terms")
+        manifest = read_json(root / "manifest.json")
+        meta = read_json(mpath)
+        for e in manifest["inputs"]:
+            rec = meta["inputs"].get(_key(e))
+            if rec is None or rec.get("id") != _entry_id(e, manifest):
+                raise TcqaError(f"{root}: the text store does not match input {e['path']}; "
+                                "rerun index-corpus")
+        return cls(root, manifest, meta)
+
+    def _entry(self, ordinal: int) -> tuple[dict[str, Any], dict[str, Any], int]:
+        i = int(np.searchsorted(self._starts, ordinal, side="right")) - 1
+        e = self._inputs[i]
+        j = ordinal - int(e["doc_offset"])
+        if i < 0 or not 0 <= j < int(e["docs"]):
+            raise TcqaError(f"{self.root}: doc ordinal {ordinal} is not in the index")
+        return e, self._meta["inputs"][_key(e)], j
+
+    def _array(self, rec: dict[str, Any]) -> np.ndarray:
+        f = rec["file"]
+        if f not in self._arrays:
+            self._arrays[f] = np.load(self.root / STORE_DIR / f, mmap_mode="r", allow_pickle=False)
+        return self._arrays[f]
+
+    def _check_file(self, rec: dict[str, Any]) -> str:
+        p = rec["abs_path"]
+        if p not in self._checked:
+            try:
+                st = os.stat(p)
+            except OSError:
+                raise TcqaError(f"{p}: corpus file of the index is gone; alignment reads doc text from it "
+                                "(build the index with --text-store copy to keep a copy)") from None
+            if st.st_size != rec["size"] or st.st_mtime_ns != rec["mtime_ns"]:
+                raise TcqaError(f"{p}: corpus file changed since it was indexed; rebuild the index")
+            self._checked.add(p)
+        return p
+
+    def _group(self, path: Path, g: int, column: str) -> list[str]:
+        k = (str(path), g)
+        if k not in self._groups:
+            pf = pq.ParquetFile(path)
+            col = pf.read_row_group(g, columns=[column]).column(0)
+            self._groups[k] = [x if isinstance(x, str) else bytes(x).decode("utf-8")
+                               for x in col.to_pylist()]
+            if len(self._groups) > _CACHE_GROUPS:
+                self._groups.popitem(last=False)
+        else:
+            self._groups.move_to_end(k)
+        return self._groups[k]
+
+    def _parquet_row(self, path: Path, row: int, column: str) -> str:
+        k = str(path)
+        if k not in self._arrays:
+            meta = pq.ParquetFile(path).metadata
+            sizes = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+            self._arrays[k] = np.cumsum([0] + sizes, dtype=np.int64)
+        firsts = self._arrays[k]
+        g = int(np.searchsorted(firsts, row, side="right")) - 1
+        if not 0 <= g < len(firsts) - 1:
+            raise TcqaError(f"{path}: row {row + 1} is past the end of the file")
+        return self._group(path, g, column)[row - int(firsts[g])]
+
+    def text(self, ordinal: int) -> str:
+        e, rec, j = self._entry(int(ordinal))
+        kind = rec["kind"]
+        if kind == "copy":
+            return self._parquet_row(self.root / STORE_DIR / rec["file"], j, "text")
+        p = self._check_file(rec)
+        if kind == "file":
+            with open(p, "rb") as fh:
+                raw = fh.read()
+            return raw.removeprefix(b"\xef\xbb\xbf").decode("utf-8")
+        if kind == "rows":
+            return self._parquet_row(Path(p), int(self._array(rec)[j]), self.text_field)
+        with open(p, "rb") as fh:
+            fh.seek(int(self._array(rec)[j]))
+            raw = fh.readline().removeprefix(b"\xef\xbb\xbf")
+        return json.loads(raw.decode("utf-8"))[self.text_field]
+
+    def texts(self, ordinals: Sequence[int] | np.ndarray) -> list[str]:
+        """Texts of the docs with these ordinals (in this order)."""
+        ords = [int(o) for o in ordinals]
+        got = {o: self.text(o) for o in sorted(set(ords))}  # file order: row groups decode once
+        return [got[o] for o in ords]

@@ -1,0 +1,248 @@
+"""Edited contamination: corpus text store, alignment scores, rule terms (issue 9), on real data."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tcqa_data.decontam.align import AlignParams, align_tokens, contaminated_spans
+from tcqa_data.decontam.build import build_index
+from tcqa_data.decontam.detect import QueryDoc, Rule, score_docs
+from tcqa_data.decontam.textstore import TextStore, build_text_store, has_text_store
+from tcqa_data.errors import ConfigError, IndexMismatchError, TcqaError
+
+HOST = 7  # index of the host article in the slice
+
+
+def _wiki(wiki_sample, k: int) -> list[dict]:
+    with open(wiki_sample, encoding="utf-8") as fh:
+        return [json.loads(next(fh)) for _ in range(k)]
+
+
+def _write_jsonl(path, docs, opener=open) -> None:
+    with opener(path, "wt", encoding="utf-8") as fh:
+        for d in docs:
+            fh.write(json.dumps({"title": d["title"], "text": d["text"]}, ensure_ascii=False) + "\n")
+
+
+# ---- text store ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("fmt", ["jsonl", "jsonl.gz", "parquet", "jsonl-copy"])
+def test_textstore_round_trips_doc_text(wiki_sample, tmp_path, fmt):
+    docs = _wiki(wiki_sample, 40)
+    docs[3]["text"] = "   "  # an empty doc is skipped by the index: ordinals must still line up
+    kept = [d for i, d in enumerate(docs) if i != 3]
+    if fmt.startswith("jsonl"):
+        path = tmp_path / ("c.jsonl.gz" if fmt == "jsonl.gz" else "c.jsonl")
+        _write_jsonl(path, docs, gzip.open if fmt == "jsonl.gz" else open)
+    else:
+        path = tmp_path / "c.parquet"
+        table = pa.table({"title": [d["title"] for d in docs], "text": [d["text"] for d in docs]})
+        pq.write_table(table, path, row_group_size=16)
+    mode = "copy" if fmt == "jsonl-copy" else "auto"
+    build_index([str(path)], tmp_path / "idx", id_field="title", minhash=False, quiet=True, workers=1,
+                text_store=mode)
+    meta = json.loads((tmp_path / "idx" / "textstore" / "meta.json").read_text())
+    (kind,) = {e["kind"] for e in meta["inputs"].values()}
+    assert kind == {"jsonl": "offsets", "parquet": "rows"}.get(fmt, "copy")
+    store = TextStore.open(tmp_path / "idx")
+    order = [38, 0, 17, 5, 5, 20]
+    assert store.texts(order) == [kept[i]["text"] for i in order]
+    assert store.texts(range(len(kept))) == [d["text"] for d in kept]
+
+
+def test_textstore_refuses_changed_corpus_and_missing_store(wiki_sample, tmp_path):
+    path = tmp_path / "c.jsonl"
+    _write_jsonl(path, _wiki(wiki_sample, 5))
+    build_index([str(path)], tmp_path / "idx", id_field="title", minhash=False, quiet=True, workers=1)
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write("\n")
+    with pytest.raises(TcqaError, match="changed since it was indexed"):
+        TextStore.open(tmp_path / "idx").texts([0])
+    build_index([str(path)], tmp_path / "none", minhash=False, quiet=True, workers=1, text_store="none")
+    assert not has_text_store(tmp_path / "none")
+    with pytest.raises(TcqaError, match="no text store"):
+        TextStore.open(tmp_path / "none")
+    with pytest.raises(ConfigError, match="--text-store"):
+        build_text_store(tmp_path / "none", "sometimes")
+
+
+def test_rerun_completes_an_interrupted_text_store_and_append_keeps_entries(wiki_sample, tmp_path):
+    docs = _wiki(wiki_sample, 12)
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl.gz"
+    _write_jsonl(a, docs[:6])
+    _write_jsonl(b, docs[6:], gzip.open)
+    idx = tmp_path / "idx"
+    build_index([str(a)], idx, minhash=False, quiet=True, workers=1)
+    (idx / "textstore" / "meta.json").unlink()  # as if killed during the text store pass
+    build_index([str(a)], idx, minhash=False, quiet=True, workers=1)
+    first = json.loads((idx / "textstore" / "meta.json").read_text())
+    build_index([str(b)], idx, minhash=False, quiet=True, workers=1, append=True)
+    meta = json.loads((idx / "textstore" / "meta.json").read_text())
+    assert len(meta["inputs"]) == 2 and all(meta["inputs"][k] == v for k, v in first["inputs"].items())
+    assert TextStore.open(idx).texts(range(12)) == [d["text"] for d in docs]
+    files = {f.name: f.read_bytes() for f in (idx / "textstore").iterdir() if f.name != "meta.json"}
+    for f in (idx / "textstore").iterdir():
+        f.unlink()
+    assert build_text_store(idx, workers=2)["inputs"] == meta["inputs"]  # one process per input: same files
+    assert {f.name: f.read_bytes() for f in (idx / "textstore").iterdir() if f.name != "meta.json"} == files
+
+
+# ---- the alignment rule --------------------------------------------------------------------------
+def test_contaminated_spans_follow_min_len_and_mismatch_budget():
+    eq = np.array([True] * 6 + [False] + [True] * 5 + [False] * 5 + [True] * 12)
+    # 11 equal tokens around one mismatch: one span; then 5 mismatches in a row break the budget of 4
+    assert contaminated_spans(eq, 10, 4) == [(0, 12), (17, 29)]
+    assert contaminated_spans(eq, 12, 4) == [(17, 29)]
+    assert contaminated_spans(eq, 10, 0) == [(17, 29)]
+    assert contaminated_spans(eq, 10, 5) == [(0, 29)]
+
+
+def test_align_tokens_counts_edits_of_real_text(wiki_sample):
+    text = _wiki(wiki_sample, 1)[0]["text"].lower().split()[:40]
+    edited = list(text)
+    del edited[5]  # 1 deleted
+    edited[12] = "zebra"  # 1 replaced
+    edited[20], edited[21] = edited[21], edited[20]  # a swap: 2 columns
+    edited.insert(30, "quietly")  # 1 inserted
+    fa = align_tokens(text, ["noise"] * 7 + edited + ["noise"] * 7, AlignParams())
+    assert fa.covered.all()
+    assert fa.mismatches == 5
+    assert fa.doc_token_range == (7, 7 + len(edited))
+    fa = align_tokens(text, edited, AlignParams(max_mismatches=1))
+    assert 0 < fa.covered.sum() < len(text)
+
+
+# ---- end to end on the wiki sample with an injected edited passage ------------------------------
+# A real MC-TACO test sentence (22 words); its source passage is edited inside a wiki article.
+SENTENCE = ("These small, dark Melanesians are related in type to Australian aborigines and are confined "
+            "today to the forests of the northern highlands.")
+
+
+def _edited_sentence() -> str:
+    w = SENTENCE.split()
+    w[2] = "newly"  # replace "dark"
+    del w[11]  # delete "and"
+    w[15], w[16] = w[16], w[15]  # swap "the forests"
+    return " ".join(w)
+
+
+@pytest.fixture(scope="module")
+def mc_taco_rows(mc_taco_test):
+    with open(mc_taco_test, encoding="utf-8") as fh:
+        rows = fh.read().splitlines(keepends=True)
+    mine = [r for r in rows if r.split("\t")[0] == SENTENCE]
+    assert mine, "the MC-TACO test split holds the sentence"
+    return rows[:60] + mine
+
+
+@pytest.fixture(scope="module")
+def edited_index(wiki_sample, tmp_path_factory):
+    docs = _wiki(wiki_sample, 60)
+    host = docs[HOST]["text"]
+    cut = host.find(". ", len(host) // 2) + 2
+    docs[HOST]["text"] = host[:cut] + _edited_sentence() + " " + host[cut:]
+    root = tmp_path_factory.mktemp("edited")
+    path = root / "corpus.jsonl"
+    _write_jsonl(path, docs)
+    idx = root / "idx"
+    # 13-grams only and no MinHash: the candidate must come from the text store's anchors
+    build_index([str(path)], idx, id_field="title", minhash=False, quiet=True, workers=1)
+    return idx, docs
+
+
+def test_anchors_find_every_doc_sharing_six_words(edited_index):
+    from tcqa_data.decontam.normalize import tokenize
+    from tcqa_data.decontam.textstore import AnchorIndex
+
+    idx, docs = edited_index
+    anchors = AnchorIndex(idx)
+    rng = np.random.default_rng(0)
+    queries, owners = [], []
+    for i in range(0, len(docs), 3):
+        toks = tokenize(docs[i]["text"])
+        start = int(rng.integers(0, len(toks) - 6))
+        queries.append("zzq " + " ".join(toks[start:start + 6]) + " qqz")  # 6 shared words, padded
+        owners.append(i)
+    found = anchors.candidates(queries, top=64, min_shared=1)
+    assert all(i in got for i, got in zip(owners, found, strict=True))
+    assert anchors.candidates(["completely unrelated words nobody ever wrote down here"], top=8) == [[]]
+
+
+def test_edited_passage_is_aligned_with_span_share_and_field(edited_index, mc_taco_rows):
+    from tcqa_data.decontam.normalize import tokenize
+
+    idx, docs = edited_index
+    question = next(r.split("\t")[1] for r in mc_taco_rows if r.startswith(SENTENCE))
+    query = f"{question} {SENTENCE}"
+    q = QueryDoc(query, {"question": question, "sentence": SENTENCE})
+    never = mc_taco_rows[0].split("\t")
+    clean = QueryDoc(f"{never[1]} {never[0]}", {"question": never[1], "sentence": never[0]})
+    cols = score_docs([q, clean], str(idx), 13)
+    assert cols["ngram_hits"][0] == 0  # no intact 13-gram survives the edits: any-ngram misses it
+    assert cols["aligned_share"][0] == pytest.approx(len(tokenize(SENTENCE)) / len(tokenize(query)))
+    assert cols["aligned_field_share"][0] == 1.0
+    assert cols["aligned_field"][0] == "sentence"
+    assert cols["aligned_ref"][0] == docs[HOST]["title"]
+    assert cols["aligned_mismatches"][0] == 4  # replaced 1, deleted 1, swapped 2
+    start, end = cols["aligned_span"][0]
+    text = docs[HOST]["text"]
+    assert text[start:end] == _edited_sentence().rstrip(".")
+    assert cols["aligned_text"][0] == text[start:end]
+    marked = {cols["aligned_text"][0][s:e] for s, e in cols["aligned_text_marks"][0]}
+    assert "newly" in marked
+    (qs,) = cols["aligned_query_spans"][0]
+    assert query[qs[0]:qs[1]] == SENTENCE.rstrip(".")
+    assert cols["aligned_share"][1] == 0.0 and cols["aligned_ref"][1] is None
+
+    rules = {r: Rule.parse(r).evaluate(cols)[0].tolist() for r in
+             ("any-ngram", "aligned>=0.5", "aligned-field>=0.9", "any-ngram|aligned>=0.5", "aligned>=0.9")}
+    assert rules == {"any-ngram": [False, False], "aligned>=0.5": [True, False],
+                     "aligned-field>=0.9": [True, False], "any-ngram|aligned>=0.5": [True, False],
+                     "aligned>=0.9": [False, False]}
+
+
+def test_decontaminate_flags_edited_source_and_reports_the_span(edited_index, mc_taco_rows, tmp_path):
+    import pyarrow.parquet as pq
+
+    from tcqa_data.prep.pipeline import decontaminate
+
+    idx, _ = edited_index
+    tsv = tmp_path / "test_slice.tsv"
+    tsv.write_text("".join(mc_taco_rows), encoding="utf-8")
+    files = {"mc_taco": {"test": str(tsv)}}
+    decontaminate(idx, ["mc_taco"], tmp_path / "default", data_files=files, quiet=True)
+    decontaminate(idx, ["mc_taco"], tmp_path / "aligned", rule="any-ngram|aligned>=0.5", data_files=files,
+                  quiet=True)
+    default = pq.read_table(tmp_path / "default" / "mc_taco" / "test" / "contamination.parquet").to_pydict()
+    aligned = pq.read_table(tmp_path / "aligned" / "mc_taco" / "test" / "contamination.parquet").to_pydict()
+    mine = [r.split("\t")[0] == SENTENCE for r in mc_taco_rows]
+    assert not any(default["dirty"])  # the default any-ngram rule cannot see the edited copy
+    assert aligned["dirty"] == mine
+    assert all(aligned["aligned_field"][i] == "sentence" for i, m in enumerate(mine) if m)
+    report = (tmp_path / "aligned" / "mc_taco" / "test" / "report.md").read_text(encoding="utf-8")
+    assert "**newly**" in report  # the corpus span is shown with its mismatched words marked
+    page = (tmp_path / "aligned" / "mc_taco" / "test" / "report.html").read_text(encoding="utf-8")
+    assert "<mark>newly</mark>" in page
+
+
+def test_alignment_needs_a_text_store_and_rule_errors_are_clear(mc_taco_rows, tmp_path):
+    from tcqa_data.prep.pipeline import decontaminate
+
+    for bad, why in (("aligned", "cannot parse"), ("aligned>=2", r"in \[0, 1\]"),
+                     ("aligned-fields>=0.5", "cannot parse"), ("aligned>=0.5|", "cannot parse")):
+        with pytest.raises(ConfigError, match=why):
+            Rule.parse(bad)
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(json.dumps({"text": SENTENCE}) + "\n", encoding="utf-8")
+    bare = tmp_path / "bare"
+    build_index([str(corpus)], bare, minhash=False, quiet=True, workers=1, text_store="none")
+    tsv = tmp_path / "t.tsv"
+    tsv.write_text("".join(mc_taco_rows[:5]), encoding="utf-8")
+    with pytest.raises(IndexMismatchError, match="no text store"):
+        decontaminate(bare, ["mc_taco"], tmp_path / "prep", rule="aligned>=0.5",
+                      data_files={"mc_taco": {"test": str(tsv)}}, quiet=True)

@@ -1,0 +1,119 @@
+"""The numba kernels and the numpy fallback compute the same n-gram hashes and write the same
+index bytes, on real wiki text (and on edge cases the hash scheme treats specially)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tcqa_data.decontam import hashing, kernel
+from tcqa_data.decontam import ngram_index as ni
+from tcqa_data.errors import ConfigError
+
+pytest.importorskip("numba")
+
+EDGE = [
+    "", "   ", "a", "one two", "x" * 65 + " after a 65-byte token", "y" * 200 + " " + "z" * 64,
+    "Ünïcode\u00a0no-break\u3000ideographic\u2028line sep\u0085next", "lone \ud83d surrogate",
+    "Punctuation!!! only ... words; (here) -- and [there].", "tab\tsep\nnew\x1cline\x1f",
+]
+
+
+def _texts(wiki_sample: Path, k: int = 120) -> list[str]:
+    out = []
+    with open(wiki_sample, encoding="utf-8") as fh:
+        for line in fh:
+            out.append(json.loads(line)["text"])
+            if len(out) == k:
+                break
+    return out + EDGE
+
+
+def _both(monkeypatch, fn):
+    monkeypatch.setenv(kernel.ENV, "numba")
+    assert kernel.enabled()
+    a = fn()
+    monkeypatch.setenv(kernel.ENV, "numpy")
+    assert not kernel.enabled()
+    b = fn()
+    return a, b
+
+
+def test_kernel_hashes_equal_numpy_hashes(wiki_sample, monkeypatch):
+    texts = _texts(wiki_sample)
+    a, b = _both(monkeypatch, lambda: hashing.batch_ngram_hashes(texts, [1, 2, 5, 13], seed=3))
+    for n in (1, 2, 5, 13):
+        assert len(a[n][0]) > 1000
+        assert np.array_equal(a[n][0], b[n][0]) and np.array_equal(a[n][1], b[n][1])
+    # the long-token path (xxh3) and non-ASCII whitespace were exercised
+    assert any(len(t) > 64 for s in EDGE for t in s.split())
+
+
+def test_kernel_sort_and_merge_equal_numpy(monkeypatch):
+    rng = np.random.default_rng(0)
+    h = rng.integers(0, 2**63, 200_000, dtype=np.uint64) * np.uint64(2)
+    h[::5] = h[:40_000]  # many repeated hashes, from different docs
+    d = np.sort(rng.integers(0, 5000, len(h)))
+    a, b = _both(monkeypatch, lambda: ni.sort_pairs(h, d))
+    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+    hs, ds = a
+    assert np.all((hs[1:] > hs[:-1]) | ((hs[1:] == hs[:-1]) & (ds[1:] > ds[:-1])))
+    # a merge of two sorted runs whose docs interleave (append with new inputs sorting first)
+    w = rng.integers(1, 4, len(hs))
+    cut = len(hs) // 2
+    hh = np.concatenate([hs[cut:], hs[:cut]])
+    dd = np.concatenate([ds[cut:], ds[:cut]])
+    ww = np.concatenate([w[cut:], w[:cut]])
+    for dtype in (ni.DOC_DTYPE, np.dtype(np.int64)):
+        m1, m2 = _both(monkeypatch, lambda dt=dtype: ni._merge(hh, dd, ww, 3, dt))
+        assert all(np.array_equal(x, y) for x, y in zip(m1, m2, strict=True))
+
+
+def test_index_files_identical_with_kernel_and_fallback(wiki_sample, tmp_path, monkeypatch):
+    """Several runs per shard, chunked merges and an append: every file equal byte for byte."""
+    from tcqa_data.decontam.build import build_index
+
+    texts = _texts(wiki_sample, 160)
+    parts = []
+    for i, chunk in enumerate((texts[:100], texts[100:])):
+        p = tmp_path / f"part{i}.jsonl"
+        p.write_text("".join(json.dumps({"text": t}) + "\n" for t in chunk), encoding="utf-8")
+        parts.append(str(p))
+    roots = {}
+    for mode in ("numba", "numpy"):
+        monkeypatch.setenv(kernel.ENV, mode)
+        root = tmp_path / mode
+        kw = dict(ngram_sizes=(8, 13), workers=1, minhash=False, quiet=True, run_pairs=20_000,
+                  chunk_pairs=5_000, num_buckets=8)
+        build_index(parts[:1], root, **kw)
+        build_index(parts, root, append=True, **kw)
+        roots[mode] = root
+    files = sorted(p.relative_to(roots["numba"]) for p in (roots["numba"] / "ngrams").rglob("*.npy"))
+    assert len(files) == 2 * 8 * 3
+    for f in files:
+        assert (roots["numba"] / f).read_bytes() == (roots["numpy"] / f).read_bytes(), f
+
+
+def test_env_var_selects_the_path(monkeypatch):
+    monkeypatch.setenv(kernel.ENV, "numpy")
+    assert kernel.name() == "numpy"
+    monkeypatch.setenv(kernel.ENV, "auto")
+    assert kernel.name() == "numba"
+    monkeypatch.setenv(kernel.ENV, "fortran")
+    with pytest.raises(ConfigError, match="TCQA_KERNEL"):
+        kernel.enabled()
+
+
+def test_minhash_kernel_signatures_equal_numpy_and_datasketch(wiki_sample, monkeypatch):
+    from tcqa_data.decontam.minhash import MinHashParams, datasketch_signatures, sign, split_windows
+
+    for params in (MinHashParams(), MinHashParams(num_perm=64, shingle_words=3)):
+        windows = [w for t in _texts(wiki_sample, 15) for w in split_windows(t, params)] + EDGE
+        (s1, c1), (s2, c2) = _both(monkeypatch, lambda p=params, w=windows: sign(w, p))
+        assert len(windows) > 500
+        assert np.array_equal(s1, s2) and np.array_equal(c1, c2)
+        assert np.array_equal(s1[-len(EDGE):], datasketch_signatures(EDGE, params))
+        assert (c1 == 0).sum() == 2  # "" and "   " have no shingles
