@@ -389,6 +389,9 @@ NATURAL_RULES = ["any-ngram", "any-ngram|minhash>=0.5", "aligned>=0.5", "aligned
 # word edit rates of the passage (issue 9): deleted, replaced by another corpus word, swapped with the
 # next word, new word inserted
 EDIT_RATES = {"delete": 0.03, "replace": 0.03, "swap": 0.02, "insert": 0.02}
+# alignment parameters of the run that picks positives and negatives (see natural())
+SELECTION_PARAMS_DICT = {"min_len": 10, "max_mismatches": 4, "max_candidates": 8, "anchor_min_shared": 2,
+                         "anchor_weak_top": 0}
 
 
 def edit_passage(text: str, rng: random.Random, vocab: list[str]) -> str:
@@ -466,13 +469,16 @@ def natural(args: argparse.Namespace) -> None:
     items = load_items()
     sizes = [int(x) for x in args.ngram.split(",")]
     params = AlignParams(min_len=args.min_len, max_mismatches=args.max_mismatches,
-                         anchor_min_shared=args.anchor_min_shared)
+                         anchor_min_shared=args.anchor_min_shared, anchor_weak_top=args.anchor_weak_top)
     rules = list(NATURAL_RULES)
     t0 = time.perf_counter()
     base_idx = work / "index_orig"
     if not (args.reuse and (base_idx / "manifest.json").is_file()):
         build([str(DATA / "corpus" / "wiki_sample.jsonl")], base_idx, workers=args.workers, ngram_sizes=sizes)
-    base = score_natural(items, base_idx, rules, params)
+    # positives and negatives are chosen under fixed reference parameters, not the ones under test:
+    # otherwise a looser setting would exclude the items it (falsely) flags on the unedited corpus
+    # and its false positives would never be counted (and --reuse would inject other items)
+    base = score_natural(items, base_idx, rules, AlignParams(**SELECTION_PARAMS_DICT))
     pre, pool = unflagged_pool(base, rules, len(items), args.seed)
     chosen: list[int] = []
     for bench, k in (("mc_taco", args.mc_taco), ("squad", args.squad)):
@@ -523,12 +529,30 @@ def natural(args: argparse.Namespace) -> None:
                "ngram_sizes": sizes, "align_params": params.to_dict(), "edit_rates": EDIT_RATES,
                "seed": args.seed, "build_s": round(t_build, 1), "score_s": round(t_score, 1),
                "setup_s": round(time.perf_counter() - t0, 1), **sizes_b, "rows": rows,
-               "false_positives": fps, "misses": misses}
+               "false_positives": fps, "misses": misses,
+               "field_threshold_curve": field_threshold_curve(res["any-ngram"], cols, chosen, negatives,
+                                                              items)}
     out = work / (f"natural_n{'-'.join(map(str, sizes))}_L{args.min_len}_k{args.max_mismatches}"
-                  f"_s{args.anchor_min_shared}.json")
+                  f"_s{args.anchor_min_shared}_w{args.anchor_weak_top}.json")
     out.write_text(json.dumps(summary, indent=2))
     print_natural(summary, rules)
     print(f"\n(written to {out})")
+
+
+def field_threshold_curve(ngram: np.ndarray, cols: dict, positives: list[int], negatives: list[int],
+                          items: list[dict]) -> list[dict]:
+    """Recall and false positives of ``any-ngram|aligned-field>=t`` over thresholds t, per benchmark."""
+    share = np.asarray(cols["aligned_field_share"], dtype=float)
+    out = []
+    for t in (0.5, 0.6, 0.7, 0.8, 0.9, 1.0):
+        flag = ngram | (share >= t)
+        row: dict = {"threshold": t}
+        for bench in ("mc_taco", "squad"):
+            pos = [i for i in positives if items[i]["bench"] == bench]
+            neg = [i for i in negatives if items[i]["bench"] == bench]
+            row[bench] = {"recall": round(float(flag[pos].mean()), 3), "fp": int(flag[neg].sum())}
+        out.append(row)
+    return out
 
 
 def _marked(text: str | None, marks: list | None) -> str | None:
@@ -561,6 +585,9 @@ def print_natural(s: dict, rules: list[str]) -> None:
             cells += [f"{v['recall']:.3f}" if v["recall"] is not None else "-",
                       f"{v['fp']} ({100 * v['fpr']:.2f}%)" if v["fpr"] is not None else "-"]
         print("| `" + rule.replace("|", "\\|") + "` | " + " | ".join(cells) + " |")
+    print("\n`any-ngram|aligned-field>=t`: " + "; ".join(
+        f"t={r['threshold']}: MC-TACO {r['mc_taco']['recall']:.3f} / {r['mc_taco']['fp']} FP, "
+        f"SQuAD {r['squad']['recall']:.3f} / {r['squad']['fp']} FP" for r in s["field_threshold_curve"]))
     print(f"\nfalse positives: {len(s['false_positives'])}")
     for f in s["false_positives"][:30]:
         print(f"- {f['rule']} on {f['bench']}: share {f['aligned_share']} (field {f['aligned_field']} "
@@ -679,9 +706,10 @@ def main() -> None:
     nat.add_argument("--mc-taco", type=int, default=150, help="MC-TACO items injected")
     nat.add_argument("--squad", type=int, default=50, help="SQuAD passages injected")
     nat.add_argument("--ngram", default="13", help="n-gram sizes of the index, e.g. 8,13")
-    nat.add_argument("--min-len", type=int, default=10)
+    nat.add_argument("--min-len", type=int, default=9)
     nat.add_argument("--max-mismatches", type=int, default=4)
     nat.add_argument("--anchor-min-shared", type=int, default=2)
+    nat.add_argument("--anchor-weak-top", type=int, default=2)
     nat.add_argument("--reuse", action="store_true", help="reuse the indexes of an earlier run (same seed)")
     nat.add_argument("--list-misses", default="any-ngram|aligned-field>=0.8")
     nat.add_argument("--seed", type=int, default=0)

@@ -113,8 +113,17 @@ def test_align_tokens_counts_edits_of_real_text(wiki_sample):
     assert fa.covered.all()
     assert fa.mismatches == 5
     assert fa.doc_token_range == (7, 7 + len(edited))
-    fa = align_tokens(text, edited, AlignParams(max_mismatches=1))
+    fa = align_tokens(text, edited, AlignParams(min_len=10, max_mismatches=1))
     assert 0 < fa.covered.sum() < len(text)
+
+
+def test_default_min_len_covers_a_ten_word_sentence_with_one_edit(wiki_sample):
+    # a 10-word sentence that lost one word keeps 9 equal words in a row: enough by default
+    sentence = _wiki(wiki_sample, 1)[0]["text"].lower().split()[:10]
+    edited = ["noise"] * 5 + sentence[:4] + sentence[5:] + ["noise"] * 5
+    fa = align_tokens(sentence, edited, AlignParams())
+    assert fa.covered.all() and fa.mismatches == 1  # the dropped word lies inside the match
+    assert not align_tokens(sentence, edited, AlignParams(min_len=10)).covered.any()
 
 
 # ---- end to end on the wiki sample with an injected edited passage ------------------------------
@@ -171,6 +180,13 @@ def test_anchors_find_every_doc_sharing_six_words(edited_index):
     found = anchors.candidates(queries, top=64, min_shared=1)
     assert all(i in got for i, got in zip(owners, found, strict=True))
     assert anchors.candidates(["completely unrelated words nobody ever wrote down here"], top=8) == [[]]
+    # a doc sharing a single kept 4-gram is no strong candidate at min_shared=2, only a weak one
+    strong, weak = anchors.candidate_tiers(queries, top=64, min_shared=2, weak_top=64)
+    assert all(i in s + w for i, s, w in zip(owners, strong, weak, strict=True))
+    assert all(not set(s) & set(w) for s, w in zip(strong, weak, strict=True))
+    assert any(i in w and i not in s for i, s, w in zip(owners, strong, weak, strict=True))
+    capped = anchors.candidate_tiers(queries, top=64, min_shared=2, weak_top=1)[1]
+    assert all(w[:1] == c for w, c in zip(weak, capped, strict=True))
 
 
 def test_edited_passage_is_aligned_with_span_share_and_field(edited_index, mc_taco_rows):

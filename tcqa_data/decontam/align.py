@@ -38,9 +38,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-DEFAULT_MIN_LEN = 10  # Llama 2: matches of more than 10 tokens
+# Llama 2 counted matches of more than 10 (subword) tokens; these are words, so 9 words is still the
+# stricter test. 9 rather than 10: a 10-word sentence with one edit still counts (BENCHMARKS.md,
+# "Edited contamination": 8 words starts to flag unrelated questions)
+DEFAULT_MIN_LEN = 9
 DEFAULT_MAX_MISMATCHES = 4  # Llama 2: a skip budget of 4 tokens
 DEFAULT_MAX_CANDIDATES = 8
+DEFAULT_ANCHOR_WEAK_TOP = 2
 _DOC_CACHE = 512
 _P = re.escape(string.punctuation)
 _JANITOR_TOKEN = re.compile(rf"(?<!\S)[{_P}]*([^\s{_P}](?:\S*[^\s{_P}])?)[{_P}]*(?!\S)")
@@ -52,10 +56,14 @@ class AlignParams:
     max_mismatches: int = DEFAULT_MAX_MISMATCHES
     max_candidates: int = DEFAULT_MAX_CANDIDATES
     anchor_min_shared: int = 2  # kept 4-grams a doc must share with the query to become a candidate
+    # a query with no other candidate (n-gram, anchors, MinHash) gets up to this many docs sharing
+    # fewer (best first): a copy whose edits left a single intact 6-word run is still found
+    anchor_weak_top: int = DEFAULT_ANCHOR_WEAK_TOP
 
     def to_dict(self) -> dict[str, int]:
         return {"min_len": self.min_len, "max_mismatches": self.max_mismatches,
-                "max_candidates": self.max_candidates, "anchor_min_shared": self.anchor_min_shared}
+                "max_candidates": self.max_candidates, "anchor_min_shared": self.anchor_min_shared,
+                "anchor_weak_top": self.anchor_weak_top}
 
 
 @dataclass
@@ -284,11 +292,13 @@ class Aligner:
 
     def align(self, query: str, query_tokens: list[str], field_pos: dict[str, tuple[int, int]],
               fields: dict[str, str], candidates: Sequence[int],
-              tokenize: Callable[[str], list[str]]) -> QueryAlignment:
+              tokenize: Callable[[str], list[str]], weak: Sequence[int] = ()) -> QueryAlignment:
         """``field_pos``: field name -> [start, end) query token positions (fields not located are
-        missing); without fields the whole query is aligned as one part."""
+        missing); without fields the whole query is aligned as one part. ``weak``: more candidates,
+        aligned after the first ``max_candidates`` of ``candidates``."""
         n = len(query_tokens)
         cands = list(dict.fromkeys(int(c) for c in candidates if c >= 0))[: self.params.max_candidates]
+        cands = list(dict.fromkeys(cands + [int(c) for c in weak if c >= 0]))
         out = QueryAlignment(candidates=len(cands), tested=n >= self.params.min_len)
         if not n or not cands:
             return out

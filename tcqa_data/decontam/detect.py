@@ -524,10 +524,15 @@ def _align(docs: Sequence[QueryDoc], all_tokens: list[list[str]], index_dir: str
     from tcqa_data.decontam.textstore import AnchorIndex
 
     aligner = Aligner(index_dir, scheme, params)
-    an_cands = AnchorIndex(index_dir).candidates([d.query for d in docs], aligner.params.max_candidates,
-                                                 aligner.params.anchor_min_shared)
+    an_cands, weak_cands = AnchorIndex(index_dir).candidate_tiers(
+        [d.query for d in docs], aligner.params.max_candidates, aligner.params.anchor_min_shared,
+        aligner.params.anchor_weak_top)
     out = []
-    for d, tokens, ng, an, mh in zip(docs, all_tokens, ng_cands, an_cands, mh_cands, strict=True):
+    for d, tokens, ng, an, mh, weak in zip(docs, all_tokens, ng_cands, an_cands, mh_cands, weak_cands,
+                                           strict=True):
         pos = field_positions(tokens, d.fields, tok) if d.fields else {}
-        out.append(aligner.align(d.query, tokens, pos, d.fields, list(dict.fromkeys(ng + an + mh)), tok))
+        cands = list(dict.fromkeys(ng + an + mh))
+        # weak anchor candidates (one shared kept 4-gram) only as a fallback: most queries have none
+        # in the corpus, and aligning every weak doc of every query would double the cost
+        out.append(aligner.align(d.query, tokens, pos, d.fields, cands, tok, [] if cands else weak))
     return out

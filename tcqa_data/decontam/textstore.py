@@ -29,7 +29,9 @@ of every ``ANCHOR_W`` consecutive k-grams of a doc the smallest hash is kept, so
 half an entry per corpus word. Each entry is one uint64, ``(hash >> 32) << 32 | doc``
 (input-local doc number), sorted, unique; one file per run of up to ``ANCHOR_RUN`` entries
 (bounded memory). A query looks up all its k-grams, ignores those in more than ``ANCHOR_MAX_DF``
-docs, and ranks docs by the summed inverse document frequency of the k-grams they share with it.
+docs, and ranks docs by the summed inverse document frequency of the k-grams they share with it;
+docs sharing a single kept k-gram are a second, weak tier (``candidate_tiers``), which alignment
+uses only for queries with no other candidate.
 """
 
 from __future__ import annotations
@@ -244,11 +246,19 @@ class AnchorIndex:
                    ) -> list[list[int]]:
         """Per text, up to ``top`` doc ordinals sharing at least ``min_shared`` of its kept k-grams
         (rarer ones weigh more), best first."""
+        return self.candidate_tiers(texts, top, min_shared, 0)[0]
+
+    def candidate_tiers(self, texts: Sequence[str], top: int, min_shared: int = ANCHOR_MIN_SHARED,
+                        weak_top: int = 0) -> tuple[list[list[int]], list[list[int]]]:
+        """Per text: up to ``top`` docs sharing at least ``min_shared`` kept k-grams (strong), and up to
+        ``weak_top`` more sharing fewer (weak: an edited copy can keep a single 6-word run), each
+        best first (summed inverse document frequency of the shared k-grams)."""
         from tcqa_data.decontam.hashing import batch_ngram_hashes
 
         out: list[list[int]] = [[] for _ in texts]
+        weak: list[list[int]] = [[] for _ in texts]
         if not self.runs or not texts:
-            return out
+            return out, weak
         flat, owner = batch_ngram_hashes(list(texts), [ANCHOR_K], self.scheme, self.seed)[ANCHOR_K]
         keys = np.unique((np.asarray(flat, dtype=np.uint64) >> np.uint64(32) << np.uint64(32))
                          | np.asarray(owner, dtype=np.uint64))  # distinct (k-gram, query) pairs
@@ -274,7 +284,7 @@ class AnchorIndex:
             owners_l.append(np.repeat(q_owner[sel], n))
             w_l.append(np.repeat(idf[sel], n))
         if not docs_l:
-            return out
+            return out, weak
         docs, owners, w = np.concatenate(docs_l), np.concatenate(owners_l), np.concatenate(w_l)
         pair = owners * (self.num_docs + 1) + docs
         uniq, inv = np.unique(pair, return_inverse=True)
@@ -282,12 +292,15 @@ class AnchorIndex:
         shared = np.bincount(inv)
         u_owner, u_doc = uniq // (self.num_docs + 1), uniq % (self.num_docs + 1)
         order = np.lexsort((u_doc, -score, u_owner))
-        order = order[shared[order] >= min_shared]
-        for j in order.tolist():
-            lst = out[int(u_owner[j])]
-            if len(lst) < top:
-                lst.append(int(u_doc[j]))
-        return out
+        for tier, cap, sel in ((out, top, shared[order] >= min_shared),
+                               (weak, weak_top, shared[order] < min_shared)):
+            if cap <= 0:
+                continue
+            for j in order[sel].tolist():
+                lst = tier[int(u_owner[j])]
+                if len(lst) < cap:
+                    lst.append(int(u_doc[j]))
+        return out, weak
 
 
 def build_text_store(index_dir: str | os.PathLike, mode: str = "auto", *,
