@@ -2,13 +2,17 @@
 
     .venv/bin/python scripts/bench_scale.py                 # 1 GB synthetic corpus, n-gram index
     .venv/bin/python scripts/bench_scale.py --gb 0.1 --configs local:1,ray:1   # a quick look
+    .venv/bin/python scripts/bench_scale.py --inputs .bench/speed/corpus --minhash --text-store none
+        --configs local:1,ray:2 --out /tmp/scale_idx   # (one line) existing files, full build
 
 Measures, on this machine: the build's wall time and throughput with the local engine (1 and 2
 worker processes) and with Ray (a local instance with 1 and 2 CPUs), the speedup over one local
 worker, Ray's fixed overhead (start a local instance, run one empty task, shut down) and its
 per-task overhead, the driver-side serial passes over the input (checksum, shard split), and
-whether every configuration wrote the same bytes. Then projects wall time and index size for
-1 TB and 10 TB of text on 8, 64 and 512 cores from the measured per-core throughput.
+whether every configuration wrote the same bytes, the wall and CPU time of each build step
+(checksum, split, map, n-gram reduce, MinHash band reduce) and the peak PSS of the process tree.
+Then projects wall time and index size for 1 TB and 10 TB of text on 8, 64, 256 and 512 cores
+from the measured per-core throughput.
 
 The corpus is ``.bench/synthetic_1gb.jsonl`` (one file, so the build must split it into byte
 ranges): copies of ``../shared/data/corpus/wiki_sample.jsonl`` where copy k renames every 10th
@@ -131,13 +135,15 @@ def own_cpu_s() -> float:
     return own.ru_utime + own.ru_stime
 
 
-def phase_timed_ray_engine(cpus: int):
-    """A RayEngine that records, per step of the build (``desc``), its tasks, wall and CPU time."""
-    from tcqa_data.decontam.engines import RayEngine
+def phase_timed_engine(engine: str, n: int):
+    """A Local or Ray engine that records, per step of the build (``desc``), its tasks, wall and CPU time."""
+    from tcqa_data.decontam.engines import LocalEngine, RayEngine
 
-    class PhaseTimedRayEngine(RayEngine):
+    base = RayEngine if engine == "ray" else LocalEngine
+
+    class PhaseTimedEngine(base):
         def __init__(self) -> None:
-            super().__init__(num_cpus=cpus)
+            super().__init__(num_cpus=n) if engine == "ray" else super().__init__(workers=n)
             self.phases: dict[str, dict] = {}
 
         def map(self, fn, calls, *, desc="", on_done=None, shared=None):
@@ -149,54 +155,89 @@ def phase_timed_ray_engine(cpus: int):
             p["wall_s"] = round(p["wall_s"] + time.perf_counter() - t0, 2)
             return out
 
-    return PhaseTimedRayEngine()
+    return PhaseTimedEngine()
 
 
-def run_build(corpus: Path, out: Path, engine: str, n: int, minhash: bool) -> dict:
+class PeakMemory:
+    """Samples the summed PSS (RSS where PSS is unreadable) of this process and its descendants."""
+
+    def __init__(self, every_s: float = 0.5) -> None:
+        import threading
+
+        self.peak, self.every_s = 0, every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import psutil
+
+        me = psutil.Process()
+        while not self._stop.is_set():
+            total = 0
+            for proc in [me, *me.children(recursive=True)]:
+                try:
+                    info = proc.memory_full_info()
+                    total += getattr(info, "pss", info.rss)
+                except psutil.Error:
+                    pass
+            self.peak = max(self.peak, total)
+            self._stop.wait(self.every_s)
+
+    def __enter__(self) -> PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def run_build(corpus: list[Path], out: Path, engine: str, n: int, minhash: bool,
+              text_store: str = "auto") -> dict:
     """One build; wall time, and CPU time of every process involved (contention-proof rate)."""
     from tcqa_data.decontam.build import build_index
 
     if out.exists():
         shutil.rmtree(out)
     load0 = os.getloadavg()[0]
-    eng = None
     start_s = 0.0
-    if engine == "ray":
+    with PeakMemory() as mem:
         t0 = time.perf_counter()
-        eng = phase_timed_ray_engine(n).start()  # started here: the build's wall time excludes it
+        eng = phase_timed_engine(engine, n)
+        if engine == "ray":
+            eng = eng.start()  # started here: the build's wall time excludes it
         start_s = time.perf_counter() - t0
-    cpu0, own0 = tree_cpu_s(), own_cpu_s()
-    t0 = time.perf_counter()
-    manifest = build_index([str(corpus)], out, engine=eng or engine, workers=n, minhash=minhash,
-                           quiet=True)
-    wall = time.perf_counter() - t0
-    cpu, driver = tree_cpu_s() - cpu0, own_cpu_s() - own0
-    if eng is not None:
+        cpu0, own0 = tree_cpu_s(), own_cpu_s()
+        t0 = time.perf_counter()
+        manifest = build_index([str(c) for c in corpus], out, engine=eng, workers=n, minhash=minhash,
+                               quiet=True, text_store=text_store)
+        wall = time.perf_counter() - t0
+        cpu, driver = tree_cpu_s() - cpu0, own_cpu_s() - own0
         eng.close()
-    size = corpus.stat().st_size
+    size = sum(c.stat().st_size for c in corpus)
     row = {"engine": engine, "workers": n, "wall_s": round(wall, 1), "ray_start_s": round(start_s, 1),
            "cpu_s": round(cpu, 2), "driver_cpu_s": round(driver, 2),
            "mb_per_s": round(size / 1e6 / wall, 2), "mb_per_cpu_s": round(size / 1e6 / cpu, 2),
            "index_bytes": du(out), "index_bytes_per_corpus_byte": round(du(out) / size, 3),
            "docs": manifest["counts"]["docs"], "digest": index_digest(out),
+           "peak_tree_mem_bytes": mem.peak, "phases": eng.phases,
            "load_avg_before": round(load0, 2), "load_avg_after": round(os.getloadavg()[0], 2)}
-    if eng is not None:
-        row["phases"] = eng.phases
     shutil.rmtree(out)
     return row
 
 
-def project(serial: float, map_: float, reduce_: float, reduce_tasks: int, fixed_s: float,
+def project(serial: float, map_: float, reduces: list[tuple[float, int]], fixed_s: float,
             index_ratio: float) -> list[dict]:
-    """wall = start-up + serial driver work + map work over all cores + reduce work over at most
-    ``reduce_tasks`` cores (one task per bucket and n-gram size). Rates are CPU s per MB."""
+    """wall = start-up + serial driver work + map work over all cores + each reduce's work over at
+    most as many cores as it has tasks (``reduces``: (rate, tasks) for the n-gram buckets and the
+    MinHash bands). Rates are CPU s per MB."""
     rows = []
     for tb in (1, 10):
         mb = tb * 1e6
-        for cores in (8, 64, 512):
+        for cores in (8, 64, 256, 512):
             serial_h = mb * serial / 3600
             map_h = mb * map_ / cores / 3600
-            reduce_h = mb * reduce_ / min(cores, reduce_tasks) / 3600
+            reduce_h = sum(mb * rate / min(cores, tasks) for rate, tasks in reduces) / 3600
             rows.append({"tb": tb, "cores": cores, "map_h": round(map_h, 2), "reduce_h": round(reduce_h, 2),
                          "serial_h": round(serial_h, 2),
                          "wall_h": round(fixed_s / 3600 + serial_h + map_h + reduce_h, 2),
@@ -214,6 +255,10 @@ def main() -> None:
     ap.add_argument("--reduce-tasks", type=int, default=64,
                     help="reduce tasks at scale (buckets x n-gram sizes; default 64 buckets, n=13)")
     ap.add_argument("--json", type=Path, default=BENCH / "bench_scale.json")
+    ap.add_argument("--inputs", type=Path, nargs="+",
+                    help="index these files (or every *.jsonl in these folders), not the synthetic corpus")
+    ap.add_argument("--text-store", default="auto", help="the build's --text-store (none: no text store)")
+    ap.add_argument("--out", type=Path, default=BENCH / "scale_idx", help="scratch index folder")
     args = ap.parse_args()
     if not WIKI.is_file():
         sys.exit(f"needs {WIKI} (the shared real data)")
@@ -222,20 +267,26 @@ def main() -> None:
     name = "synthetic_1gb.jsonl" if args.gb == 1.0 else f"synthetic_{args.gb:g}gb.jsonl"
     corpus = BENCH / name
     created = False
-    if not corpus.is_file() or corpus.stat().st_size < args.gb * 1e9 * 0.99:
+    if args.inputs:
+        files = sorted(f for i in args.inputs for f in (i.glob("*.jsonl") if i.is_dir() else [i]))
+    elif not corpus.is_file() or corpus.stat().st_size < args.gb * 1e9 * 0.99:
         print(f"writing {corpus} ({args.gb:g} GB) ...", flush=True)
         make_corpus(corpus, int(args.gb * 1e9))
         created = True
-    res: dict = {"cpu_count": os.cpu_count(), "corpus": str(corpus), "corpus_bytes": corpus.stat().st_size,
-                 "minhash": args.minhash, "builds": []}
+    if not args.inputs:
+        files = [corpus]
+    res: dict = {"cpu_count": os.cpu_count(), "corpus": [str(f) for f in files],
+                 "corpus_bytes": sum(f.stat().st_size for f in files), "minhash": args.minhash,
+                 "text_store": args.text_store, "builds": []}
     try:
-        res["driver_passes"] = driver_passes(corpus)
-        print("driver passes", res["driver_passes"], flush=True)
-        res["ray_overhead"] = [ray_overhead(c, str(corpus)) for c in (1, 2)]
+        if not args.inputs:
+            res["driver_passes"] = driver_passes(corpus)
+            print("driver passes", res["driver_passes"], flush=True)
+        res["ray_overhead"] = [ray_overhead(c, str(files[0])) for c in (1, 2)]
         print("ray overhead", res["ray_overhead"], flush=True)
         for cfg in filter(None, args.configs.split(",")):
             engine, n = cfg.split(":")
-            row = run_build(corpus, BENCH / "scale_idx", engine, int(n), args.minhash)
+            row = run_build(files, args.out, engine, int(n), args.minhash, args.text_store)
             res["builds"].append(row)
             print("build", row, flush=True)
     finally:
@@ -260,16 +311,21 @@ def main() -> None:
         mb = res["corpus_bytes"] / 1e6
         ph = ref["phases"]
         map_cpu = sum(ph.get(k, {}).get("cpu_s", 0.0) for k in ("index-checksum", "index-split", "index-map"))
-        reduce_cpu = ph.get("index-reduce", {}).get("cpu_s", 0.0)
+        ngram_cpu = ph.get("index-reduce", {}).get("cpu_s", 0.0)
+        mh = ph.get("index-minhash-reduce", {"cpu_s": 0.0, "tasks": 1})  # 1 + bands tasks, any corpus size
+        reduce_cpu = ngram_cpu + mh["cpu_s"]
         serial_cpu = ref["cpu_s"] - sum(p["cpu_s"] for p in ph.values())
         fixed = max((o["start_s"] for o in res.get("ray_overhead", [])), default=0.0)
         res["projection_inputs"] = {
             "from": f"ray:{ref['workers']}", "map_cpu_s_per_mb": round(map_cpu / mb, 4),
-            "reduce_cpu_s_per_mb": round(reduce_cpu / mb, 4), "serial_s_per_mb": round(serial_cpu / mb, 5),
+            "reduce_cpu_s_per_mb": round(reduce_cpu / mb, 4),
+            "minhash_reduce_cpu_s_per_mb": round(mh["cpu_s"] / mb, 4), "minhash_reduce_tasks": mh["tasks"],
+            "serial_s_per_mb": round(serial_cpu / mb, 5),
             "reduce_tasks": args.reduce_tasks, "fixed_s": fixed,
             "per_core_mb_s": round(mb / (map_cpu + reduce_cpu), 2),
             "index_bytes_per_corpus_byte": ref["index_bytes_per_corpus_byte"]}
-        res["projection"] = project(serial_cpu / mb, map_cpu / mb, reduce_cpu / mb, args.reduce_tasks,
+        res["projection"] = project(serial_cpu / mb, map_cpu / mb,
+                                    [(ngram_cpu / mb, args.reduce_tasks), (mh["cpu_s"] / mb, mh["tasks"])],
                                     fixed, ref["index_bytes_per_corpus_byte"])
     args.json.write_text(json.dumps(res, indent=2) + "\n")
 
