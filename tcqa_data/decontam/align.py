@@ -27,6 +27,7 @@ corpus tokens (for display) and the field it covers most.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import string
 from collections import OrderedDict
@@ -37,6 +38,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+
+from tcqa_data.decontam.textstore import ANCHOR_MIN_SHARED
 
 # Llama 2 counted matches of more than 10 (subword) tokens; these are words, so 9 words is still the
 # stricter test. 9 rather than 10: a 10-word sentence with one edit still counts (BENCHMARKS.md,
@@ -55,15 +58,14 @@ class AlignParams:
     min_len: int = DEFAULT_MIN_LEN
     max_mismatches: int = DEFAULT_MAX_MISMATCHES
     max_candidates: int = DEFAULT_MAX_CANDIDATES
-    anchor_min_shared: int = 2  # kept 4-grams a doc must share with the query to become a candidate
+    # kept 4-grams a doc must share with the query to become a candidate
+    anchor_min_shared: int = ANCHOR_MIN_SHARED
     # a query with no other candidate (n-gram, anchors, MinHash) gets up to this many docs sharing
     # fewer (best first): a copy whose edits left a single intact 6-word run is still found
     anchor_weak_top: int = DEFAULT_ANCHOR_WEAK_TOP
 
     def to_dict(self) -> dict[str, int]:
-        return {"min_len": self.min_len, "max_mismatches": self.max_mismatches,
-                "max_candidates": self.max_candidates, "anchor_min_shared": self.anchor_min_shared,
-                "anchor_weak_top": self.anchor_weak_top}
+        return dataclasses.asdict(self)
 
 
 @dataclass

@@ -502,10 +502,10 @@ def _ngram_candidates(docs: Sequence[QueryDoc], idx: Any, n: int, doc_cols: np.n
         lo, hi = offsets[i], offsets[i + 1]
         ords = doc_cols[lo:hi][counted[lo:hi]]
         counts[i].update(ords[ords >= 0].tolist())
-    for m in idx.ngram_sizes:
-        if m == n:
-            continue
-        flat, owner = batch_ngram_hashes([d.query for d in docs], [m], idx.normalization, idx.hash_seed)[m]
+    other_sizes = [m for m in idx.ngram_sizes if m != n]
+    by_size = batch_ngram_hashes([d.query for d in docs], other_sizes, idx.normalization, idx.hash_seed) \
+        if other_sizes else {}
+    for m, (flat, owner) in by_size.items():
         owner = np.asarray(owner, dtype=np.int64)
         for lo in range(0, len(flat), LOOKUP_BATCH):
             hit = idx.lookup(np.asarray(flat[lo:lo + LOOKUP_BATCH], dtype=np.uint64), m)

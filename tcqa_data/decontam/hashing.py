@@ -196,8 +196,6 @@ def _hash_parts(parts: Sequence[bytes], ns: Sequence[int], seed: int
         np.multiply(tok, _P2.pow[:ntok], out=w[1:])
         np.cumsum(w, out=w)
     for n in ns:
-        if n < 1:
-            raise ValueError(f"n-gram size must be >= 1, got {n}")
         if ntok < n:
             out[n] = (np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.int64))
             continue

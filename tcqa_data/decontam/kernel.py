@@ -17,10 +17,7 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 
-import numpy as np
-
 ENV = "TCQA_KERNEL"
-_U64 = np.uint64
 
 
 @lru_cache(maxsize=1)
@@ -50,12 +47,8 @@ def name() -> str:
 
 
 @lru_cache(maxsize=1)
-def _kernels() -> dict:
+def kernels() -> dict:
+    """The compiled kernels (compiles or loads them from the cache on first use)."""
     from tcqa_data.decontam._numba_kernels import KERNELS
 
     return KERNELS
-
-
-def kernels() -> dict:
-    """The compiled kernels (compiles or loads them from the cache on first use)."""
-    return _kernels()

@@ -127,21 +127,27 @@ def _sort_by_hash_compiled(h: np.ndarray, d: np.ndarray, *rest: np.ndarray) -> l
         order = np.argsort(h, kind="stable")
         hs = h[order]
     else:
-        shift = max(0, (int(h.min()) ^ int(h.max())).bit_length() - 8) if n else 0
-        hs, order = k["sort_pairs"](h, np.arange(n, dtype=np.int64), shift)
+        hs, order = _radix_sort_pairs(k, h, np.arange(n, dtype=np.int64))
     ds = np.ascontiguousarray(d[order], dtype=np.int64)
     pos = np.arange(n, dtype=np.int64)
     k["order_ties"](hs, ds, pos)
-    return [hs, ds.astype(d.dtype, copy=False), *(r[order][pos] for r in rest)]
+    idx = order[pos]
+    return [hs, ds.astype(d.dtype, copy=False), *(r[idx] for r in rest)]
+
+
+def _radix_sort_pairs(k: dict, h: np.ndarray, payload: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The kernel's stable radix sort of ``h`` (uint64, contiguous) with ``payload``, on the low
+    bytes where the hashes differ."""
+    shift = max(0, (int(h.min()) ^ int(h.max())).bit_length() - 8) if len(h) else 0
+    return k["sort_pairs"](h, payload, shift)
 
 
 def sort_pairs(h: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Sort ``(hash, doc)`` pairs by hash then doc and drop repeated pairs."""
     if kernel.enabled():
         k = kernel.kernels()
-        h = np.ascontiguousarray(h, dtype=np.uint64)
-        shift = max(0, (int(h.min()) ^ int(h.max())).bit_length() - 8) if len(h) else 0
-        hs, ds = k["sort_pairs"](h, np.ascontiguousarray(d, dtype=np.int64), shift)
+        hs, ds = _radix_sort_pairs(k, np.ascontiguousarray(h, dtype=np.uint64),
+                                   np.ascontiguousarray(d, dtype=np.int64))
         k["order_ties"](hs, ds, np.empty(0, dtype=np.int64))
         return k["dedupe_pairs"](hs, ds)
     hs, ds = _sort_by_hash(h, d)

@@ -109,11 +109,6 @@ def read_split(task: str, split: str, spec: TaskSpec | None, d: Path) -> TaskDat
     return TaskData(task=task, split=split, spec=spec, docs=docs, clean=clean, path=d)
 
 
-def limit_to_groups(data: TaskData, limit_groups: int | None) -> TaskData:
-    """Keep the first ``limit_groups`` whole groups (MC-TACO questions; docs elsewhere)."""
-    return select_groups(data, limit_groups=limit_groups)[0]
-
-
 def take_groups(data: TaskData, group_ids: list[int] | set[int]) -> TaskData:
     """Only the docs of ``group_ids``, in their original order (what a selection recorded)."""
     chosen = {int(g) for g in group_ids}
@@ -423,9 +418,7 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
     samples: list[dict[str, Any]] = []
     scored: list[tuple[TaskData, list[dict[str, Any]]]] = []  # for the analysis at the end
     for data in datas:
-        sel = np.flatnonzero(data.clean) if clean_only else np.arange(len(data.docs))
-        docs = [data.docs[i] for i in sel]
-        clean = data.clean[sel]
+        docs, clean = data.docs, data.clean  # select_groups already dropped dirty docs for --clean-only
         t1 = time.perf_counter()
         with progress_bar(quiet) as bar:
             bar_task = bar.add_task(f"{data.task} ({data.split})", total=len(docs), rate="")
@@ -464,7 +457,7 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
             samples.append({"task": data.task, "doc_id": int(doc["doc_id"]), "group_id": int(doc["group_id"]),
                             "subset": "clean" if c else "dirty", **o})
         if not clean_only:
-            scored.append((TaskData(data.task, data.split, data.spec, docs, clean, data.path), per_doc))
+            scored.append((data, per_doc))
     results["effective_batch_size"] = engine.batch_size
     if write:
         from tcqa_data.eval.results import write_outputs

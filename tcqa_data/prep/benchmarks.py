@@ -99,10 +99,9 @@ def _read_tsv(path: Path, spec: TaskSpec) -> pa.Table:
 
 
 def _read_json(path: Path) -> pa.Table:
-    rows: list[dict[str, Any]] = []
-    text = path.read_text(encoding="utf-8")
-    stripped = text.lstrip()
-    if path.suffix.lower() == ".json" and stripped.startswith("["):
+    # a .json file holding one array; anything else is JSON Lines (read once, line by line)
+    text = path.read_text(encoding="utf-8") if path.suffix.lower() == ".json" else None
+    if text is not None and text.lstrip().startswith("["):
         try:
             loaded = json.loads(text)
         except json.JSONDecodeError as exc:

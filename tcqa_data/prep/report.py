@@ -332,14 +332,6 @@ def build_document(rep: dict[str, Any]) -> list[Block]:
     return blocks
 
 
-def render_markdown(rep: dict[str, Any]) -> str:
-    return to_markdown(build_document(rep))
-
-
-def render_html(rep: dict[str, Any]) -> str:
-    return to_html(build_document(rep), title=f"{rep['task']} / {rep['split']}: contamination")
-
-
 def write_reports(spec: TaskSpec, split: str, source: str, full: pa.Table, cont: pa.Table,
                   split_dir: str | Path, *, config: dict[str, Any], index_summary: dict[str, Any]
                   ) -> dict[str, Any]:
@@ -347,6 +339,8 @@ def write_reports(spec: TaskSpec, split: str, source: str, full: pa.Table, cont:
     rep = summarize(spec, split, source, full, cont, config, index_summary)
     split_dir = Path(split_dir)
     write_json_atomic(split_dir / "report.json", rep)
-    write_text_atomic(split_dir / "report.md", render_markdown(rep))
-    write_text_atomic(split_dir / "report.html", render_html(rep))
+    blocks = build_document(rep)  # one document, two renderings
+    write_text_atomic(split_dir / "report.md", to_markdown(blocks))
+    title = f"{rep['task']} / {rep['split']}: contamination"
+    write_text_atomic(split_dir / "report.html", to_html(blocks, title=title))
     return rep["counts"]
