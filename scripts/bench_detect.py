@@ -619,6 +619,12 @@ def make_big_corpus(folder: Path, size_gb: float, seed: int) -> list[str]:
             rng.shuffle(lo)
             table = str.maketrans(string.ascii_lowercase + string.ascii_uppercase,
                                   "".join(lo) + "".join(lo).upper())
+            p = folder / f"part{copy:04d}.jsonl"
+            if p.exists():  # written by an earlier run (each part is renamed into place whole)
+                written += p.stat().st_size
+                paths.append(str(p))
+                copy += 1
+                continue
             out = []
             for line in lines:
                 d = json.loads(line)
@@ -626,7 +632,9 @@ def make_big_corpus(folder: Path, size_gb: float, seed: int) -> list[str]:
                                       ensure_ascii=False))
             text = "\n".join(out) + "\n"
         p = folder / f"part{copy:04d}.jsonl"
-        p.write_text(text, encoding="utf-8")
+        tmp = p.with_suffix(".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(p)
         written += p.stat().st_size
         paths.append(str(p))
         copy += 1
@@ -643,17 +651,18 @@ def speed(args: argparse.Namespace) -> None:
     if not (idx / "manifest.json").exists():
         paths = make_big_corpus(corpus_dir, args.size_gb, args.seed)
         t_gen = time.perf_counter() - t0
-        t1 = time.perf_counter()
-        build(paths, idx, workers=args.workers, minhash=not args.no_minhash, text_store="none")
-        t_build = time.perf_counter() - t1
-        # the text store (doc locations + alignment anchors) is one more pass: timed on its own
-        from tcqa_data.decontam.textstore import build_text_store
+        # a fresh process whose whole tree is sampled for peak memory and disk (bench_index)
+        sys.path.insert(0, str(Path(__file__).parent))
+        from bench_index import timed_build
 
         t1 = time.perf_counter()
-        build_text_store(idx, "auto")
-        t_store = time.perf_counter() - t1
+        # the default build: n-grams, MinHash (verified against the text store) and the text store
+        measured = timed_build(paths, idx, workers=args.workers, minhash=not args.no_minhash,
+                               extra={"id_field": "title", "text_store": args.text_store})
+        t_build = time.perf_counter() - t1
     else:
-        t_gen = t_build = t_store = float("nan")
+        t_gen = t_build = float("nan")
+        measured = {}
     man = json.loads((idx / "manifest.json").read_text())
     files = {"mc_taco": {"test": str(DATA / "mc_taco" / "test_9442.tsv"),
                          "validation": str(DATA / "mc_taco" / "dev_3783.tsv")},
@@ -680,8 +689,11 @@ def speed(args: argparse.Namespace) -> None:
     info = {"corpus_bytes": man["counts"]["input_bytes"], "docs": man["counts"]["docs"],
             "unique_ngrams": man["counts"]["ngrams"]["13"]["unique"], "minhash": bool(man.get("minhash")),
             "generate_s": round(t_gen, 1), "build_s": round(t_build, 1), "workers": args.workers,
-            "text_store_s": round(t_store, 1), "text_store_bytes": store_bytes(idx),
-            "index_bytes": sum(p.stat().st_size for p in idx.rglob("*") if p.is_file()) - store_bytes(idx),
+            "text_store": args.text_store, "text_store_bytes": store_bytes(idx),
+            "index_bytes": sum(p.stat().st_size for p in idx.rglob("*") if p.is_file()),
+            "part_bytes": {d.name: sum(p.stat().st_size for p in d.rglob("*") if p.is_file())
+                           for d in sorted(idx.iterdir()) if d.is_dir()},
+            "build": measured,
             "cpus": os.cpu_count(), "results": results}
     print(json.dumps(info, indent=2))
     (work.parent / "speed.json").write_text(json.dumps(info, indent=2))
@@ -720,6 +732,8 @@ def main() -> None:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--workers", type=int, default=2)
     s.add_argument("--no-minhash", action="store_true")
+    s.add_argument("--text-store", default="auto", choices=["auto", "copy", "none"],
+                   help="built with the index (default auto, as index-corpus)")
     s.add_argument("--rules", default="any-ngram,any-ngram|minhash>=0.5,any-ngram|aligned-field>=0.8")
     s.add_argument("--repeat", type=int, default=2)
     s.add_argument("--keep", action="store_true")

@@ -20,6 +20,7 @@ import resource
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -86,6 +87,10 @@ def timed_build(inputs: list[str], out: Path, workers: int, minhash: bool, extra
     phase_peak = {"map": [0, 0], "reduce": [0, 0]}  # [pss, anonymous pss]
     stage = out / "_work" / "stage"
     stop = threading.Event()
+    # peak disk growth of the filesystem holding the index (map parts + index; others' writes
+    # on the same disk count too, so this is an upper bound)
+    disk0 = shutil.disk_usage(out.parent).used
+    disk_peak = [0]
 
     def sample() -> None:
         while not stop.is_set():
@@ -94,6 +99,7 @@ def timed_build(inputs: list[str], out: Path, workers: int, minhash: bool, extra
                 peak[:] = [max(a, b) for a, b in zip(peak, mem, strict=True)]
                 ph = phase_peak["reduce" if stage.exists() else "map"]
                 ph[:] = [max(ph[0], mem[1]), max(ph[1], mem[2])]
+                disk_peak[0] = max(disk_peak[0], shutil.disk_usage(out.parent).used - disk0)
             except psutil.Error:
                 pass
             time.sleep(0.1)
@@ -111,7 +117,7 @@ def timed_build(inputs: list[str], out: Path, workers: int, minhash: bool, extra
     cpu_tree = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {"seconds": wall, "cpu_seconds_build_process": cpu_main, "cpu_seconds_tree": cpu_tree,
             "wall_with_startup": time.perf_counter() - t0, "peak_rss_tree": peak[0], "peak_pss_tree": peak[1],
-            "peak_anon_pss_tree": peak[2],
+            "peak_anon_pss_tree": peak[2], "peak_disk_growth": disk_peak[0],
             "peak_pss_tree_by_phase": {k: v[0] for k, v in phase_peak.items()},
             "peak_anon_pss_tree_by_phase": {k: v[1] for k, v in phase_peak.items()}}
 
@@ -137,14 +143,60 @@ def janitor_baseline(texts: list[str]) -> tuple[float, set[str]]:
 
 
 def same_ngram_set(grams: set[str], index: Path) -> tuple[bool, int, int]:
-    """Hash lm-eval's normalized n-gram strings with our function; compare with the index."""
+    """Hash lm-eval's normalized n-gram strings with our function; compare with the index's
+    stored keys (format 2 keeps the top ``key_bits`` bits of each hash: compared at that width)."""
+    from tcqa_data.decontam import ngram_index as ni
     from tcqa_data.decontam.hashing import batch_ngram_hashes
 
     strings = list(grams)
-    theirs = np.unique(np.concatenate([batch_ngram_hashes(strings[i:i + 200_000], [13])[13][0]
-                                       for i in range(0, len(strings), 200_000)]))
-    ours = np.concatenate([np.load(p) for p in sorted((index / "ngrams" / "n13").glob("*.hashes.npy"))])
-    return bool(len(theirs) == len(ours) and np.array_equal(theirs, np.sort(ours))), len(theirs), len(ours)
+    theirs = np.concatenate([batch_ngram_hashes(strings[i:i + 200_000], [13])[13][0]
+                             for i in range(0, len(strings), 200_000)])
+    idx = ni.NgramIndex.open(index)
+    ours, bits = idx.all_keys(13)
+    if bits < 64:
+        theirs = ni.stored_keys(theirs, idx.num_buckets, idx.dir_bits)
+    theirs = np.unique(theirs)
+    return bool(len(theirs) == len(ours) and np.array_equal(theirs, ours)), len(theirs), len(ours)
+
+
+def ngram_size_report(index: Path, corpus_bytes: int, queries: int = 1_000_000) -> dict:
+    """The n-gram part on disk (per corpus byte, per unique n-gram, per file kind) and its
+    false-positive rate: computed (manifest) and measured with random query hashes, which are
+    absent from the corpus but for a chance of 2**-64 each."""
+    from tcqa_data.decontam import ngram_index as ni
+
+    idx = ni.NgramIndex.open(index)
+    c = idx.manifest["counts"]["ngrams"]["13"]
+    total = du(index / "ngrams")
+    kinds = ni.BUCKET_FILES if idx.layout == 2 else ni.V1_BUCKET_FILES
+    q = np.random.default_rng(12345).integers(0, 2**64 - 1, queries, dtype=np.uint64)
+    hits = int(idx.lookup(q, 13).found.sum())
+    return {"ngram_bytes": total, "ngram_bytes_per_corpus_byte": round(total / corpus_bytes, 3),
+            "ngram_bytes_per_unique_13gram": round(total / max(1, c["unique"]), 3),
+            "bytes_per_unique_13gram_by_file": {
+                k: round(du(index / "ngrams", f"*.{k}.npy") / max(1, c["unique"]), 3) for k in kinds},
+            "storage": idx.manifest.get("ngram_storage"),
+            "false_positive_rate_computed": c.get("false_positive_rate", c["unique"] / 2.0**64),
+            "max_cell_false_positive_rate": c.get("max_cell_false_positive_rate"),
+            "random_queries": queries, "random_query_hits": hits,
+            "false_positive_rate_measured": hits / queries}
+
+
+def fp_check_32bit_keys(corpus: Path, out: Path, queries: int = 1_000_000) -> dict:
+    """The computed false-positive rate against random queries where it is big enough to count:
+    the same corpus with 32-bit keys (1 bucket, no directory bits) instead of the default width."""
+    from tcqa_data.decontam import ngram_index as ni
+    from tcqa_data.decontam.build import build_index
+
+    m = build_index([str(corpus)], out, workers=1, minhash=False, quiet=True, text_store="none",
+                    num_buckets=1, ngram_dir_bits=0, overwrite=True)
+    q = np.random.default_rng(54321).integers(0, 2**64 - 1, queries, dtype=np.uint64)
+    hits = int(ni.NgramIndex.open(out).lookup(q, 13).found.sum())
+    rate = m["counts"]["ngrams"]["13"]["false_positive_rate"]
+    shutil.rmtree(out, ignore_errors=True)
+    return {"key_bits": m["ngram_storage"]["key_bits"], "random_queries": queries,
+            "expected_hits": round(rate * queries, 1), "hits": hits,
+            "false_positive_rate_computed": rate, "false_positive_rate_measured": hits / queries}
 
 
 def minhash_bench(texts: list[str]) -> dict:
@@ -164,7 +216,35 @@ def minhash_bench(texts: list[str]) -> dict:
     for text in texts:
         mh.split_windows(text, params)
     t_split = time.process_time() - t
+    # the build's map side: windows of 1 M-character batches of docs (compiled with numba),
+    # signatures of document ranges, band runs and part files
+    from tcqa_data.decontam.minhash.sketch import sign_spans
+    from tcqa_data.decontam.minhash.windows import window_spans
+
+    text_mb = sum(len(t.encode()) for t in texts) / 1e6
+    batches, cur = [], []
+    for text in texts:
+        cur.append(text)
+        if sum(map(len, cur)) >= 1 << 20:
+            batches.append(cur)
+            cur = []
+    batches += [cur] if cur else []
+    t = time.process_time()
+    spans = [window_spans(b, params) for b in batches]
+    t_spans = time.process_time() - t
+    t = time.process_time()
+    for b, sp in zip(batches, spans, strict=True):
+        sign_spans(b, *sp, params)
+    t_sign = time.process_time() - t
+    with tempfile.TemporaryDirectory() as tmp:
+        t = time.process_time()
+        mh.write_minhash_shard(enumerate(texts), tmp, "0", params)
+        t_map = time.process_time() - t
     return {"windows": len(windows), "window_mb": round(mb, 2),
+            "map_windows_per_cpu_s": round(len(windows) / t_spans),
+            "map_window_text_mb_per_cpu_s": round(text_mb / t_spans, 1),
+            "map_signatures_per_cpu_s": round(len(windows) / t_sign),
+            "map_minhash_shard_text_mb_per_cpu_s": round(text_mb / t_map, 1),
             "ours_windows_per_cpu_s": round(len(windows) / t_ours),
             "datasketch_windows_per_cpu_s": round(len(windows) / t_ref),
             "speedup": round(t_ref / t_ours, 1),
@@ -209,9 +289,11 @@ def main() -> None:
     ap.add_argument("--skip-full", action="store_true", help="skip the n-gram + MinHash build of the sample")
     ap.add_argument("--synthetic-minhash", action="store_true",
                     help="synthetic builds also build the MinHash part")
+    ap.add_argument("--work-dir", type=Path, default=REPO / ".bench",
+                    help="scratch folder for the indexes and synthetic corpora")
     args = ap.parse_args()
-    bench = REPO / ".bench"
-    bench.mkdir(exist_ok=True)
+    bench = args.work_dir
+    bench.mkdir(parents=True, exist_ok=True)
     res: dict = {"cpu_count": os.cpu_count(), "load_avg_start": os.getloadavg()}
 
     texts = read_texts(WIKI)
@@ -269,8 +351,11 @@ def main() -> None:
                                    "speedup_vs_janitor_whole_process": round(t_jan / t_tree, 2),
                                    "same_ngram_set_as_janitor": eq, "unique": [n_theirs, n_ours],
                                    "ngram_index_bytes_per_corpus_byte": round(du(out / "ngrams") / cbytes, 3),
-                                   "index_bytes_per_corpus_byte": round(du(out) / cbytes, 3)}
+                                   "index_bytes_per_corpus_byte": round(du(out) / cbytes, 3),
+                                   "ngram_size": ngram_size_report(out, cbytes)}
     print("ngram build, 1 worker", res["ngram_build_1_worker"], flush=True)
+    res["ngram_false_positive_check_32bit_keys"] = fp_check_32bit_keys(WIKI, bench / "wiki_idx_fp32")
+    print("n-gram false positives, 32-bit keys", res["ngram_false_positive_check_32bit_keys"], flush=True)
 
     if not args.skip_full:
         for name, extra in (("full_build_1_worker", None), ("full_build_1_worker_with_text_store",
@@ -281,6 +366,15 @@ def main() -> None:
                          "index_bytes_per_corpus_byte": round(du(out) / cbytes, 3),
                          "ngram_bytes_per_corpus_byte": round(du(out / "ngrams") / cbytes, 3),
                          "minhash_bytes_per_corpus_byte": round(du(out / "minhash") / cbytes, 3)}
+            # MinHash storage (verify="signatures" without a text store, "text" with one) and what
+            # the text store holds: doc locations, copies, alignment anchors (bytes, chance rates)
+            from tcqa_data.decontam.textstore import store_summary
+
+            mh_storage = json.loads((out / "minhash" / "params.json").read_text())["storage"]
+            ts = store_summary(out)
+            res[name].update({"minhash_storage": mh_storage, "text_store": ts,
+                              "textstore_bytes_per_corpus_byte": round(du(out / "textstore") / cbytes, 3)
+                              if ts else 0.0})
             print(name, res[name], flush=True)
     shutil.rmtree(out, ignore_errors=True)
     shutil.rmtree(out.with_name("wiki_idx_numpy"), ignore_errors=True)
@@ -307,6 +401,7 @@ def main() -> None:
                    "text_chars": text_b, "unique_13grams": m["counts"]["ngrams"]["13"]["unique"],
                    "index_bytes_per_corpus_byte": round(du(out) / size, 3),
                    "ngram_bytes_per_corpus_byte": round(du(out / "ngrams") / size, 3),
+                   "ngram_size": ngram_size_report(out, size),
                    "minhash": args.synthetic_minhash, "generate_seconds": round(gen_s, 1)}
             res["synthetic"].append(row)
             print("synthetic", row, flush=True)

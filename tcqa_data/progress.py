@@ -118,7 +118,7 @@ class StageProgress(Progress):
                                    visible=visible, **fields)
         if self._lines:
             size = "" if total is None else f" ({self._amount(total)})"
-            self._write(f"{self._plain(description)}: started{size}")
+            progress_line(f"{self._plain(description)}: started{size}", self._stream)
             self._last_line[task_id] = (time.monotonic(), float(completed))
         return task_id
 
@@ -168,7 +168,7 @@ class StageProgress(Progress):
         parts.append(f"elapsed {_clock(task.elapsed or 0.0)}")
         finished = task.total is not None and task.completed >= task.total
         parts.append("done" if finished else f"ETA {_clock(eta_seconds(task))}")
-        self._write(f"{self._plain(task.description)}: " + ", ".join(parts))
+        progress_line(f"{self._plain(task.description)}: " + ", ".join(parts), self._stream)
         self._last_line[task.id] = (time.monotonic(), task.completed)
 
     def _rate(self, task: Task) -> str:
@@ -186,11 +186,6 @@ class StageProgress(Progress):
     @staticmethod
     def _plain(description: str) -> str:
         return Text.from_markup(description).plain
-
-    def _write(self, text: str) -> None:
-        stream = self._stream or sys.stderr
-        stream.write(f"[progress] {text}\n")
-        stream.flush()
 
 
 @contextmanager
@@ -226,12 +221,17 @@ def stage(message: str, quiet: bool = False) -> Iterator[None]:
         return
     lines = progress_lines_enabled(quiet)
     if lines:
-        sys.stderr.write(f"[progress] {message}: started\n")
-        sys.stderr.flush()
+        progress_line(f"{message}: started")
     yield
     if lines:
-        sys.stderr.write(f"[progress] {message}: done in {time.perf_counter() - t0:.1f} s\n")
-        sys.stderr.flush()
+        progress_line(f"{message}: done in {time.perf_counter() - t0:.1f} s")
+
+
+def progress_line(text: str, stream: TextIO | None = None) -> None:
+    """One plain progress line, ``[progress] <text>``, on ``stream`` (default: stderr)."""
+    stream = stream or sys.stderr
+    stream.write(f"[progress] {text}\n")
+    stream.flush()
 
 
 def note(message: str, quiet: bool = False) -> None:

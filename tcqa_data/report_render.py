@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import html
 import io
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -94,6 +94,23 @@ def highlight(text: str, spans: Sequence[Sequence[int]]) -> list[str | Mark]:
     if pos < len(text):
         out.append(text[pos:])
     return out
+
+
+def percent(v: float | None, signed: bool = False) -> str:
+    """A share in percent with one decimal, "n/a" for none; ``signed``: a difference in points (+/-)."""
+    if v is None:
+        return "n/a"
+    return f"{v * 100:+.1f}" if signed else f"{v * 100:.1f}"
+
+
+def percent_ci(m: Mapping[str, Any] | None, signed: bool = False) -> str:
+    """A metric entry ``{"value", "ci95"}`` as "value [low, high]" in percent ("n/a" without a value;
+    no interval where it is undefined)."""
+    if not m or m.get("value") is None:
+        return "n/a"
+    lo, hi = m.get("ci95") or [None, None]
+    ci = f" [{percent(lo, signed)}, {percent(hi, signed)}]" if lo is not None and hi is not None else ""
+    return percent(m["value"], signed) + ci
 
 
 def png_bytes(fig: Any, dpi: int = 80) -> bytes:

@@ -189,6 +189,44 @@ def test_anchors_find_every_doc_sharing_six_words(edited_index):
     assert all(w[:1] == c for w, c in zip(weak, capped, strict=True))
 
 
+def test_anchor_tables_are_packed_and_version2_stores_still_read(edited_index, tmp_path):
+    """Anchors are packed tables (about 16 + log2(docs) + 2 bits per entry, not 64); a store of
+    version 2 (one uint64 ``hash << 32 | doc`` per entry) gives the same candidates."""
+    import shutil
+
+    from tcqa_data.decontam import packed
+    from tcqa_data.decontam.textstore import AnchorIndex, store_summary
+
+    idx, docs = edited_index
+    old = tmp_path / "idx"
+    shutil.copytree(idx, old)
+    meta = json.loads((old / "textstore" / "meta.json").read_text())
+    (rec,) = meta["inputs"].values()
+    summary = store_summary(old)
+    assert summary["anchor_entries"] == sum(r["entries"] for r in rec["anchors"]) > 10_000
+    assert summary["bytes"]["anchors"] < summary["anchor_entries"] * 4  # uint64 entries were 8 B
+    assert summary["anchor_chance_match_rate"] == summary["anchor_entries"] / 2**32
+    names = []
+    for run in rec["anchors"]:
+        cells = np.load(old / "textstore" / f"{run['name']}.cells.npy")
+        words = np.load(old / "textstore" / f"{run['name']}.words.npy")
+        k, d = packed.decode_range(cells, words, 0, len(cells) - 1, run["dir_bits"], run["id_bits"])
+        assert len(k) == run["entries"]
+        name = f"{run['name']}.npy"
+        np.save(old / "textstore" / name, (k << np.uint64(32)) | d.astype(np.uint64))
+        names.append(name)
+    rec["anchors"] = names
+    meta["version"] = 2
+    (old / "textstore" / "meta.json").write_text(json.dumps(meta))
+    own_docs = [i for i in range(0, len(docs), 5) if len(docs[i]["text"].split()) > 60]
+    queries = [" ".join(docs[i]["text"].split()[40:52]) for i in own_docs]
+    queries.append("nothing like this is in the corpus")
+    got = AnchorIndex(old).candidate_tiers(queries, 16, 2, 8)
+    assert got == AnchorIndex(idx).candidate_tiers(queries, 16, 2, 8)
+    own = [i in strong + weak for i, strong, weak in zip(own_docs, *got, strict=False)]
+    assert len(own) >= 8 and all(own) and got[0][-1] == got[1][-1] == []  # each query finds its own doc
+
+
 def test_edited_passage_is_aligned_with_span_share_and_field(edited_index, mc_taco_rows):
     from tcqa_data.decontam.normalize import tokenize
 
@@ -262,3 +300,27 @@ def test_alignment_needs_a_text_store_and_rule_errors_are_clear(mc_taco_rows, tm
     with pytest.raises(IndexMismatchError, match="no text store"):
         decontaminate(bare, ["mc_taco"], tmp_path / "prep", rule="aligned>=0.5",
                       data_files={"mc_taco": {"test": str(tsv)}}, quiet=True)
+
+
+def test_index_info_shows_minhash_and_text_store_storage(wiki_sample, tmp_path, monkeypatch, capsys):
+    """index-info prints the sizes and computed chance rates of the lossy parts: MinHash band
+    tables verified against the text store (format 3), and the text store's packed anchors."""
+    import sys
+
+    from tcqa_data.cli import main
+
+    path = tmp_path / "c.jsonl"
+    _write_jsonl(path, _wiki(wiki_sample, 12))
+    build_index([str(path)], tmp_path / "idx", quiet=True, workers=1)
+    monkeypatch.setenv("COLUMNS", "400")
+    monkeypatch.setattr(sys, "argv", ["tcqa-data", "index-info", str(tmp_path / "idx")])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    out = capsys.readouterr().out
+    assert exc.value.code in (0, None)
+    assert "format 3: band tables of 32-bit band keys -> docs" in out
+    assert "chance candidate docs per query window" in out and "recomputed from the text store" in out
+    assert "band_entries_*.npy" in out
+    store = next(line for line in out.splitlines() if line.startswith("│ text store"))
+    assert "anchors" in store and "chance match" in store and "per query k-gram" in store
+    assert not (tmp_path / "idx" / "minhash" / "signatures.npy").exists()

@@ -69,7 +69,7 @@ def test_manifest_and_workers_do_not_change_bytes(tmp_path, corpus):
     one = tmp_path / "one"
     m = build_index(corpus, one, ngram_sizes=(8, 13), workers=1, minhash=False, **SMALL)
     assert not (one / "_work").exists()
-    assert m["format_version"] == 1 and m["kind"] == "tcqa-ngram-index"
+    assert m["format_version"] == 2 and m["kind"] == "tcqa-ngram-index"
     assert m["hash"] == {"name": HASH_NAME, "seed": 0} and m["normalization"] == "janitor"
     assert m["ngram_sizes"] == [8, 13] and m["minhash"] is None
     assert [e["path"] for e in m["inputs"]] == corpus
@@ -92,18 +92,25 @@ def test_manifest_and_workers_do_not_change_bytes(tmp_path, corpus):
 
 
 def test_append_equals_full_rebuild(tmp_path, corpus):
-    full = tmp_path / "full"
-    build_index(corpus, full, workers=2, **SMALL)
-    assert (full / "minhash" / "params.json").exists()
-
     inc = tmp_path / "inc"
-    build_index(corpus[:1], inc, workers=1, **SMALL)
+    first = build_index(corpus[:1], inc, workers=1, **SMALL)
     copy = tmp_path / "corpus" / "copy_of_a.jsonl"
     copy.write_bytes(Path(corpus[0]).read_bytes())
     m = build_index([*corpus[1:], str(copy), corpus[0]], inc, workers=2, append=True, **SMALL)
     assert m["build"]["appended_inputs"] == corpus[1:]
     assert m["skipped_inputs"] == [{"path": str(copy), "reason": f"same content as {corpus[0]}"}]
+    # the append keeps the first build's n-gram directory width; a full rebuild given it writes
+    # the same bytes (left to itself, it picks a wider one for the 3x bigger corpus)
+    dir_bits = first["ngram_storage"]["dir_bits"]
+    assert m["ngram_storage"]["dir_bits"] == dir_bits
+    full = tmp_path / "full"
+    build_index(corpus, full, workers=2, ngram_dir_bits=dir_bits, **SMALL)
+    assert (full / "minhash" / "params.json").exists()
     _assert_same(full, inc)
+    auto = build_index(corpus, tmp_path / "auto", workers=1, minhash=False, **SMALL)
+    assert auto["ngram_storage"]["dir_bits"] > dir_bits
+    rate = {k: x["counts"]["ngrams"]["13"]["false_positive_rate"] for k, x in (("auto", auto), ("inc", m))}
+    assert rate["auto"] < rate["inc"]
     # nothing new: a no-op that keeps the index as it is
     again = build_index(corpus, inc, append=True, **SMALL)
     assert again["build"]["finished"] == m["build"]["finished"]
@@ -112,11 +119,12 @@ def test_append_equals_full_rebuild(tmp_path, corpus):
 def test_append_in_small_chunks_and_runs(tmp_path, corpus):
     """Bounded-memory settings (tiny runs and merge chunks, several appends) change no byte."""
     tiny = dict(SMALL, run_pairs=5_000, chunk_pairs=3_000, minhash=False, provenance=3)
-    full = tmp_path / "full"
-    build_index(corpus, full, workers=1, **dict(tiny, run_pairs=10**7, chunk_pairs=10**7))
     inc = tmp_path / "inc"
     for k in range(1, 4):
-        build_index(corpus[:k], inc, workers=2, append=k > 1, **tiny)
+        m = build_index(corpus[:k], inc, workers=2, append=k > 1, **tiny)
+    full = tmp_path / "full"
+    build_index(corpus, full, workers=1, ngram_dir_bits=m["ngram_storage"]["dir_bits"],
+                **dict(tiny, run_pairs=10**7, chunk_pairs=10**7))
     _assert_same(full, inc)
 
 
@@ -179,6 +187,13 @@ def test_refuses_other_parameters_unless_overwrite(tmp_path, corpus):
     assert build_index(corpus[:2], out, minhash=False, **SMALL)["build"] == m["build"]
     with pytest.raises(IndexMismatchError, match="--append"):
         build_index(corpus, out, minhash=False, **SMALL)
+    # --append keeps the n-gram directory width: asking for another one is refused
+    with pytest.raises(IndexMismatchError, match="directory bits.*--overwrite"):
+        build_index(corpus, out, minhash=False, append=True,
+                    ngram_dir_bits=m["ngram_storage"]["dir_bits"] + 1, **SMALL)
+    with pytest.raises(TcqaError, match="directory bits must be 0..28 with 16 buckets"):
+        build_index(corpus, tmp_path / "other", minhash=False, ngram_dir_bits=29, **SMALL)
+    assert not (tmp_path / "other").exists()
     m2 = build_index(corpus, out, ngram_sizes=(8,), minhash=False, overwrite=True, **SMALL)
     assert m2["ngram_sizes"] == [8] and m2["counts"]["docs"] == 90
     assert not (out / "ngrams" / "n13").exists()
@@ -240,7 +255,7 @@ def test_formats_agree_and_cli(tmp_path, wiki_lines):
     assert res.exit_code == 0, res.output
     idx = NgramIndex.open(tmp_path / "idx")
     assert idx.num_buckets == 16
-    assert len(list((tmp_path / "idx" / "ngrams" / "n13").glob("*.hashes.npy"))) == 16
+    assert len(list((tmp_path / "idx" / "ngrams" / "n13").glob("*.keys.npy"))) == 16
     assert idx.manifest["counts"]["docs"] == 6 * 3 + 1
     assert [e["format"] for e in idx.manifest["inputs"]] == ["jsonl.gz", "jsonl.zst", "parquet", "txt"]
     for n in (8, 13):
@@ -252,6 +267,9 @@ def test_formats_agree_and_cli(tmp_path, wiki_lines):
         assert (hit.doc_freq == 3).all() or (np.unique(hit.doc_freq) >= 3).all()
     info = CliRunner().invoke(app, ["index-info", str(tmp_path / "idx")], env={"COLUMNS": "250"})
     assert info.exit_code == 0 and HASH_NAME in info.output and "c.parquet" in info.output
+    st = idx.manifest["ngram_storage"]
+    rate = idx.manifest["counts"]["ngrams"]["13"]["false_positive_rate"]
+    assert f"{st['key_bits']}-bit keys" in info.output and f"{rate:.1e} per query n-gram" in info.output
     # the real entry point prints user errors without a traceback and exits 2
     proc = subprocess.run([sys.executable, "-m", "tcqa_data", "index-corpus", str(base), "--out",
                            str(tmp_path / "idx"), "--ngram", "13", "--no-minhash", "--quiet",

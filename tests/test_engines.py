@@ -340,7 +340,7 @@ def assert_identical(a: Path, b: Path) -> None:
     fa, fb = index_files(a), index_files(b)
     assert sorted(fa) == sorted(fb)
     assert [k for k in fa if fa[k] != fb[k]] == []
-    assert "manifest.json" in fa and any(k.endswith(".hashes.npy") for k in fa)
+    assert "manifest.json" in fa and any(k.endswith(".keys.npy") for k in fa)
 
 
 @pytest.fixture(scope="module")

@@ -92,7 +92,7 @@ def test_index_files_identical_with_kernel_and_fallback(wiki_sample, tmp_path, m
         build_index(parts, root, append=True, **kw)
         roots[mode] = root
     files = sorted(p.relative_to(roots["numba"]) for p in (roots["numba"] / "ngrams").rglob("*.npy"))
-    assert len(files) == 2 * 8 * 3
+    assert len(files) == 2 * 8 * len(ni.BUCKET_FILES)
     for f in files:
         assert (roots["numba"] / f).read_bytes() == (roots["numpy"] / f).read_bytes(), f
 
@@ -117,3 +117,45 @@ def test_minhash_kernel_signatures_equal_numpy_and_datasketch(wiki_sample, monke
         assert np.array_equal(s1, s2) and np.array_equal(c1, c2)
         assert np.array_equal(s1[-len(EDGE):], datasketch_signatures(EDGE, params))
         assert (c1 == 0).sum() == 2  # "" and "   " have no shingles
+
+
+def test_compiled_jsonl_reader_writes_the_same_index(wiki_sample, tmp_path, monkeypatch):
+    """The n-gram build reads JSONL with the compiled reader when the kernels are on: the whole
+    index (docs table, manifest counts and skip statistics included) equals the Python reader's."""
+    import gzip
+
+    from tcqa_data.decontam import build_map
+    from tcqa_data.decontam.build import build_index
+
+    texts = _texts(wiki_sample, 30)
+    lines = [json.dumps({"text": t}, ensure_ascii=k % 2 == 0 or k >= 30).encode()
+             for k, t in enumerate(texts)]
+    lines[3:3] = [b"", b'{"text": 7}', b'{"text": "a \\ud83d\\ude00 \\u00a0 b"}', b"{bad",
+                  b'{"text": " \\n "}', b'{"text": "x", "text": "dup key wins last"}',
+                  b'{"meta": {"text": "inner"}, "text": "outer"}']
+    raw = b"\n".join(lines) + b"\n"
+    paths = [tmp_path / "a.jsonl", tmp_path / "b.jsonl.gz"]
+    paths[0].write_bytes(raw)
+    paths[1].write_bytes(gzip.compress(raw))
+    kw = dict(ngram_sizes=(5, 13), workers=1, minhash=False, quiet=True, on_error="skip",
+              run_pairs=30_000, batch_chars=50_000, shard_bytes=100_000, text_store="none")
+    used = []
+    real = build_map.iter_normalized_batches
+    monkeypatch.setattr(build_map, "iter_normalized_batches", lambda *a: used.append(1) or real(*a))
+    roots = {}
+    for mode in ("numba", "numpy"):
+        monkeypatch.setenv(kernel.ENV, mode)
+        roots[mode] = tmp_path / mode
+        used.clear()
+        build_index([str(p) for p in paths], roots[mode], **kw)
+        assert (len(used) > 2) == (mode == "numba")  # several shards of a.jsonl, and b.jsonl.gz
+    files = sorted(p.relative_to(roots["numba"]) for p in roots["numba"].rglob("*") if p.is_file())
+    assert Path("docs.parquet") in files and len(files) > 10
+    for f in files:
+        a, b = (roots["numba"] / f).read_bytes(), (roots["numpy"] / f).read_bytes()
+        if f.name == ni.MANIFEST:
+            a, b = (json.loads(x) for x in (a, b))
+            a.pop("build"), b.pop("build")
+            counts = {"blank_line": 1, "empty_text": 3, "invalid_json": 1, "non_string_text": 1}
+            assert a["inputs"][0]["skipped"]["counts"] == counts
+        assert a == b, f

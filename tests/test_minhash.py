@@ -3,6 +3,7 @@ on real wiki articles and MC-TACO sentences."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -28,8 +29,9 @@ from tcqa_data.decontam.minhash import windows as mh_windows
 from tcqa_data.errors import IndexMismatchError, TcqaError
 
 P = MinHashParams()
-FILES = ("signatures.npy", "window_doc.npy", "window_shingles.npy", "band_keys.npy", "band_windows.npy",
-         "params.json")
+FILES = ("signatures.npy", "doc_windows.npy", "band_cells.npy", "params.json",
+         *(f"band_entries_{b:03d}.npy" for b in range(P.bands)))
+PT = MinHashParams(verify="text")  # no stored signatures: candidates verified against the text
 
 
 def _wiki(path: Path, picks) -> list[str]:
@@ -256,19 +258,90 @@ def _full_signatures(corpus: list[str]) -> np.ndarray:
 
 
 def test_band_tables_are_consistent(planted):
+    from tcqa_data.decontam import packed
+
     corpus, _, root, _ = planted
     index = MinHashIndex.open(root)
     full = _full_signatures(corpus)
-    # storage format 2: low 16 bits of each value, top 32 bits of each 64-bit band key
-    assert index.signatures.dtype == np.uint16 and index.band_keys.dtype == np.uint32
+    # storage format 3: low 16 bits of each value; per band, top 32 bits of each 64-bit band key
+    # -> doc of the window, bit-packed under a directory of the keys' top bits
+    assert index.signatures.dtype == np.uint16
     np.testing.assert_array_equal(np.asarray(index.signatures), (full & 0xFFFF).astype(np.uint16))
-    keys = (band_keys(full, P) >> np.uint64(32)).astype(np.uint32)
-    for b in (0, P.bands - 1):
-        row, wins = np.asarray(index.band_keys[b]), np.asarray(index.band_windows[b]).astype(np.int64)
-        assert (np.diff(row.astype(np.float64)) >= 0).all()
-        np.testing.assert_array_equal(keys[wins, b], row)
-        assert sorted(wins) == list(range(index.n_windows))
-    assert (np.diff(np.asarray(index.window_doc)) >= 0).all()
+    per_doc = [len(_full_signatures([d])) for d in corpus]
+    np.testing.assert_array_equal(np.asarray(index.doc_windows), np.r_[0, np.cumsum(per_doc)])
+    window_doc = np.repeat(np.arange(len(corpus)), per_doc)
+    np.testing.assert_array_equal(index.window_docs(np.arange(index.n_windows)), window_doc)
+    keys = (band_keys(full, P) >> np.uint64(32)).astype(np.uint64)
+    n_pairs = 0
+    for b in range(P.bands):
+        k, d = packed.decode_range(np.asarray(index.band_cells[b]), index.band_entries[b], 0,
+                                   1 << index.dir_bits, index.dir_bits, index.id_bits)
+        # each distinct (key, doc) pair once, sorted
+        pairs = np.unique(np.stack([keys[:, b], window_doc.astype(np.uint64)]), axis=1)
+        np.testing.assert_array_equal(k, pairs[0])
+        np.testing.assert_array_equal(d, pairs[1].astype(np.int64))
+        n_pairs += len(k)
+    assert n_pairs < P.bands * index.n_windows  # the planted corpus repeats sentences
+    # bytes: an entry of 32 - dir_bits + id_bits bits per distinct (key, doc) pair
+    width = 32 - index.dir_bits + index.id_bits
+    assert sum(e.nbytes for e in index.band_entries) <= n_pairs * width / 8 + 16 * P.bands
+
+
+def test_packed_tables_round_trip_and_look_up():
+    """decontam/packed.py: streamed in blocks, decoded back exactly, looked up by binary search
+    within directory cells (also a cell holding most entries), at most ``max_per_key`` smallest ids."""
+    from tcqa_data.decontam import packed
+
+    rng = np.random.default_rng(0)
+    for n, key_range, id_bits in ((0, 2**32, 1), (5, 2**32, 11), (5000, 2**32, 20), (5000, 2**12, 7)):
+        keys = rng.integers(0, key_range, n, dtype=np.uint64)
+        ids = rng.integers(0, 2**id_bits, n)
+        order = np.lexsort((ids, keys))
+        keys, ids = keys[order], ids[order]
+        dir_bits = packed.dir_bits_for(n)
+        cells: list[np.ndarray] = []
+        words: list[np.ndarray] = []
+        table = packed.TableWriter(cells.append, words.append, None, dir_bits, id_bits)
+        for s in range(0, n, 77):
+            table.add(keys[s:s + 77], ids[s:s + 77])
+        assert table.close() == n
+        c, w = np.concatenate(cells), np.concatenate(words)
+        assert len(c) == 2**dir_bits + 1
+        assert len(w) == packed.n_words(n, packed.entry_width(dir_bits, id_bits))
+        k2, i2 = packed.decode_range(c, w, 0, 2**dir_bits, dir_bits, id_bits)
+        np.testing.assert_array_equal(k2, keys)
+        np.testing.assert_array_equal(i2, ids)
+        queries = np.r_[keys[:40], rng.integers(0, key_range, 40, dtype=np.uint64)]
+        for cap in (None, 2):
+            owner, got = packed.lookup(c, w, queries, dir_bits, id_bits, cap)
+            for j, q in enumerate(queries):
+                np.testing.assert_array_equal(got[owner == j], ids[keys == q][:cap])
+
+
+def test_text_verified_index_needs_no_signatures(planted, tmp_path):
+    """verify="text": the same best windows, exact (32-bit) similarities, signatures recomputed
+    from the docs' text; a text that no longer gives the indexed windows is an error."""
+    corpus, planted_items, root, _ = planted
+    troot = _build(corpus, tmp_path / "t", params=PT, shards=2)
+    assert not (troot / "minhash" / "signatures.npy").exists()
+    calls: list[list[int]] = []
+
+    def texts(docs):
+        calls.append(list(docs))
+        return [corpus[d] for d in docs]
+
+    text_index = MinHashIndex.open(troot, doc_texts=texts)
+    rng = random.Random(5)
+    items = [s for _, s in planted_items] + [_edit(s, 0.10, rng) for _, s in planted_items]
+    (s1, w1), (s2, w2) = _best(MinHashIndex.open(root), items), _best(text_index, items)
+    np.testing.assert_array_equal(w1, w2)
+    assert np.abs(s1 - s2).max() <= 2 / P.num_perm
+    assert calls and all(c == sorted(set(c)) for c in calls)  # each candidate doc read once per batch
+    with pytest.raises(TcqaError, match="no text store"):
+        MinHashIndex.open(troot).query(signatures([planted_items[0][1]], P))
+    changed = MinHashIndex.open(troot, doc_texts=lambda docs: ["Short. Text."] * len(docs))
+    with pytest.raises(TcqaError, match="changed after indexing"):
+        changed.query(signatures([planted_items[0][1]], P))
 
 
 def test_mc_taco_sentences_found_verbatim_in_wiki(wiki_sample, mc_taco_dev, tmp_path):
@@ -294,21 +367,25 @@ def test_mc_taco_sentences_found_verbatim_in_wiki(wiki_sample, mc_taco_dev, tmp_
 
 
 def _bytes(root: Path) -> dict[str, bytes]:
-    return {f: (root / "minhash" / f).read_bytes() for f in FILES}
+    folder = root / "minhash"
+    assert sorted(f.name for f in folder.iterdir()) == sorted(f for f in FILES if (folder / f).exists())
+    return {f: (folder / f).read_bytes() for f in FILES if (folder / f).exists()}
 
 
-def test_shards_parts_and_append_equal_a_full_rebuild(wiki_sample, tmp_path, monkeypatch):
+@pytest.mark.parametrize("P", [P, PT], ids=["signatures", "text"])
+def test_shards_parts_and_append_equal_a_full_rebuild(wiki_sample, tmp_path, monkeypatch, P):
     docs = _wiki(wiki_sample, list(range(40, 52)))
     docs[5] = docs[2]  # duplicate article: equal band keys, ties ordered by window id
     docs[7] = "The same boilerplate sentence repeats here. " * 40
     monkeypatch.setattr(mh_shards, "PART_WINDOWS", 150)  # several runs per shard
     monkeypatch.setattr(mh_merge, "_MIN_BLOCK", 17)  # many merge steps
     monkeypatch.setattr(mh_merge, "_MERGE_ENTRIES", 64)
-    full = _bytes(_build(docs, tmp_path / "one", shards=1))
-    assert _bytes(_build(docs, tmp_path / "four", shards=4)) == full
-    assert _bytes(_build(docs, tmp_path / "again", shards=1)) == full  # deterministic
+    full = _bytes(_build(docs, tmp_path / "one", P, shards=1))
+    assert _bytes(_build(docs, tmp_path / "four", P, shards=4)) == full
+    assert _bytes(_build(docs, tmp_path / "again", P, shards=1)) == full  # deterministic
+    assert ("signatures.npy" in full) == (P.verify == "signatures")
 
-    base = _build(docs[:8], tmp_path / "app", shards=2)
+    base = _build(docs[:8], tmp_path / "app", P, shards=2)
     new = write_minhash_shard(list(enumerate(docs))[8:], tmp_path / "app" / "_work", "new", P)
     summary = merge_minhash_shards([new], base / "minhash", P, base_dir=base / "minhash")  # in place
     assert summary["n_docs"] == len(docs)
@@ -322,7 +399,7 @@ def test_shards_parts_and_append_equal_a_full_rebuild(wiki_sample, tmp_path, mon
     with pytest.raises(ValueError, match="overlap"):
         merge_minhash_shards([new, new], tmp_path / "x", P)
     with pytest.raises(IndexMismatchError):
-        merge_minhash_shards([new], tmp_path / "x", MinHashParams(seed=2))
+        merge_minhash_shards([new], tmp_path / "x", MinHashParams(seed=2, verify=P.verify))
     (new / "shard.json").unlink()
     with pytest.raises(TcqaError, match="incomplete"):
         merge_minhash_shards([new], tmp_path / "x", P)
@@ -347,7 +424,7 @@ def test_empty_index_empty_queries_and_bad_input(tmp_path):
 
     with pytest.raises(TcqaError, match="no complete MinHash index"):
         MinHashIndex.open(tmp_path / "nowhere")
-    keys = root / "minhash" / "band_keys.npy"
+    keys = root / "minhash" / "band_entries_003.npy"
     keys.write_bytes(keys.read_bytes()[:-8])
     with pytest.raises(TcqaError, match="damaged"):
         MinHashIndex.open(root)
@@ -390,9 +467,14 @@ def test_lossy_storage_rates_are_recorded(planted):
     _, _, root, _ = planted
     meta = json.loads((root / "minhash" / "params.json").read_text())
     st = meta["storage"]
-    assert st["storage_format"] == 2 and st["signature_bits"] == 16 and st["band_key_bits"] == 32
-    assert st["similarity_estimate_max_bias"] == 2.0 ** -16
+    assert st["storage_format"] == 3 and st["signature_bits"] == 16 and st["band_key_bits"] == 32
+    assert st["verify"] == "signatures" and st["similarity_estimate_max_bias"] == 2.0 ** -16
     assert st["chance_candidates_per_query"] == pytest.approx(P.bands * meta["n_windows"] / 2**32)
+    assert st["entry_bits"] == 32 - st["dir_bits"] + st["id_bits"]
+    files = ("signatures.npy", "doc_windows.npy", "band_cells.npy")
+    entries = sum(f.stat().st_size for f in (root / "minhash").glob("band_entries_*.npy"))
+    assert st["bytes"] == {**{f: (root / "minhash" / f).stat().st_size for f in files},
+                           "band_entries_*.npy": entries}
 
 
 def _write_format1(corpus: list[str], folder: Path) -> None:
@@ -425,3 +507,80 @@ def test_format1_index_still_answers_queries_but_refuses_append(planted, tmp_pat
                                 tmp_path / "_work", 0, P)
     with pytest.raises(IndexMismatchError, match="storage format 1.*--overwrite"):
         merge_minhash_shards([shard], tmp_path / "out", P, base_dir=tmp_path / "v1" / "minhash")
+
+
+# --- compiled map side (windows, signatures of document ranges, band runs) --------------------
+
+_EDGE_TEXTS = [
+    "", " \n\n ", "a", "...", "Dr. Smith arrived. He left at 5 p.m. on Monday. Really?! Yes.",
+    'He said "end.":320 more. "Hi!" she said -- yes. end.:a.:b.:c. next one.',
+    "a.)--b c. d e.\n", "(x.) y. [z!] w? \u201cq.\u201d r. 1. 2. 3. - 4.5.6. A.B.C. mr. Mr. Smith. etc. Then",
+    "x\u00a0y. Z\u2028q. U.S. army. J. Smith. 12.5. \ud83d stop. caf\u00e9. Next \u3000 one.",
+    "\U0001F600 emoji. \x85nel. \u65e5\u672c\u8a9e\u3002 A - b . c -- d. ... ! ? end",
+    " ".join(f"w{i}" for i in range(150)), "Heading\n\nBody text here.\n \n\tMore text. And more!",
+]
+
+
+def _kernel_modes(monkeypatch, fn):
+    from tcqa_data.decontam import kernel
+
+    out = []
+    for mode in ("numba", "numpy"):
+        monkeypatch.setenv(kernel.ENV, mode)
+        out.append(fn())
+    return out
+
+
+def test_punkt_tables_read_without_nltk_equal_nltk_tables():
+    tables = mh_windows._tables_from_files("english", None)
+    assert tables is not None and len(tables[3]) > 1000  # ortho_context
+    nltk_tables = mh_windows._tables_of(mh_windows._punkt())
+    assert tables[:3] == nltk_tables[:3] and tables[4] == nltk_tables[4]
+    # NLTK's ortho_context is a defaultdict(int): tokenizing adds 0 entries for unseen words
+    assert tables[3] == {typ: v for typ, v in nltk_tables[3].items() if v}
+
+
+def test_compiled_windows_equal_python_windows(wiki_sample, monkeypatch):
+    """The kernels' punkt-fast windows are exactly the Python splitter's, character for character."""
+    texts = _EDGE_TEXTS + _wiki(wiki_sample, range(0, 1400, 14)) + _EDGE_TEXTS
+    for params in (P, MinHashParams(window_min_words=1),
+                   MinHashParams(window_min_words=3, window_max_words=5)):
+        (d1, s1, e1), (d2, s2, e2) = _kernel_modes(
+            monkeypatch, lambda p=params: mh_windows.window_spans(texts, p))
+        assert len(d1) > 3000
+        assert np.array_equal(d1, d2) and np.array_equal(s1, s2) and np.array_equal(e1, e2)
+    assert [split_windows(t, P) for t in _EDGE_TEXTS[:4]] == [[], [], ["a"], ["..."]]
+
+
+def test_signatures_of_document_ranges_equal_window_signatures(wiki_sample, monkeypatch):
+    from tcqa_data.decontam.minhash.sketch import sign, sign_spans
+
+    texts = _EDGE_TEXTS + _wiki(wiki_sample, range(3, 1400, 40))
+    for params in (P, MinHashParams(num_perm=64, shingle_words=3, window_min_words=1)):
+        wd, ws, we = mh_windows.window_spans(texts, params)
+        wins = [texts[d][s:e] for d, s, e in zip(wd.tolist(), ws.tolist(), we.tolist(), strict=True)]
+        (s1, c1), (s2, c2) = _kernel_modes(
+            monkeypatch, lambda p=params, w=(wd, ws, we): sign_spans(texts, *w, p))
+        assert np.array_equal(s1, s2) and np.array_equal(c1, c2)
+        s3, c3 = sign(wins, params)
+        assert np.array_equal(s1, s3) and np.array_equal(c1, c3)
+        assert np.array_equal(s1[:40], datasketch_signatures(wins[:40], params))
+
+
+def test_map_shard_files_identical_with_kernel_and_fallback(wiki_sample, tmp_path, monkeypatch):
+    """Small parts and batches (parts cut inside a window batch): every file byte for byte."""
+    monkeypatch.setattr(mh_shards, "PART_WINDOWS", 700)
+    monkeypatch.setattr(mh_shards, "_BATCH_CHARS", 50_000)
+    texts = _EDGE_TEXTS + _wiki(wiki_sample, range(5, 1400, 60))
+    dirs = _kernel_modes(monkeypatch, lambda: write_minhash_shard(
+        enumerate(texts), tmp_path / str(len(list(tmp_path.iterdir()))), "0", P))
+    files = sorted(p.name for p in dirs[0].iterdir())
+    assert len({f.split(".")[0] for f in files if f.startswith("part")}) >= 3  # several parts
+    assert files == sorted(p.name for p in dirs[1].iterdir())
+    # signatures are scratch only where the index stores them
+    assert any(f.endswith(".signatures.npy") for f in files) == (P.verify == "signatures")
+    text_verified = write_minhash_shard(enumerate(texts[:20]), tmp_path / "text", "0",
+                                        dataclasses.replace(P, verify="text"))
+    assert list(text_verified.glob("*.window_doc.npy")) and not list(text_verified.glob("*.signatures.npy"))
+    for f in files:
+        assert (dirs[0] / f).read_bytes() == (dirs[1] / f).read_bytes(), f

@@ -13,7 +13,7 @@ from tcqa_data.decontam import ngram_index as ni
 from tcqa_data.decontam.build import build_index
 from tcqa_data.decontam.hashing import batch_ngram_hashes, ngram_hashes, token_ngram_hashes
 from tcqa_data.decontam.normalize import tokenize
-from tcqa_data.errors import TcqaError
+from tcqa_data.errors import IndexMismatchError, TcqaError
 from tcqa_data.io_utils import NpyRowReader
 
 P = 3
@@ -61,12 +61,15 @@ def test_index_equals_brute_force(built, n):
     idx = ni.NgramIndex.open(out)
     truth = _brute_force(texts, n)
     assert idx.manifest["counts"]["ngrams"][str(n)]["unique"] == len(truth)
-    all_h = np.concatenate([np.load(ni.bucket_paths(out, n, b)["hashes"]) for b in range(16)])
-    assert len(all_h) == len(truth) and np.all(np.diff(all_h.astype(object)) > 0)  # sorted, unique
     keys = list(truth)
     # lm-eval-style n-gram strings are already normalized: hashing them as texts is exact
     hashes, _ = batch_ngram_hashes(keys, [n])[n]
     assert len(hashes) == len(keys)
+    # the stored keys are exactly the top key_bits bits of the corpus n-grams' hashes
+    stored, bits = idx.all_keys(n)
+    assert bits == idx.manifest["ngram_storage"]["key_bits"] < 64
+    assert np.all(stored[1:] > stored[:-1])  # sorted, unique
+    assert np.array_equal(stored, np.unique(ni.stored_keys(hashes, idx.num_buckets, idx.dir_bits)))
     hit = idx.lookup(hashes, n)
     assert hit.found.all()
     assert hit.doc_freq.tolist() == [len(truth[k]) for k in keys]
@@ -145,52 +148,73 @@ def _random_runs(tmp_path, rng, nb):
     return sources
 
 
-def test_reduce_chunking_is_invisible(tmp_path):
-    """Bounded-memory chunked merging writes the same bytes as a one-chunk merge."""
+@pytest.mark.parametrize("dir_bits", [0, 3, 9])
+def test_reduce_chunking_is_invisible(tmp_path, dir_bits):
+    """Bounded-memory chunked merging writes the same bytes as a one-chunk merge (chunk cuts
+    inside directory cells too: 512 cells, chunks of 500 pairs)."""
     rng = np.random.default_rng(7)
     nb = 4
     sources = _random_runs(tmp_path, rng, nb)
     for b in range(nb):
-        k1 = ni.reduce_bucket(tmp_path / "big", 13, b, sources, num_buckets=nb, provenance=2)
+        k1 = ni.reduce_bucket(tmp_path / "big", 13, b, sources, num_buckets=nb, provenance=2,
+                              dir_bits=dir_bits)
         k2 = ni.reduce_bucket(tmp_path / "small", 13, b, sources, num_buckets=nb, provenance=2,
-                              chunk_pairs=500)
-        assert k1 == k2 > 0
-        for kind in ("hashes", "df", "docs"):
+                              chunk_pairs=500, dir_bits=dir_bits)
+        assert k1 == k2 and k1.rows > 0
+        for kind in ni.BUCKET_FILES:
             a = ni.bucket_paths(tmp_path / "big", 13, b)[kind].read_bytes()
             c = ni.bucket_paths(tmp_path / "small", 13, b)[kind].read_bytes()
-            assert a == c
-        arr = np.load(ni.bucket_paths(tmp_path / "small", 13, b)["docs"], mmap_mode="r")
-        assert arr.shape[1] == 2
+            assert a == c, kind
+        directory = np.load(ni.bucket_paths(tmp_path / "small", 13, b)["dir"])
+        assert len(directory) == 2 ** dir_bits + 1 and directory[-1] == k1.rows
+        assert np.diff(directory.astype(np.int64)).max() == k1.max_cell
+        arr = np.load(ni.bucket_paths(tmp_path / "small", 13, b)["docs_more"], mmap_mode="r")
+        assert arr.shape[1] == 1
 
 
-def test_provenance_stored_as_uint32(built):
-    """Doc ordinals are stored as uint32 (DOC_NONE = none); lookup still gives int64 with -1."""
-    out, _ = built
-    docs = np.load(ni.bucket_paths(out, 13, 0)["docs"])
-    assert docs.dtype == np.uint32 and docs.shape[1] == P
-    assert (docs == ni.DOC_NONE).any() and (docs[:, 0] != ni.DOC_NONE).all()
-    h = np.load(ni.bucket_paths(out, 13, 0)["hashes"])[:50]
-    hit = ni.NgramIndex.open(out).lookup(h, 13)
+def test_sparse_provenance_and_uint8_df(built):
+    """First doc dense (uint32), the other P-1 only for n-grams in 2+ docs, df as uint8;
+    lookup still gives int64 docs with -1 for none."""
+    out, texts = built
+    idx = ni.NgramIndex.open(out)
+    truth = _brute_force(texts, 13)
+    multi = sum(len(v) >= 2 for v in truth.values())
+    more_rows = 0
+    for b in range(16):
+        f = {k: np.load(p) for k, p in ni.bucket_paths(out, 13, b).items()}
+        assert f["keys"].dtype == f["dir"].dtype == f["docs"].dtype == np.uint32
+        assert f["df"].dtype == np.uint8 and f["docs"].ndim == 1 and f["docs_more"].shape[1] == P - 1
+        assert len(f["df_over_rows"]) == 0  # no wiki 13-gram is in 255 docs
+        # the side table holds exactly the rows in 2+ docs
+        assert np.array_equal(f["docs_more_rows"], np.flatnonzero(f["df"] >= 2))
+        assert (f["docs_more"][:, 0] != ni.DOC_NONE).all()
+        more_rows += len(f["docs_more_rows"])
+    assert more_rows == multi and 0 < multi < len(truth) // 10
+    keys = list(truth)[:3000]
+    hit = idx.lookup(batch_ngram_hashes(keys, [13])[13][0], 13)
     assert hit.docs.dtype == np.int64 and (hit.docs == -1).any() and hit.docs.min() == -1
+    assert hit.docs.tolist() == [(truth[k] + [-1] * P)[:P] for k in keys]
 
 
 def _as_int64_docs(root, n, buckets):
-    """Rewrite an index's provenance files in the earlier int64 layout (-1 = none)."""
+    """Rewrite an index's provenance files with int64 ordinals (-1 = none), as built with
+    ``doc_dtype=int64`` for corpora of 2**32 - 1 docs or more."""
     for b in range(buckets):
-        p = ni.bucket_paths(root, n, b)["docs"]
-        d = np.load(p).astype(np.int64)
-        d[d == ni.DOC_NONE] = -1
-        np.save(p, d)
+        for kind in ("docs", "docs_more"):
+            p = ni.bucket_paths(root, n, b)[kind]
+            d = np.load(p).astype(np.int64)
+            d[d == ni.DOC_NONE] = -1
+            np.save(p, d)
 
 
-def test_earlier_int64_provenance_still_read(built, tmp_path):
-    out, _ = built
+def test_int64_provenance_read(built, tmp_path):
+    out, texts = built
     import shutil
 
     copy = tmp_path / "old"
     shutil.copytree(out, copy)
     _as_int64_docs(copy, 13, 16)
-    h = np.concatenate([np.load(ni.bucket_paths(out, 13, b)["hashes"])[:200] for b in range(16)])
+    h = batch_ngram_hashes(texts[:30], [13])[13][0]
     h = np.concatenate([h, np.array([1, 2**64 - 1], dtype=np.uint64)])
     a, b = ni.NgramIndex.open(out).lookup(h, 13), ni.NgramIndex.open(copy).lookup(h, 13)
     for x, y in zip(a, b, strict=True):
@@ -204,16 +228,16 @@ def test_reduce_with_old_index_equals_full_merge(tmp_path, old_int64):
     nb = 4
     sources = _random_runs(tmp_path, rng, nb)
     first, rest = sources[:2], sources[2:]  # input 0 (docs 0..29), inputs 1 and 2
+    kw = dict(num_buckets=nb, provenance=2, dir_bits=4)
     for b in range(nb):
-        ni.reduce_bucket(tmp_path / "full", 13, b, sources, num_buckets=nb, provenance=2)
-        ni.reduce_bucket(tmp_path / "old", 13, b, first, num_buckets=nb, provenance=2)
+        ni.reduce_bucket(tmp_path / "full", 13, b, sources, **kw)
+        ni.reduce_bucket(tmp_path / "old", 13, b, first, **kw)
     if old_int64:
         _as_int64_docs(tmp_path / "old", 13, nb)
     old = ni.OldIndex(str(tmp_path / "old"), (0,), (0,))
     for b in range(nb):
-        ni.reduce_bucket(tmp_path / "app", 13, b, rest, num_buckets=nb, provenance=2, old=old,
-                         chunk_pairs=700)
-        for kind in ("hashes", "df", "docs"):
+        ni.reduce_bucket(tmp_path / "app", 13, b, rest, old=old, chunk_pairs=700, **kw)
+        for kind in ni.BUCKET_FILES:
             assert ni.bucket_paths(tmp_path / "app", 13, b)[kind].read_bytes() == \
                 ni.bucket_paths(tmp_path / "full", 13, b)[kind].read_bytes()
 
@@ -249,3 +273,153 @@ def test_npy_reader_reads_rows(tmp_path):
         got.append(hh)
         pos = b0
     assert pos == 900 and np.array_equal(np.concatenate(got), h[100:900])
+
+
+def _bucket_files(root, n, b):
+    return {k: np.load(p) for k, p in ni.bucket_paths(root, n, b).items()}
+
+
+def test_colliding_keys_are_one_entry(tmp_path):
+    """Two corpus n-grams whose hashes differ only below the stored key bits are one entry: df
+    is the sum of theirs, provenance the smallest P distinct docs (doc 3 holds both). An append
+    of the second one onto an index of the first writes the same bytes."""
+    nb, kw = 1, dict(num_buckets=1, provenance=2, dir_bits=0)  # key = top 32 bits
+    x, y = np.uint64(0xABCD0123 << 32), np.uint64(0x12345678 << 32)
+    h1 = np.array([x | np.uint64(5)] * 2 + [y], dtype=np.uint64)
+    d1 = np.array([3, 7, 1])
+    h2 = np.array([x | np.uint64(9)] * 2, dtype=np.uint64)
+    d2 = np.array([3, 4])
+    ni.write_run(tmp_path / "a", 13, 0, h1, d1, nb)
+    ni.write_run(tmp_path / "b", 13, 0, h2, d2 - 2, nb)  # second input: docs 2.. (offset 2)
+    both = [ni.RunSource(str(tmp_path / "a"), 0, 0), ni.RunSource(str(tmp_path / "b"), 0, 2)]
+    st = ni.reduce_bucket(tmp_path / "full", 13, 0, both, **kw)
+    f = _bucket_files(tmp_path / "full", 13, 0)
+    assert st == (2, 2) and f["keys"].tolist() == [0x12345678, 0xABCD0123]
+    assert f["df"].tolist() == [1, 4] and f["docs"].tolist() == [1, 3]
+    assert f["docs_more_rows"].tolist() == [1] and f["docs_more"].tolist() == [[4]]
+    ni.reduce_bucket(tmp_path / "old", 13, 0, both[:1], **kw)
+    ni.reduce_bucket(tmp_path / "app", 13, 0, both[1:], old=ni.OldIndex(str(tmp_path / "old"), (), ()), **kw)
+    for kind in ni.BUCKET_FILES:
+        assert ni.bucket_paths(tmp_path / "app", 13, 0)[kind].read_bytes() == \
+            ni.bucket_paths(tmp_path / "full", 13, 0)[kind].read_bytes(), kind
+
+
+def _shared_sentence_corpus(path, docs, start=0):
+    """``docs`` lines that all hold one 20-word sentence, each also with words of its own."""
+    common = ("the quick brown fox jumps over the lazy dog while seven tired sailors sing old songs "
+              "about the sea")
+    path.write_text("".join(json.dumps({"text": f"unique{start + i} words{start + i} here. {common}. "
+                                                f"tail{start + i} end{start + i}"}) + "\n"
+                            for i in range(docs)), encoding="utf-8")
+    return common
+
+
+def test_df_overflow_and_append(tmp_path):
+    """df >= 255 goes to the overflow table (uint32); lookups give the true df, and an append
+    that crosses 255 equals a full rebuild."""
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    common = _shared_sentence_corpus(a, 200)
+    _shared_sentence_corpus(b, 100, start=200)
+    kw = dict(workers=1, minhash=False, quiet=True, num_buckets=4, text_store="none")
+    full = build_index([str(a), str(b)], tmp_path / "full", **kw)
+    idx = ni.NgramIndex.open(tmp_path / "full")
+    hit = idx.lookup(ngram_hashes(common, 13), 13)
+    assert hit.found.all() and (hit.doc_freq == 300).all() and (hit.docs == [0, 1]).all()
+    over = [_bucket_files(tmp_path / "full", 13, bk) for bk in range(4)]
+    assert sum(len(f["df_over_rows"]) for f in over) == 8  # the sentence's 8 13-grams
+    for f in over:
+        assert (f["df"][f["df_over_rows"]] == ni.DF_OVERFLOW).all() and (f["df_over"] == 300).all()
+        assert (f["df"] == ni.DF_OVERFLOW).sum() == len(f["df_over_rows"])
+    build_index([str(a)], tmp_path / "app", **kw)
+    app = build_index([str(a), str(b)], tmp_path / "app", append=True, **kw)
+    assert app["ngram_storage"] == full["ngram_storage"] and app["counts"] == full["counts"]
+    for p in sorted((tmp_path / "full" / "ngrams").rglob("*.npy")):
+        assert p.read_bytes() == (tmp_path / "app" / p.relative_to(tmp_path / "full")).read_bytes(), p
+
+
+def _write_v1(src_root, dst_root, texts, sizes, nb):
+    """A format-1 index of ``texts`` (uint64 hashes, uint32 df, dense [k, P] provenance) with the
+    manifest of ``src_root``, as tcqa-data wrote before format 2."""
+    import shutil
+
+    dst_root.mkdir()
+    shutil.copy(src_root / "docs.parquet", dst_root / "docs.parquet")
+    m = json.loads((src_root / "manifest.json").read_text())
+    m["format_version"] = 1
+    del m["ngram_storage"]
+    for n in sizes:
+        for c in m["counts"]["ngrams"].values():
+            for k in ("false_positive_rate", "max_cell_keys", "max_cell_false_positive_rate"):
+                c.pop(k, None)
+        h, d = batch_ngram_hashes(texts, [n])[n]
+        hs, ds = ni.sort_pairs(h, d)
+        h_u, df, docs = ni._merge(hs, ds, np.ones(len(hs), np.int64), P)
+        bk = ni.bucket_of(h_u, nb)
+        for b in range(nb):
+            p = ni.bucket_paths(dst_root, n, b, layout=1)
+            p["hashes"].parent.mkdir(parents=True, exist_ok=True)
+            for kind, arr in (("hashes", h_u), ("df", df), ("docs", docs)):
+                np.save(p[kind], arr[bk == b])
+    (dst_root / "manifest.json").write_text(json.dumps(m))
+
+
+def test_format1_index_still_read_and_append_refused(built, wiki_slice, tmp_path):
+    out, texts = built
+    v1 = tmp_path / "v1"
+    _write_v1(out, v1, texts, (8, 13), 16)
+    old, new = ni.NgramIndex.open(v1), ni.NgramIndex.open(out)
+    assert old.layout == 1 and new.layout == 2
+    for n in (8, 13):
+        h = batch_ngram_hashes(texts, [n])[n][0]
+        h = np.concatenate([h, np.random.default_rng(n).integers(0, 2**63, 5000, dtype=np.uint64)])
+        a, b = old.lookup(h, n), new.lookup(h, n)
+        for x, y in zip(a, b, strict=True):
+            assert x.dtype == y.dtype and np.array_equal(x, y)
+        assert a.found.sum() == len(h) - 5000
+    with pytest.raises(IndexMismatchError, match=r"format_version.*--overwrite"):
+        build_index([str(wiki_slice)], v1, ngram_sizes=(8, 13), workers=1, minhash=False, quiet=True,
+                    num_buckets=16, provenance=P, append=True)
+
+
+def test_false_positive_rate_computed_and_measured(built, wiki_slice, tmp_path):
+    """The manifest's false-positive rate (unique / 2**key_bits) is what random queries see:
+    with 32-bit keys (1 bucket, no directory) it is large enough to count."""
+    out, _ = built
+    m = ni.NgramIndex.open(out).manifest
+    for n in ("8", "13"):
+        c = m["counts"]["ngrams"][n]
+        assert c["false_positive_rate"] == c["unique"] / 2.0 ** m["ngram_storage"]["key_bits"]
+        assert c["max_cell_false_positive_rate"] == c["max_cell_keys"] / 2.0 ** 32
+        assert 0 < c["false_positive_rate"] < c["max_cell_false_positive_rate"] < 1e-7
+    coarse = build_index([str(wiki_slice)], tmp_path / "coarse", workers=1, minhash=False, quiet=True,
+                         num_buckets=1, ngram_dir_bits=0, text_store="none")
+    assert coarse["ngram_storage"]["key_bits"] == 32
+    c = coarse["counts"]["ngrams"]["13"]
+    rate = c["false_positive_rate"]
+    assert rate == c["unique"] / 2.0 ** 32 and c["max_cell_keys"] == c["unique"]
+    queries = np.random.default_rng(0).integers(0, 2**64 - 1, 1_000_000, dtype=np.uint64)
+    hits = int(ni.NgramIndex.open(tmp_path / "coarse").lookup(queries, 13).found.sum())
+    expected = rate * len(queries)  # ~60; Poisson: 4 sigma is about 31
+    assert 20 < expected < 200 and abs(hits - expected) < 4 * expected ** 0.5 + 1
+    assert not ni.NgramIndex.open(out).lookup(queries, 13).found.any()  # rate ~1e-9 there
+
+
+def test_reduce_one_provenance_doc_and_int64_docs(tmp_path):
+    """P = 1 (no side table columns) and int64 ordinals hold the same entries as the default."""
+    rng = np.random.default_rng(11)
+    nb = 4
+    sources = _random_runs(tmp_path, rng, nb)
+    for b in range(nb):
+        ni.reduce_bucket(tmp_path / "p2", 13, b, sources, num_buckets=nb, provenance=2, dir_bits=5)
+        ni.reduce_bucket(tmp_path / "p1", 13, b, sources, num_buckets=nb, provenance=1, dir_bits=5,
+                         chunk_pairs=900)
+        ni.reduce_bucket(tmp_path / "i64", 13, b, sources, num_buckets=nb, provenance=2, dir_bits=5,
+                         chunk_pairs=900, doc_dtype="int64")
+        p2, p1, i64 = (_bucket_files(tmp_path / x, 13, b) for x in ("p2", "p1", "i64"))
+        for kind in ("keys", "dir", "df", "df_over_rows", "df_over", "docs_more_rows"):
+            assert np.array_equal(p2[kind], i64[kind])
+        for kind in ("keys", "dir", "df", "docs"):
+            assert np.array_equal(p2[kind], p1[kind])
+        assert p1["docs_more"].shape == (len(p1["docs_more_rows"]), 0)
+        assert i64["docs"].dtype == np.int64 and np.array_equal(i64["docs"], p2["docs"])
+        assert np.array_equal(i64["docs_more"], p2["docs_more"].astype(np.int64))

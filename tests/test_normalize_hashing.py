@@ -126,3 +126,35 @@ def test_hash_distribution_has_no_collisions_on_real_ngrams(wiki_sample):
     # top bits pick the bucket: they must spread evenly
     counts = np.bincount((h >> np.uint64(60)).astype(np.int64), minlength=16)
     assert counts.min() > 0.8 * len(h) / 16
+
+
+def test_written_out_tables_equal_their_definitions():
+    import sys
+
+    from tcqa_data.decontam.hashing import JANITOR_ASCII_MAP
+    from tcqa_data.decontam.normalize import UNICODE_WHITESPACE
+
+    assert UNICODE_WHITESPACE == tuple(chr(c) for c in range(0x80, sys.maxunicode + 1) if chr(c).isspace())
+    # the JSONL kernel's ASCII map: str.translate's Janitor table, with str.split()'s whitespace as spaces
+    for c in range(128):
+        want = normalize(chr(c))
+        got = int(JANITOR_ASCII_MAP[c])
+        assert (got == -1) == (want == ""), c
+        assert got == -1 or chr(got) == (" " if want.isspace() else want), c
+
+
+def test_hash_normalized_equals_batch_hashes(wiki_sample):
+    from tcqa_data.decontam.hashing import _blank_unicode_whitespace, encode_normalized, hash_normalized
+
+    texts = _wiki_texts(wiki_sample, 5) + [TRICKY, "", "one"]
+    parts = [np.frombuffer(encode_normalized(t), dtype=np.uint8) for t in texts]
+    data = np.full(1 + sum(len(p) + 1 for p in parts) + 8, 32, dtype=np.uint8)
+    starts = [1]
+    for p in parts:
+        data[starts[-1]:starts[-1] + len(p)] = p
+        starts.append(starts[-1] + len(p) + 1)
+    _blank_unicode_whitespace(data)
+    got = hash_normalized(data, np.array(starts), [1, 13], seed=2)
+    want = batch_ngram_hashes(texts, [1, 13], seed=2)
+    for n in (1, 13):
+        assert np.array_equal(got[n][0], want[n][0]) and np.array_equal(got[n][1], want[n][1])

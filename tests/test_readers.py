@@ -7,6 +7,7 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -318,3 +319,153 @@ def test_hf_streams_a_local_dataset_folder(tmp_path, wiki_rows, monkeypatch):
 
 def test_module_lists_formats():
     assert {fmt for _, fmt in readers.FORMATS} == {"jsonl", "jsonl.gz", "jsonl.zst", "parquet", "txt"}
+
+
+# --- the compiled JSONL reader (n-gram build) --------------------------------------------------
+
+# Lines the compiled reader must decode itself, and lines it must leave to the Python reader;
+# both kinds must come out exactly as iter_documents reads them.
+CRAFTED = [
+    b'{"text": "esc \\n\\t\\" \\\\ \\/ \\b\\f\\r \\u0041\\u00e9\\u20ac \\u0000 nul a b c d e f g h"}',
+    b'{"text": "pair \\ud83d\\ude00 lone \\ud800 x \\udc00 y \\ud83d\\u0041 \\uDBFF\\uDFFF end a b c d"}',
+    b'{"text": "uni\\u00a0ws\\u2003em\\u3000id\\u0085nel\\u2028ls\\u1680og\\u205f \xc2\xa0raw\xe2\x80\x83raw'
+    b'\xe3\x80\x80 \xf0\x9f\x98\x80 \xe2\x80\x8b zwsp \xc2\x85 a b c d e f g h i j k l m n o"}',
+    b'{"meta": {"text": "nested", "more": [{"text": 1}]}, "text": "outer text a b c d e f g h i j k l m n"}',
+    b'{"a": [1, 2.5e-3, -0, 1E+9, true, false, null, {"b": [[]], "c": {}}], "text": "after values a b c"}',
+    b'  {"text" : "spaces around a b c d e f g h i j k l m n o p q r s t u"}  \t',
+    b'{"text": "crlf line a b c d e f g h i j k l m n o p q r s t u v"}\r',
+    b'{"text": "UPPER Case MiXeD, Punct-uation! it\'s a b c d e f g h i j k l m {x} [y] ~z~"}',
+    b'{"text": "' + b"long" * 40 + b' token and ' + b"q" * 70 + b' more a b c d e f g h i j k l m"}',
+    b'{"id": "x", "text": "!!! ??? ..."}', b'{"text": "   \\u00a0 \\n \\u3000 "}', b'{"text": ""}',
+    b"", b"   ", b"\r", b" \x0c ",
+]
+PYTHON_LINES = [
+    b'{"text": "first a b c d e f g h i j k l m n o p", "text": "second q r s t u v w x y z a b c"}',
+    b'{"text": 5}', b'{"text": null}', b'{"txt": "no"}', b"[1, 2]", b'"str"', b"{}",
+    b'{"text": "bad json"', b'{"text": "x"} trailing', b'{"text": "ctrl\x01char"}', b'{"text": "\xffutf8"}',
+    b'{"a": NaN, "text": "nan value a b c d e f g h i j k l m n o p q"}',
+    b'{"te\\u0078t": "escaped key a b c d e f g h i j k l m n o p q r s t"}',
+    b'{"text": "raw key first", "t\\u0065xt": "escaped key last wins a b c d e f g h i j k l m"}',
+    b'{"n": ' + b"7" * 5000 + b', "text": "a 5000-digit number"}',
+    b'{"a": 01, "text": "leading zero a b c d e f g h i j k l m n o p"}',
+    b'{"a": 1,, "text": "two commas"}', b'{"text": "trailing comma",}', b'\x0b{"text": "vt first"}',
+    b'{"text": "bad escape \\x41"}', b'{"text": "short \\u12"}', b'{"text": "surrogate \\ud83d\\u12"}',
+    b'{"deep": ' + b"[" * 100 + b"]" * 100 + b', "text": "deep a b c d e f g h i j k l m n"}',
+    b'{"text": "raw surrogate \xed\xa0\x80 bytes"}', b'{"text": "overlong \xc0\xaf"}',
+    b'\xef\xbb\xbf{"text": "bom not on line 1"}',
+]
+
+
+@pytest.fixture
+def kernels_on(monkeypatch):
+    """The compiled reader runs with the numba kernels on, whatever TCQA_KERNEL says outside."""
+    pytest.importorskip("numba")
+    monkeypatch.setenv("TCQA_KERNEL", "numba")
+
+
+def _crafted_corpus(wiki_rows: list[dict]) -> bytes:
+    wiki = [json.dumps(r, ensure_ascii=k % 2 == 0).encode() for k, r in enumerate(wiki_rows)]
+    lines = [b'\xef\xbb\xbf{"text": "bom on line one a b c d e f g h i j k l m n o p"}']
+    for k, extra in enumerate(CRAFTED + PYTHON_LINES):
+        lines += [extra, wiki[k % len(wiki)]]
+    return b"\n".join(lines) + b'\n{"text": "last line without a newline a b c d e f g h i j k l m"}'
+
+
+def _python_batches(docs: list[Document], batch_chars: int) -> list[list[Document]]:
+    batches, cur, size = [], [], 0
+    for d in docs:
+        cur.append(d)
+        size += len(d.text)
+        if size >= batch_chars:
+            batches.append(cur)
+            cur, size = [], 0
+    return batches + ([cur] if cur else [])
+
+
+def _assert_batches_equal(fast: list, docs: list[Document], batch_chars: int) -> None:
+    from tcqa_data.decontam.hashing import batch_ngram_hashes, hash_normalized
+
+    slow = _python_batches(docs, batch_chars)
+    assert len(fast) == len(slow)
+    for fb, sb in zip(fast, slow, strict=True):
+        assert fb.rows.tolist() == [d.row for d in sb]
+        assert fb.chars == sum(len(d.text) for d in sb)
+        want = batch_ngram_hashes([d.text for d in sb], [1, 3, 13])
+        got = hash_normalized(fb.data, fb.doc_start, [1, 3, 13], 0)
+        for n in (1, 3, 13):
+            assert np.array_equal(got[n][0], want[n][0]) and np.array_equal(got[n][1], want[n][1]), n
+
+
+@pytest.mark.parametrize("suffix, compress", [
+    (".jsonl", lambda b: b), (".jsonl.gz", gzip.compress),
+    (".jsonl.zst", lambda b: zstandard.ZstdCompressor().compress(b)),
+])
+@pytest.mark.parametrize("batch_chars, block_bytes", [(4_000_000, 1 << 22), (20_000, 3000)])
+def test_normalized_batches_equal_python_reader(tmp_path, wiki_rows, monkeypatch, kernels_on, suffix,
+                                                 compress, batch_chars, block_bytes):
+    monkeypatch.setattr(readers, "_BLOCK_BYTES", block_bytes)  # small: lines span blocks
+    raw = _crafted_corpus(wiki_rows)
+    inp = _inp(_write(tmp_path / f"c{suffix}", compress(raw)))
+    assert readers.normalized_batches_supported(inp.format, "text", None, "janitor")
+    slow_stats, fast_stats = SkipStats(), SkipStats()
+    docs = list(iter_documents(inp, on_error="skip", stats=slow_stats))
+    deferred = []
+    python_line = readers._jsonl_document
+
+    def recording_python_line(ctx, raw, *args):
+        deferred.append(raw.rstrip(b"\r\n"))
+        return python_line(ctx, raw, *args)
+
+    monkeypatch.setattr(readers, "_jsonl_document", recording_python_line)
+    fast = list(readers.iter_normalized_batches(inp, "text", "skip", fast_stats, batch_chars))
+    _assert_batches_equal(fast, docs, batch_chars)
+    assert fast_stats.to_dict() == slow_stats.to_dict()
+    assert slow_stats.counts["blank_line"] == 4 and slow_stats.counts["empty_text"] == 2
+    # The compiled pass decoded every wiki line and every crafted valid line itself.
+    assert set(deferred) == set(PYTHON_LINES) | {raw.split(b"\n")[0]}
+
+
+def test_normalized_batches_of_shards_equal_whole_file(tmp_path, wiki_rows, monkeypatch, kernels_on):
+    monkeypatch.setattr(readers, "_BLOCK_BYTES", 5000)
+    inp = _inp(_write(tmp_path / "s.jsonl", _crafted_corpus(wiki_rows)))
+    docs = list(iter_documents(inp, on_error="skip"))
+    for target in (700, 20_000, 123_457, inp.size):
+        stats = SkipStats()
+        fast = [b for s in split_input(inp, target)
+                for b in readers.iter_normalized_batches(s, "text", "skip", stats, 10**9)]
+        assert [r for b in fast for r in b.rows.tolist()] == [d.row for d in docs], target
+        assert sum(b.chars for b in fast) == sum(len(d.text) for d in docs)
+
+
+@pytest.mark.parametrize("line, message", [
+    (b'{"text": "unterminated}\n', r"bad\.jsonl:2: invalid JSON: Unterminated string starting at \(column"),
+    (b'{"text": 42}\n', r"bad\.jsonl:2: text is a number, expected a string \(field 'text'\)"),
+    (b'{"text": "caf\xe9"}\n', r"bad\.jsonl:2: non-UTF-8 bytes at byte offset 13 of the line \(offset 42 in "
+                                r"the file\)"),
+])
+def test_normalized_batches_errors_name_file_line_and_field(tmp_path, kernels_on, line, message):
+    path = _write(tmp_path / "bad.jsonl", GOOD + line + GOOD)
+    with pytest.raises(InputError, match=message):
+        list(readers.iter_normalized_batches(_inp(path)))
+
+
+def test_normalized_batches_truncated_gzip_keeps_what_was_read(tmp_path, wiki_jsonl, kernels_on):
+    data = gzip.compress(wiki_jsonl.read_bytes())
+    inp = _inp(_write(tmp_path / "t.jsonl.gz", data[: len(data) // 2]))
+    slow_stats, fast_stats = SkipStats(), SkipStats()
+    docs = list(iter_documents(inp, on_error="skip", stats=slow_stats))
+    fast = list(readers.iter_normalized_batches(inp, "text", "skip", fast_stats, 50_000))
+    _assert_batches_equal(fast, docs, 50_000)
+    assert fast_stats.to_dict() == slow_stats.to_dict() and "truncated_input" in fast_stats.counts
+    with pytest.raises(InputError, match="truncated or corrupt gzip file"):
+        list(readers.iter_normalized_batches(inp))
+
+
+def test_normalized_batches_supported_only_where_exact(kernels_on, monkeypatch):
+    ok = readers.normalized_batches_supported
+    assert ok("jsonl.zst", "text", None, "janitor") and ok("jsonl", "body", None, "janitor")
+    assert not ok("parquet", "text", None, "janitor") and not ok("txt", "text", None, "janitor")
+    assert not ok("jsonl", "text", "id", "janitor") and not ok("jsonl", "text", None, "unicode")
+    assert not ok("jsonl", 'te"xt', None, "janitor") and not ok("jsonl", "t\\x", None, "janitor")
+    monkeypatch.setenv("TCQA_KERNEL", "numpy")
+    assert not ok("jsonl", "text", None, "janitor")

@@ -21,6 +21,8 @@ from tcqa_data.report_render import (
     Heading,
     Paragraph,
     Table,
+    percent,
+    percent_ci,
     png_bytes,
     to_html,
     to_markdown,
@@ -78,19 +80,6 @@ def analysis_rows(analysis: dict[str, Any]) -> list[dict[str, Any]]:
             for metric, m in s["metrics"].items():
                 add(task, e, "labels", s["subset"], metric, m, docs=s["docs"], groups=s["groups"])
     return rows
-
-
-def _pct(v: float | None) -> str:
-    return "n/a" if v is None else f"{v * 100:.1f}"
-
-
-def _fmt(m: dict[str, Any], signed: bool = False) -> str:
-    if m.get("value") is None:
-        return "n/a"
-    f = "{:+.1f}" if signed else "{:.1f}"
-    lo, hi = m.get("ci95") or [None, None]
-    ci = f" [{f.format(lo * 100)}, {f.format(hi * 100)}]" if lo is not None else ""
-    return f.format(m["value"] * 100) + ci
 
 
 def _sweep_plot(name: str, sw: dict[str, Any], metric: str) -> bytes:
@@ -152,14 +141,15 @@ def build_document(analysis: dict[str, Any]) -> list[Block]:
         blocks += [Heading(3, ["The rule's own split: ", Code(str(e["rule"]["rule"]))]),
                    Table(["metric"] + [f"{s} (n={table['subsets'][s]['docs']})" for s in SUBSETS]
                          + ["clean - full"],
-                         [[m] + [_fmt(table["subsets"][s]["metrics"][m]) for s in SUBSETS]
-                          + [_fmt(table["clean_minus_full"][m], signed=True)] for m in e["metrics"]])]
+                         [[m] + [percent_ci(table["subsets"][s]["metrics"][m]) for s in SUBSETS]
+                          + [percent_ci(table["clean_minus_full"][m], signed=True)] for m in e["metrics"]])]
         blocks.append(Heading(3, f"Threshold sweeps ({metric})"))
         for name, sw in e["sweeps"].items():
             per = sw["metrics"][metric]
             rows = [[f"{t:g}" + (" (rule)" if t in sw["rule_thresholds"] else ""),
-                     f"{sw['flagged_groups'][i]} ({_pct(sw['share_flagged_groups'][i])}%)",
-                     _fmt(per["above"][i]), _fmt(per["below"][i]), _fmt(per["epg"][i], signed=True)]
+                     f"{sw['flagged_groups'][i]} ({percent(sw['share_flagged_groups'][i])}%)",
+                     percent_ci(per["above"][i]), percent_ci(per["below"][i]),
+                     percent_ci(per["epg"][i], signed=True)]
                     for i, t in enumerate(sw["thresholds"])]
             blocks += [Heading(4, name),
                        Table(["threshold", "groups flagged", "at/above", "below", "EPG"], rows),
@@ -179,8 +169,8 @@ def build_document(analysis: dict[str, Any]) -> list[Block]:
             for s in llama["subsets"]:
                 for m in e["metrics"]:
                     x = s["metrics"][m]
-                    rows.append([str(s["L"]), f"{s['subset']} ({s['rule']})", str(s["groups"]), m, _fmt(x),
-                                 "n/a" if x.get("zn") is None else f"{x['zn']:+.2f}"])
+                    rows.append([str(s["L"]), f"{s['subset']} ({s['rule']})", str(s["groups"]), m,
+                                 percent_ci(x), "n/a" if x.get("zn") is None else f"{x['zn']:+.2f}"])
             blocks.append(Table(["L", "subset", "groups", "metric", "value", "Zn"], rows))
         else:
             blocks.append(Paragraph(f"Skipped: {llama['skipped']}."))
@@ -192,7 +182,8 @@ def build_document(analysis: dict[str, Any]) -> list[Block]:
                 f"occurs within {labels['window_words']} words of the matched text in a matched corpus doc."))
             blocks.append(Table(["subset", "groups", "docs"] + e["metrics"],
                                 [[s["subset"], str(s["groups"]), str(s["docs"])]
-                                 + [_fmt(s["metrics"][m]) for m in e["metrics"]] for s in labels["subsets"]]))
+                                 + [percent_ci(s["metrics"][m]) for m in e["metrics"]]
+                                 for s in labels["subsets"]]))
         else:
             blocks.append(Paragraph(f"Skipped: {labels['skipped']}."))
     return blocks

@@ -32,8 +32,9 @@ from tcqa_data.analysis.sweep import (
 )
 from tcqa_data.errors import ConfigError, TcqaError
 from tcqa_data.eval import metrics as M
-from tcqa_data.eval.runner import read_manifest, subset_table, task_metric_names, task_metrics
+from tcqa_data.eval.runner import read_manifest, subset_table, task_metric_names, task_stats
 from tcqa_data.io_utils import read_json
+from tcqa_data.report_render import percent_ci
 
 TOKEN_SHARE_PREFIX = "token_share_L"
 
@@ -86,16 +87,10 @@ def analyze_task(scored: ScoredSplit, manifest: dict[str, Any] | None, bootstrap
         metrics = scored.metrics or []
         names = [m.name for m in metrics]
         stats = LM.unit_stats_of(metrics, scored.per_doc, u.units, u.n)
+        points = LM.point_functions(metrics, scored.per_doc)
     else:
         names = task_metric_names(spec)
-        if spec.output_type == "multiple_choice":
-            gold = np.asarray([o["gold"] for o in scored.per_doc], dtype=np.int64)
-            pred = np.asarray([o["pred"] for o in scored.per_doc], dtype=np.int64)
-            doc_scores = None
-        else:
-            gold = pred = np.zeros(len(docs), dtype=np.int64)
-            doc_scores = np.asarray([o["contains"] for o in scored.per_doc], dtype=np.float64)
-        stats = {m: M.unit_stats(m, gold, pred, u.units, u.n, doc_scores) for m in names}
+        stats, points = task_stats(spec, scored.per_doc, group_ids, u.units, u.n)
     weights = M.bootstrap_weights(u.n, bootstrap, seed)
     docs_per_unit = np.bincount(u.units, minlength=u.n)
 
@@ -104,11 +99,9 @@ def analyze_task(scored: ScoredSplit, manifest: dict[str, Any] | None, bootstrap
     policy = manifest.get("group_policy") or "any"
     scheme = manifest.get("normalization") or "janitor"
     # the rule's own split, by evaluate's own function: equal to evaluate's table to the last digit
-    if spec is None:
-        rule_table = subset_table(group_ids, data.clean, stats, LM.point_functions(metrics, scored.per_doc),
-                                  bootstrap, seed)
-    else:
-        rule_table = task_metrics(spec, docs, scored.per_doc, data.clean, bootstrap, seed)
+    # (evaluate's own table when evaluate runs this analysis)
+    rule_table = scored.rule_table if scored.rule_table is not None else \
+        subset_table(group_ids, data.clean, stats, points, bootstrap, seed)
 
     scores = score_columns(cont)
     rule_th = rule_thresholds(rule)
@@ -193,15 +186,6 @@ def _labels(spec, docs, cont, scheme, index_dir, u, stats, weights, docs_per_uni
             "docs_input": int(sum(s == "input" for s in status)), "subsets": rows}
 
 
-def _pts(v: float | None) -> str:
-    return "n/a" if v is None else f"{v * 100:+.1f}"
-
-
-def _ci(m: dict[str, Any]) -> str:
-    lo, hi = m["ci95"]
-    return f"{_pts(m['value'])} [{_pts(lo)}, {_pts(hi)}]" if lo is not None else _pts(m["value"])
-
-
 def significant(m: dict[str, Any]) -> bool:
     lo, hi = m["ci95"]
     return lo is not None and hi is not None and (lo > 0 or hi < 0)
@@ -215,19 +199,19 @@ def conclusions(entry: dict[str, Any]) -> list[str]:
     diff = rule["table"]["clean_minus_full"][metric]
     sub = rule["table"]["subsets"]
     out.append(f"Rule `{rule['rule']}`: {sub['dirty']['groups']} of {sub['full']['groups']} groups dirty; "
-               f"{metric} clean - full = {_ci(diff)} points.")
+               f"{metric} clean - full = {percent_ci(diff, signed=True)} points.")
     for name, sw in entry["sweeps"].items():
         for t in sw["rule_thresholds"]:
             if t in sw["thresholds"]:
                 i = sw["thresholds"].index(t)
                 out.append(f"EPG at {name} >= {t:g} (the rule's threshold): "
-                           f"{_ci(sw['metrics'][metric]['epg'][i])} points ({metric}).")
+                           f"{percent_ci(sw['metrics'][metric]['epg'][i], signed=True)} points ({metric}).")
     hits = []
     for name, sw in entry["sweeps"].items():
         for i, t in enumerate(sw["thresholds"]):
             e = sw["metrics"][metric]["epg"][i]
             if significant(e):
-                hits.append(f"{name} >= {t:g}: {_ci(e)}")
+                hits.append(f"{name} >= {t:g}: {percent_ci(e, signed=True)}")
     if hits:
         shown = "; ".join(hits[:6]) + (f"; and {len(hits) - 6} more" if len(hits) > 6 else "")
         out.append(f"EPG's 95% interval excludes 0 at {len(hits)} score thresholds ({metric}; not "
@@ -262,8 +246,7 @@ def analyze_scored(scored: list[ScoredSplit], prep_dir: str | Path, *, bootstrap
              for s in scored}
     return {
         "format_version": FORMAT_VERSION, "tcqa_data_version": __version__, "prep_dir": str(prep_dir),
-        "bootstrap": {"samples": bootstrap, "seed": seed, "level": M.LEVEL,
-                      "unit": "question group (group_id); a doc where the task has no groups",
+        "bootstrap": {"samples": bootstrap, "seed": seed, "level": M.LEVEL, "unit": M.BOOTSTRAP_UNIT,
                       "method": "one resample of groups gives every threshold's subsets (as evaluate)"},
         "epg": "metric on all docs minus metric on the docs below the threshold (ConTAM)",
         "tasks": tasks,
@@ -302,14 +285,16 @@ def analyze(prep_dir: str | Path, results: str | Path, output: str | Path | None
     return analysis
 
 
-def analyze_after_evaluate(prep_dir: Path, scored: list[tuple[Any, list[dict[str, Any]]]], out_dir: Path,
-                           bootstrap: int, seed: int) -> dict[str, Any]:
-    """evaluate's hook: analyze the pass just made (``(TaskData, per-doc outputs)`` per task) into
-    ``out_dir``; returns a short summary for results.json. A task without contamination scores is
-    skipped with the reason; an analysis error is reported there instead of losing the model pass."""
+def analyze_after_evaluate(prep_dir: Path, scored: list[tuple[Any, list[dict[str, Any]], dict[str, Any]]],
+                           out_dir: Path, bootstrap: int, seed: int) -> dict[str, Any]:
+    """evaluate's hook: analyze the pass just made (``(TaskData, per-doc outputs, its clean / full /
+    dirty table)`` per task) into ``out_dir``; returns a short summary for results.json. A task without
+    contamination scores is skipped with the reason; an analysis error is reported there instead of
+    losing the model pass."""
     from tcqa_data.analysis.report import write_analysis
 
-    splits = [ScoredSplit(data, per_doc, {"kind": "tcqa-evaluate (in process)"}) for data, per_doc in scored]
+    splits = [ScoredSplit(data, per_doc, {"kind": "tcqa-evaluate (in process)"}, rule_table=table)
+              for data, per_doc, table in scored]
     usable = [s for s in splits if (s.data.path / "contamination.parquet").is_file() and s.data.docs]
     skipped = {s.task: "no contamination.parquet in the prepared split" for s in splits if s not in usable}
     if not usable:

@@ -24,7 +24,14 @@ import numpy as np
 from tcqa_data.analysis import lm_eval_metrics as LM
 from tcqa_data.errors import InputError, TcqaError
 from tcqa_data.eval import metrics as M
-from tcqa_data.eval.runner import TaskData, available_tasks, load_task, read_manifest, read_split
+from tcqa_data.eval.runner import (
+    TaskData,
+    available_tasks,
+    load_task,
+    read_manifest,
+    read_split,
+    require_prep_dir,
+)
 from tcqa_data.io_utils import iter_jsonl_objects, read_json
 from tcqa_data.prep.lm_eval_export import lm_eval_task_name
 
@@ -48,6 +55,9 @@ class ScoredSplit:
     source: dict[str, Any] = field(default_factory=dict)  # kind, path, limit_groups, ...
     metrics: list[LM.LoggedMetric] | None = None  # only for a task resolved through lm-eval
     skipped_metrics: dict[str, str] = field(default_factory=dict)  # name -> why not analyzed
+    # evaluate's clean / full / dirty table of these outputs, when evaluate runs the analysis (so
+    # the analysis does not compute it again); None: computed by the analysis
+    rule_table: dict[str, Any] | None = None
 
     @property
     def task(self) -> str:
@@ -63,10 +73,8 @@ def load_scored(prep_dir: str | Path, results: str | Path, tasks: list[str] | No
     ``tasks`` leaves out) are left out and recorded in ``skipped`` (file -> reason); one file given
     alone is refused.
     """
-    prep_dir = Path(prep_dir)
+    prep_dir = require_prep_dir(prep_dir)
     results = Path(results)
-    if not prep_dir.is_dir():
-        raise TcqaError(f"prepared folder {prep_dir} does not exist; run `tcqa-data decontaminate` first")
     if not results.exists():
         raise TcqaError(f"results {results} do not exist; give an `evaluate` output folder or lm-eval "
                         "--log_samples output (samples_<task>_<date>.jsonl)")

@@ -44,6 +44,11 @@ def index_corpus(
     num_buckets: int = typer.Option(64, "--num-buckets",
                                     help="Hash buckets of the n-gram index, a power of two (reduce "
                                          "tasks; more buckets: smaller merges, for large corpora)."),
+    ngram_dir_bits: int = typer.Option(None, "--ngram-dir-bits",
+                                       help="Directory bits of the compact n-gram layout (default: chosen "
+                                            "from the corpus at the first build; --append keeps the "
+                                            "index's; give an appended index's value to rebuild it "
+                                            "byte for byte)."),
     text_store: str = typer.Option("auto", "--text-store",
                                    help="Corpus text for alignment (aligned>= rule terms): auto (doc "
                                         "locations for .jsonl/.parquet/.txt, a zstd copy for compressed "
@@ -70,6 +75,7 @@ def index_corpus(
         on_error=on_error, minhash=not no_minhash, num_perm=num_perm, quiet=quiet,
         hf_dataset=hf_dataset, hf_config=hf_config, hf_split=hf_split, provenance=provenance,
         engine=engine, ray_address=ray_address, text_store=text_store, num_buckets=num_buckets,
+        ngram_dir_bits=ngram_dir_bits,
     )
     c = manifest["counts"]
     if c["docs"] == 0:
@@ -139,21 +145,55 @@ def index_info(
     else:
         head.add_row("minhash", "off")
     head.add_row("docs", f"{c['docs']:,} ({c['input_bytes']:,} input bytes)")
+    st = m.get("ngram_storage")
+    if st:  # format 2: what the n-gram files keep of each n-gram (ngram_index.py)
+        head.add_row("n-gram storage", (
+            f"format {st['format']}: {st['key_bits']}-bit keys of the 64-bit hashes ({st['dir_bits']} "
+            f"directory bits + {st['suffix_bits']}-bit stored suffixes), {st['df_bits']}-bit df with "
+            f"overflow table, {st['provenance']}"))
     for n, v in c["ngrams"].items():
         head.add_row(f"{n}-grams", f"{v['unique']:,} unique of {v['total']:,}")
-        # 64-bit hashes: an n-gram not in the corpus is found by chance with probability unique / 2**64
-        head.add_row(f"{n}-gram false-positive rate", f"{v['unique'] / 2.0**64:.1e} per query n-gram")
+        if "false_positive_rate" in v:
+            # an n-gram not in the corpus is found when a stored key of its directory cell equals its own
+            head.add_row(f"{n}-gram false-positive rate", (
+                f"{v['false_positive_rate']:.1e} per query n-gram (fullest directory cell: "
+                f"{v['max_cell_keys']:,} keys, {v['max_cell_false_positive_rate']:.1e})"))
+        else:  # format 1: full 64-bit hashes, a chance collision with probability unique / 2**64
+            head.add_row(f"{n}-gram false-positive rate", f"{v['unique'] / 2.0**64:.1e} per query n-gram")
     if c.get("minhash"):
         head.add_row("minhash counts", ", ".join(f"{k.removeprefix('n_').replace('_', ' ')} "
                                                  f"{v:,}" if isinstance(v, int) else f"{k} {v}"
                                                  for k, v in sorted(c["minhash"].items()) if k != "storage"))
         st = c["minhash"].get("storage")
-        if st:  # the lossy parts of the MinHash files and their computed error rates
+        if st and st.get("storage_format", 2) >= 3:  # the lossy parts and their computed error rates
+            verify = ("signatures recomputed from the text store (exact 32-bit values)"
+                      if st["verify"] == "text" else f"{st['signature_bits']}-bit stored signature values "
+                      f"(similarity estimate bias <= {st['similarity_estimate_max_bias']:.1e})")
+            head.add_row("minhash storage", (
+                f"format {st['storage_format']}: band tables of {st['band_key_bits']}-bit band keys -> "
+                f"docs ({st['dir_bits']} directory bits, {st['entry_bits']}-bit packed entries; "
+                f"{st['chance_candidates_per_query']:.2g} chance candidate docs per query window, each "
+                f"verified); {verify}"))
+            sizes = sorted(st.get("bytes", {}).items())
+            head.add_row("minhash bytes", ", ".join(f"{k} {v:,}" for k, v in sizes))
+        elif st:
             head.add_row("minhash storage", (
                 f"format {st['storage_format']}: {st['signature_bits']}-bit signature values (similarity "
                 f"estimate bias <= {st['similarity_estimate_max_bias']:.1e}), {st['band_key_bits']}-bit "
                 f"band keys ({st['chance_candidates_per_query']:.2g} chance candidates per query, "
                 "each verified)"))
+    from tcqa_data.decontam.textstore import store_summary
+
+    ts = store_summary(index_dir)
+    if ts is None:
+        head.add_row("text store", "none")
+    else:
+        head.add_row("text store", (
+            f"{ts['mode']} (version {ts['version']}): "
+            + ", ".join(f"{k} {v:,} B" for k, v in ts["bytes"].items())
+            + f"; {ts['anchor_entries']:,} anchors, 32-bit k-gram hashes: chance match "
+              f"{ts['anchor_chance_match_rate']:.1e} per query k-gram (adds a candidate doc, checked by "
+              "alignment)"))
     b = m.get("build", {})
     head.add_row("built", f"{b.get('finished', '?')} in {b.get('seconds', '?')} s, "
                           f"{b.get('workers', '?')} workers")

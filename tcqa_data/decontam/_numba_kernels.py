@@ -261,6 +261,472 @@ def merge_sorted(h, d, w, provenance, none, docs_out):
     return hu, df, docs
 
 
+# ------------------------------------------------------------------------------ JSONL reader
+
+# jsonl_scan statuses
+SCAN_END, SCAN_BATCH_FULL, SCAN_DEFER, SCAN_ROOM = 0, 1, 2, 3
+_MAX_DEPTH = 64  # deeper nesting goes to Python's json (its own recursion limits apply)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _is_json_ws(c):
+    return c == 32 or c == 9 or c == 10 or c == 13
+
+
+@njit(cache=True, nogil=True)
+def _utf8_seq_len(buf, i, end):
+    """Length of the valid UTF-8 sequence at ``buf[i]`` (exactly what Python's strict decoder
+    accepts: no overlongs, no encoded surrogates, <= U+10FFFF), 0 if invalid or cut off."""
+    b0 = buf[i]
+    if b0 < 0x80:
+        return 1
+    if b0 < 0xC2:
+        return 0
+    if b0 < 0xE0:
+        return 2 if i + 1 < end and (buf[i + 1] & 0xC0) == 0x80 else 0
+    if b0 < 0xF0:
+        if i + 2 >= end:
+            return 0
+        b1 = buf[i + 1]
+        if (b1 & 0xC0) != 0x80 or (buf[i + 2] & 0xC0) != 0x80:
+            return 0
+        if (b0 == 0xE0 and b1 < 0xA0) or (b0 == 0xED and b1 >= 0xA0):
+            return 0
+        return 3
+    if b0 < 0xF5:
+        if i + 3 >= end:
+            return 0
+        b1 = buf[i + 1]
+        if (b1 & 0xC0) != 0x80 or (buf[i + 2] & 0xC0) != 0x80 or (buf[i + 3] & 0xC0) != 0x80:
+            return 0
+        if (b0 == 0xF0 and b1 < 0x90) or (b0 == 0xF4 and b1 >= 0x90):
+            return 0
+        return 4
+    return 0
+
+
+@njit(cache=True, nogil=True)
+def _utf8_is_space(buf, i, n):
+    """True if the n-byte UTF-8 sequence at ``buf[i]`` is a non-ASCII ``str.isspace()`` char
+    (U+0085, U+00A0, U+1680, U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000)."""
+    b0 = buf[i]
+    if n == 2:
+        return b0 == 0xC2 and (buf[i + 1] == 0x85 or buf[i + 1] == 0xA0)
+    if n != 3:
+        return False
+    b1, b2 = buf[i + 1], buf[i + 2]
+    if b0 == 0xE1:
+        return b1 == 0x9A and b2 == 0x80
+    if b0 == 0xE2:
+        if b1 == 0x80:
+            return b2 <= 0x8A or b2 == 0xA8 or b2 == 0xA9 or b2 == 0xAF
+        return b1 == 0x81 and b2 == 0x9F
+    return b0 == 0xE3 and b1 == 0x80 and b2 == 0x80
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _hex4(buf, i, end):
+    """Value of the 4 hex digits at ``buf[i:i + 4]``, -1 if not 4 hex digits."""
+    if i + 4 > end:
+        return -1
+    v = 0
+    for k in range(4):
+        c = buf[i + k]
+        if 48 <= c <= 57:
+            d = c - 48
+        elif 97 <= c <= 102:
+            d = c - 87
+        elif 65 <= c <= 70:
+            d = c - 55
+        else:
+            return -1
+        v = v * 16 + d
+    return v
+
+
+@njit(cache=True, nogil=True)
+def _skip_string(buf, i, end):
+    """Position after the JSON string whose opening quote is at ``i - 1``; -1 if it is not one
+    that Python's ``json`` surely accepts the same way (then the line goes to Python)."""
+    while i < end:
+        c = buf[i]
+        if c == 34:
+            return i + 1
+        if c == 92:
+            if i + 1 >= end:
+                return -1
+            e = buf[i + 1]
+            if e == 117:
+                if _hex4(buf, i + 2, end) < 0:
+                    return -1
+                i += 6
+            elif e == 34 or e == 92 or e == 47 or e == 98 or e == 102 or e == 110 or e == 114 or e == 116:
+                i += 2
+            else:
+                return -1
+        elif c < 0x20:
+            return -1
+        elif c < 0x80:
+            i += 1
+        else:
+            n = _utf8_seq_len(buf, i, end)
+            if n == 0:
+                return -1
+            i += n
+    return -1
+
+
+@njit(cache=True, nogil=True)
+def _skip_number(buf, i, end):
+    """Position after the JSON number at ``i`` (strict grammar), -1 if none."""
+    if i < end and buf[i] == 45:
+        i += 1
+    if i >= end:
+        return -1
+    if buf[i] == 48:
+        i += 1
+    elif 49 <= buf[i] <= 57:
+        first = i
+        while i < end and 48 <= buf[i] <= 57:
+            i += 1
+        if i - first > 4000:  # Python's int() refuses > 4300 digits (ValueError, not a JSON error)
+            return -1
+    else:
+        return -1
+    if i < end and buf[i] == 46:
+        i += 1
+        if i >= end or not 48 <= buf[i] <= 57:
+            return -1
+        while i < end and 48 <= buf[i] <= 57:
+            i += 1
+    if i < end and (buf[i] == 101 or buf[i] == 69):
+        i += 1
+        if i < end and (buf[i] == 43 or buf[i] == 45):
+            i += 1
+        if i >= end or not 48 <= buf[i] <= 57:
+            return -1
+        while i < end and 48 <= buf[i] <= 57:
+            i += 1
+    return i
+
+
+@njit(cache=True, nogil=True)
+def _skip_ws(buf, i, end):
+    while i < end and _is_json_ws(buf[i]):
+        i += 1
+    return i
+
+
+@njit(cache=True, nogil=True)
+def _skip_literal(buf, i, end, word):
+    if i + len(word) > end:
+        return -1
+    for k in range(len(word)):
+        if buf[i + k] != word[k]:
+            return -1
+    return i + len(word)
+
+
+_TRUE = np.frombuffer(b"true", dtype=np.uint8)
+_FALSE = np.frombuffer(b"false", dtype=np.uint8)
+_NULL = np.frombuffer(b"null", dtype=np.uint8)
+
+
+@njit(cache=True, nogil=True)
+def _skip_value(buf, i, end):
+    """Position after the JSON value at ``i`` (objects and arrays validated to the end, with an
+    explicit stack), -1 where Python's json might differ (NaN, Infinity, deep nesting, errors)."""
+    stack = np.empty(_MAX_DEPTH, dtype=np.uint8)  # 123 object / 91 array
+    depth = 0
+    while True:
+        i = _skip_ws(buf, i, end)
+        if i >= end:
+            return -1
+        c = buf[i]
+        # one scalar or an opening bracket
+        if c == 34:
+            i = _skip_string(buf, i + 1, end)
+        elif c == 123 or c == 91:
+            if depth == _MAX_DEPTH:
+                return -1
+            i = _skip_ws(buf, i + 1, end)
+            if i < end and buf[i] == (125 if c == 123 else 93):
+                i += 1  # empty container
+            else:
+                stack[depth] = c
+                depth += 1
+                if c == 123:  # first key
+                    if i >= end or buf[i] != 34:
+                        return -1
+                    i = _skip_string(buf, i + 1, end)
+                    if i < 0:
+                        return -1
+                    i = _skip_ws(buf, i, end)
+                    if i >= end or buf[i] != 58:
+                        return -1
+                    i += 1
+                continue
+        elif c == 116:
+            i = _skip_literal(buf, i, end, _TRUE)
+        elif c == 102:
+            i = _skip_literal(buf, i, end, _FALSE)
+        elif c == 110:
+            i = _skip_literal(buf, i, end, _NULL)
+        else:
+            i = _skip_number(buf, i, end)
+        if i < 0:
+            return -1
+        # after a value: close containers or move to the next element
+        while True:
+            if depth == 0:
+                return i
+            i = _skip_ws(buf, i, end)
+            if i >= end:
+                return -1
+            c = buf[i]
+            top = stack[depth - 1]
+            if c == (125 if top == 123 else 93):
+                depth -= 1
+                i += 1
+                continue
+            if c != 44:
+                return -1
+            i += 1
+            if top == 123:
+                i = _skip_ws(buf, i, end)
+                if i >= end or buf[i] != 34:
+                    return -1
+                i = _skip_string(buf, i + 1, end)
+                if i < 0:
+                    return -1
+                i = _skip_ws(buf, i, end)
+                if i >= end or buf[i] != 58:
+                    return -1
+                i += 1
+            break
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _put_cp(out, o, cp, amap):
+    """Append code point ``cp`` as normalized UTF-8 (Janitor map for ASCII, spaces for Unicode
+    whitespace, surrogates as 3 bytes like ``surrogatepass``); returns (new o, is non-space)."""
+    if cp < 0x80:
+        m = amap[cp]
+        if m >= 0:
+            out[o] = m
+            o += 1
+        return o, m != 32
+    if cp < 0x800:
+        nonspace = not (cp == 0x85 or cp == 0xA0)
+        out[o] = 0xC0 | (cp >> 6) if nonspace else 32
+        out[o + 1] = 0x80 | (cp & 0x3F) if nonspace else 32
+        return o + 2, nonspace
+    if cp < 0x10000:
+        nonspace = not (cp == 0x1680 or 0x2000 <= cp <= 0x200A or cp == 0x2028 or cp == 0x2029
+                        or cp == 0x202F or cp == 0x205F or cp == 0x3000)
+        out[o] = 0xE0 | (cp >> 12) if nonspace else 32
+        out[o + 1] = 0x80 | ((cp >> 6) & 0x3F) if nonspace else 32
+        out[o + 2] = 0x80 | (cp & 0x3F) if nonspace else 32
+        return o + 3, nonspace
+    out[o] = 0xF0 | (cp >> 18)
+    out[o + 1] = 0x80 | ((cp >> 12) & 0x3F)
+    out[o + 2] = 0x80 | ((cp >> 6) & 0x3F)
+    out[o + 3] = 0x80 | (cp & 0x3F)
+    return o + 4, True
+
+
+@njit(cache=True, nogil=True)
+def _decode_text(buf, i, end, out, o, amap, plain):
+    """Decode the JSON string whose opening quote is at ``i - 1`` into ``out[o:]``, normalized.
+    ``plain``: ``amap`` for printable ASCII other than quote and backslash, -2 for the other
+    bytes (one lookup for the common case). Returns (position after the string or -1, new o,
+    chars, has a non-space char)."""
+    chars = 0
+    nonspace = False
+    while i < end:
+        c = buf[i]
+        m = plain[c]
+        if m >= -1:
+            chars += 1
+            i += 1
+            if m >= 0:
+                out[o] = m
+                o += 1
+                if m != 32:
+                    nonspace = True
+            else:
+                nonspace = True
+            continue
+        if c == 34:
+            return i + 1, o, chars, nonspace
+        chars += 1
+        if c == 92:
+            if i + 1 >= end:
+                return -1, o, chars, nonspace
+            e = buf[i + 1]
+            if e == 117:
+                cp = _hex4(buf, i + 2, end)
+                if cp < 0:
+                    return -1, o, chars, nonspace
+                i += 6
+                # a high surrogate and a low surrogate escape make one char (as Python's json)
+                if 0xD800 <= cp <= 0xDBFF and i + 1 < end and buf[i] == 92 and buf[i + 1] == 117:
+                    lo = _hex4(buf, i + 2, end)
+                    if lo < 0:
+                        return -1, o, chars, nonspace
+                    if 0xDC00 <= lo <= 0xDFFF:
+                        cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00)
+                        i += 6
+            else:
+                i += 2
+                if e == 34 or e == 92 or e == 47:
+                    cp = e
+                elif e == 110:
+                    cp = 10
+                elif e == 116:
+                    cp = 9
+                elif e == 114:
+                    cp = 13
+                elif e == 98:
+                    cp = 8
+                elif e == 102:
+                    cp = 12
+                else:
+                    return -1, o, chars, nonspace
+            o, ns = _put_cp(out, o, cp, amap)
+            nonspace |= ns
+        elif c < 0x20:
+            return -1, o, chars, nonspace
+        elif c < 0x80:
+            m = amap[c]
+            if m >= 0:
+                out[o] = m
+                o += 1
+            nonspace |= m != 32
+            i += 1
+        else:
+            n = _utf8_seq_len(buf, i, end)
+            if n == 0:
+                return -1, o, chars, nonspace
+            if _utf8_is_space(buf, i, n):
+                for k in range(n):
+                    out[o + k] = 32
+            else:
+                nonspace = True
+                for k in range(n):
+                    out[o + k] = buf[i + k]
+            o += n
+            i += n
+    return -1, o, chars, nonspace
+
+
+@njit(cache=True, nogil=True)
+def _scan_line(buf, a, b, key, out, o, amap, plain):
+    """One JSONL line ``buf[a:b]`` (no newline): a JSON object whose top-level ``key`` field is
+    a string, decoded and normalized into ``out[o:]``. Returns (new o, chars, non-space), or
+    new o = -1 when Python's reader must handle the line (anything else, valid or not)."""
+    i = _skip_ws(buf, a, b)
+    if i >= b or buf[i] != 123:
+        return -1, 0, False
+    i = _skip_ws(buf, i + 1, b)
+    found = False
+    chars = 0
+    nonspace = False
+    o_end = o
+    if i < b and buf[i] == 125:
+        return -1, 0, False  # {}: no text field
+    while True:
+        if i >= b or buf[i] != 34:
+            return -1, 0, False
+        k0 = i + 1
+        i = _skip_string(buf, k0, b)
+        if i < 0:
+            return -1, 0, False
+        klen = i - 1 - k0
+        is_key = klen == len(key)
+        for k in range(klen):
+            c = buf[k0 + k]
+            if c == 92:  # an escaped key may spell the text field: let Python decide
+                return -1, 0, False
+            if is_key and c != key[k]:
+                is_key = False
+        i = _skip_ws(buf, i, b)
+        if i >= b or buf[i] != 58:
+            return -1, 0, False
+        i = _skip_ws(buf, i + 1, b)
+        if is_key:
+            if found or i >= b or buf[i] != 34:
+                return -1, 0, False  # repeated key (last wins) or not a string
+            found = True
+            i, o_end, chars, nonspace = _decode_text(buf, i + 1, b, out, o, amap, plain)
+        else:
+            i = _skip_value(buf, i, b)
+        if i < 0:
+            return -1, 0, False
+        i = _skip_ws(buf, i, b)
+        if i >= b:
+            return -1, 0, False
+        if buf[i] == 125:
+            break
+        if buf[i] != 44:
+            return -1, 0, False
+        i = _skip_ws(buf, i + 1, b)
+    if not found or _skip_ws(buf, i + 1, b) != b:
+        return -1, 0, False
+    return o_end, chars, nonspace
+
+
+@njit(cache=True, nogil=True)
+def jsonl_scan(buf, pos, end, key, amap, out, o, doc_pos, doc_line, doc_chars, ndocs, line,
+               chars, limit, counts):
+    """Read JSONL lines from ``buf[pos:end]`` (whole lines; the last may lack its newline) into
+    one hashing batch: each document's normalized text goes to ``out[o:]`` followed by a space,
+    with its start in ``doc_pos``, its line number and char count. Blank lines and empty texts
+    are counted in ``counts[0]``/``counts[1]``. Stops at the end (``SCAN_END``), when the batch
+    reaches ``limit`` chars (``SCAN_BATCH_FULL``), before a line Python's reader must handle
+    (``SCAN_DEFER``: it starts at the returned pos) or when ``out``/the doc arrays may be too
+    small for the next line (``SCAN_ROOM``). Returns (status, pos, o, ndocs, line, chars)."""
+    plain = np.full(256, -2, dtype=np.int16)
+    for c in range(32, 128):
+        if c != 34 and c != 92:
+            plain[c] = amap[c]
+    while pos < end:
+        nl = pos
+        while nl < end and buf[nl] != 10:
+            nl += 1
+        blank = True
+        for q in range(pos, nl):
+            c = buf[q]
+            if not (c == 32 or 9 <= c <= 13):  # bytes.strip() whitespace
+                blank = False
+                break
+        if blank:
+            counts[0] += 1
+            line += 1
+            pos = nl + 1
+            continue
+        if ndocs == len(doc_pos) or o + (nl - pos) + 2 > len(out):
+            return SCAN_ROOM, pos, o, ndocs, line, chars
+        o2, c, nonspace = _scan_line(buf, pos, nl, key, out, o, amap, plain)
+        if o2 < 0:
+            return SCAN_DEFER, pos, o, ndocs, line, chars
+        line += 1
+        pos = nl + 1
+        if not nonspace:
+            counts[1] += 1
+            continue
+        doc_pos[ndocs] = o
+        doc_line[ndocs] = line
+        doc_chars[ndocs] = c
+        ndocs += 1
+        out[o2] = 32
+        o = o2 + 1
+        chars += c
+        if chars >= limit:
+            return SCAN_BATCH_FULL, pos, o, ndocs, line, chars
+    return SCAN_END, min(pos, end), o, ndocs, line, chars
+
+
 # ------------------------------------------------------------------------------ MinHash windows
 
 _M32 = np.uint64(0xFFFFFFFF)
@@ -391,5 +857,416 @@ def window_signatures(data, win_start, win_end, k_words, a, b):
 
 
 KERNELS = {"token_hashes": token_hashes, "ngram_hashes": ngram_hashes, "sort_pairs": sort_pairs,
-            "dedupe_pairs": dedupe_pairs, "order_ties": order_ties, "merge_sorted": merge_sorted,
+            "dedupe_pairs": dedupe_pairs, "jsonl_scan": jsonl_scan, "order_ties": order_ties,
+            "merge_sorted": merge_sorted,
             "xxh32": xxh32, "window_signatures": window_signatures}
+
+
+# ------------------------------------------------------------------- MinHash sentence windows
+# ``windows.fast_sentence_spans`` and ``windows._units`` on code points (one uint32 per str
+# character, so offsets are str offsets). Candidates whose Punkt decision needs a table lookup
+# the fast rules cannot settle exactly are left for Python (``_is_break``).
+
+_FNV_OFF = np.uint64(0xCBF29CE484222325)
+_FNV_PRIME = np.uint64(0x100000001B3)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _isspace(cp, c):
+    return c < len(cp) and cp[c]
+
+
+@njit(cache=True, nogil=True)
+def _paragraph_end(text, i, n, space):
+    """(start, end) of the paragraph break (``\\n[^\\S\\n]*\\n\\s*``) at or after ``i``; (n, n)
+    when there is none."""
+    while i < n:
+        if text[i] == 10:
+            j = i + 1
+            while j < n and text[j] != 10 and _isspace(space, text[j]):
+                j += 1
+            if j < n and text[j] == 10:
+                k = j + 1
+                while k < n and _isspace(space, text[k]):
+                    k += 1
+                return i, k
+        i += 1
+    return n, n
+
+
+@njit(cache=True, nogil=True)
+def _in_sorted(arr, x):
+    k = np.searchsorted(arr, x)
+    return k < len(arr) and arr[k] == x
+
+
+@njit(cache=True, nogil=True)
+def _fast_decision(text, ws, end, nxt_none, not_word_start, abbrev_h, colloc_first_h):
+    """1: a sentence break, -1: ask Python (``_is_break``). Only the common cases are decided:
+    ``?``/``!``, a lone period, no next word, and a plain ASCII word that is no abbreviation,
+    ellipsis, number, collocation start or word of <= 2 characters."""
+    last = text[end - 1]
+    if last == 63 or last == 33:
+        return 1
+    w = ws
+    while w < end and text[w] < 128 and not_word_start[text[w]]:
+        w += 1
+    if w == end:
+        w = ws  # all stripped: Punkt keeps the chunk
+    if end - w == 1 and text[w] == 46:
+        return 1
+    if nxt_none:
+        return 1
+    if end - w <= 2:
+        return -1
+    if text[end - 2] == 46:
+        return -1  # ellipsis
+    h = _FNV_OFF
+    hd = _FNV_OFF  # the part after the last '-'
+    for q in range(w, end - 1):
+        c = text[q]
+        if c >= 128:
+            return -1
+        if 65 <= c <= 90:
+            c += 32
+        h = (h ^ np.uint64(c)) * _FNV_PRIME
+        if c == 45:
+            hd = _FNV_OFF
+        else:
+            hd = (hd ^ np.uint64(c)) * _FNV_PRIME
+    if _in_sorted(abbrev_h, h) or _in_sorted(abbrev_h, hd) or _in_sorted(colloc_first_h, h):
+        return -1
+    # ^-?[.,]?\d[\d,.-]*\.?$ (Punkt's number pattern)
+    q = w
+    if text[q] == 45:
+        q += 1
+    if q < end and (text[q] == 46 or text[q] == 44):
+        q += 1
+    if q < end and 48 <= text[q] <= 57:
+        q += 1
+        while q < end and (48 <= text[q] <= 57 or text[q] == 44 or text[q] == 46 or text[q] == 45):
+            q += 1
+        if q == end:
+            return -1
+    return 1
+
+
+@njit(cache=True, nogil=True)
+def sentence_candidates(text, doc_start, space, follow, not_word_start, abbrev_h, colloc_first_h):
+    """Punkt break candidates of each paragraph of each doc, in text order: the mark's
+    position, the start of its word (after the last whitespace, at least the paragraph start),
+    the next word's start (-1: none; -2: a punctuation character right after the mark) and a
+    decision (1 break, 0 not, -1 undecided)."""
+    cap = 1024
+    mark = np.empty(cap, dtype=np.int64)
+    wstart = np.empty(cap, dtype=np.int64)
+    nstart = np.empty(cap, dtype=np.int64)
+    nend = np.empty(cap, dtype=np.int64)
+    decision = np.empty(cap, dtype=np.int8)
+    nc = 0
+    for d in range(len(doc_start) - 1):
+        n = doc_start[d + 1]
+        ps = doc_start[d]
+        while ps < n:
+            pe, brk_end = _paragraph_end(text, ps, n, space)
+            last_space = ps - 1
+            for i in range(ps, pe):
+                c = text[i]
+                if _isspace(space, c):
+                    last_space = i
+                    continue
+                if c != 46 and c != 63 and c != 33:
+                    continue
+                end = i + 1
+                if end < pe:
+                    f = text[end]
+                    if not (_isspace(space, f) or (f < len(follow) and follow[f])):
+                        continue
+                    if f == 46 or f == 63 or f == 33:
+                        continue  # a run such as "?!": decided at its last character
+                if nc == cap:
+                    cap *= 2
+                    mark2 = np.empty(cap, dtype=np.int64)
+                    mark2[:nc] = mark[:nc]
+                    mark = mark2
+                    w2 = np.empty(cap, dtype=np.int64)
+                    w2[:nc] = wstart[:nc]
+                    wstart = w2
+                    s2 = np.empty(cap, dtype=np.int64)
+                    s2[:nc] = nstart[:nc]
+                    nstart = s2
+                    e2 = np.empty(cap, dtype=np.int64)
+                    e2[:nc] = nend[:nc]
+                    nend = e2
+                    d2 = np.empty(cap, dtype=np.int8)
+                    d2[:nc] = decision[:nc]
+                    decision = d2
+                ws = last_space + 1
+                if end < pe and not _isspace(space, text[end]):
+                    ns = -2
+                    ne = end + 1
+                else:
+                    ns = end
+                    while ns < pe and _isspace(space, text[ns]):
+                        ns += 1
+                    ne = ns
+                    while ne < pe and not _isspace(space, text[ne]):
+                        ne += 1
+                    if ns == pe:
+                        ns = -1
+                mark[nc] = i
+                wstart[nc] = ws
+                nstart[nc] = ns
+                nend[nc] = ne
+                decision[nc] = _fast_decision(text, ws, end, ns == -1, not_word_start, abbrev_h,
+                                              colloc_first_h)
+                nc += 1
+            ps = brk_end
+    return mark[:nc], wstart[:nc], nstart[:nc], nend[:nc], decision[:nc]
+
+
+@njit(cache=True, nogil=True)
+def _realign(text, end, pe, space, closer):
+    """Punkt's realignment after a break before punctuation: ``([\"')\\]}]+?)(?:\\s+|(?=--)|$)``
+    at ``end``: (end of the closing run, where the next sentence starts), or (-1, -1)."""
+    j = end
+    while j < pe and text[j] < 128 and closer[text[j]]:
+        j += 1
+        if j == pe:
+            return j, j
+        if _isspace(space, text[j]):
+            k = j
+            while k < pe and _isspace(space, text[k]):
+                k += 1
+            return j, k
+        if j + 1 < pe and text[j] == 45 and text[j + 1] == 45:
+            return j, j
+    return -1, -1
+
+
+@njit(cache=True, nogil=True)
+def _count_words(text, s, e, space):
+    nw = 0
+    prev = True
+    for q in range(s, e):
+        sp = _isspace(space, text[q])
+        if prev and not sp:
+            nw += 1
+        prev = sp
+    return nw
+
+
+@njit(cache=True, nogil=True)
+def _add_unit(units, nu, s, e, nw):
+    if nu == len(units):
+        u2 = np.empty((2 * nu, 3), dtype=np.int64)
+        u2[:nu] = units[:nu]
+        units = u2
+    units[nu, 0] = s
+    units[nu, 1] = e
+    units[nu, 2] = nw
+    return units, nu + 1
+
+
+@njit(cache=True, nogil=True)
+def _add_sentence(text, s, e, space, max_words, units, nu):
+    """``_units``' handling of one sentence span: trimmed, counted, cut into equal pieces when
+    longer than ``max_words``."""
+    nw = _count_words(text, s, e, space)
+    if nw == 0:
+        return units, nu
+    while _isspace(space, text[s]):
+        s += 1
+    while _isspace(space, text[e - 1]):
+        e -= 1
+    if nw <= max_words:
+        return _add_unit(units, nu, s, e, nw)
+    ws = np.empty(nw, dtype=np.int64)
+    we = np.empty(nw, dtype=np.int64)
+    k = 0
+    prev = True
+    for q in range(s, e):
+        sp = _isspace(space, text[q])
+        if prev and not sp:
+            ws[k] = q
+        if not prev and sp:
+            we[k] = q
+            k += 1
+        prev = sp
+    if not prev:
+        we[k] = e
+    pieces = -(-nw // max_words)
+    prev_cut = 0
+    for i in range(1, pieces + 1):
+        # round(i * nw / pieces), half to even like Python's round
+        q, r = divmod(i * nw, pieces)
+        if 2 * r > pieces or (2 * r == pieces and q % 2 == 1):
+            q += 1
+        units, nu = _add_unit(units, nu, ws[prev_cut], we[q - 1], q - prev_cut)
+        prev_cut = q
+    return units, nu
+
+
+@njit(cache=True, nogil=True)
+def sentence_windows(text, doc_start, space, closer, mark, wstart, nstart, nend, decision, used_start,
+                     min_words, max_words):
+    """Windows (doc, start, end) of every doc from the decided candidates (``split_windows``),
+    and the candidates whose word starts after an earlier break inside its own chunk (their
+    decision was made for ``used_start`` and must be redone for the start returned with them)."""
+    units = np.empty((256, 3), dtype=np.int64)
+    cap = 1024
+    wd = np.empty(cap, dtype=np.int64)
+    wsa = np.empty(cap, dtype=np.int64)
+    wea = np.empty(cap, dtype=np.int64)
+    nwin = 0
+    conflicts = np.empty(16, dtype=np.int64)
+    conflict_pos = np.empty(16, dtype=np.int64)
+    ncf = 0
+    c = 0
+    nc = len(mark)
+    for d in range(len(doc_start) - 1):
+        n = doc_start[d + 1]
+        ps = doc_start[d]
+        nu = 0
+        while ps < n:
+            pe, brk_end = _paragraph_end(text, ps, n, space)
+            has_text = False
+            for q in range(ps, pe):
+                if not _isspace(space, text[q]):
+                    has_text = True
+                    break
+            pos = ps
+            while c < nc and mark[c] < pe:
+                i = mark[c]
+                end = i + 1
+                if pos >= pe:
+                    c += 1
+                    continue
+                want = max(pos, wstart[c])
+                if want != used_start[c]:
+                    if ncf == len(conflicts):
+                        cf2 = np.empty(2 * ncf, dtype=np.int64)
+                        cf2[:ncf] = conflicts
+                        conflicts = cf2
+                        cp2 = np.empty(2 * ncf, dtype=np.int64)
+                        cp2[:ncf] = conflict_pos
+                        conflict_pos = cp2
+                    conflicts[ncf] = c
+                    conflict_pos[ncf] = want
+                    ncf += 1
+                if decision[c] != 1:
+                    c += 1
+                    continue
+                c += 1
+                if has_text:
+                    if nstart[c - 1] == -2:
+                        r1, r2 = _realign(text, end, pe, space, closer)
+                        if r1 >= 0:
+                            units, nu = _add_sentence(text, pos, r1, space, max_words, units, nu)
+                            pos = r2
+                        else:
+                            units, nu = _add_sentence(text, pos, end, space, max_words, units, nu)
+                            pos = end
+                        continue
+                    units, nu = _add_sentence(text, pos, end, space, max_words, units, nu)
+                    if nstart[c - 1] == -1:
+                        pos = pe
+                    else:
+                        pos = nstart[c - 1]
+            if has_text and pos < pe:
+                e = pe
+                while e > pos and _isspace(space, text[e - 1]):
+                    e -= 1
+                if e > pos:
+                    units, nu = _add_sentence(text, pos, e, space, max_words, units, nu)
+            ps = brk_end
+        # windows: one per unit, extended by the following units to min_words words
+        for i in range(nu):
+            words = 0
+            j = i
+            while j < nu and words < min_words:
+                words += units[j, 2]
+                j += 1
+            if words < min_words and i > 0:
+                break
+            if nwin == cap:
+                cap *= 2
+                t1 = np.empty(cap, dtype=np.int64)
+                t1[:nwin] = wd[:nwin]
+                wd = t1
+                t2 = np.empty(cap, dtype=np.int64)
+                t2[:nwin] = wsa[:nwin]
+                wsa = t2
+                t3 = np.empty(cap, dtype=np.int64)
+                t3[:nwin] = wea[:nwin]
+                wea = t3
+            wd[nwin] = d
+            wsa[nwin] = units[i, 0]
+            wea[nwin] = units[j - 1, 1]
+            nwin += 1
+    return wd[:nwin], wsa[:nwin], wea[:nwin], conflicts[:ncf], conflict_pos[:ncf]
+
+
+KERNELS.update({"sentence_candidates": sentence_candidates, "sentence_windows": sentence_windows})
+
+
+_BK_MUL = np.uint64(0xFF51AFD7ED558CCD)
+_BK_SEED = np.uint64(0x9E3779B97F4A7C15)
+
+
+@njit(cache=True, nogil=True)
+def band_runs(sigs, bands, rows):
+    """``sketch.band_runs``: per band, the stored (top 32 bits) band keys of all windows sorted
+    stably, and the window order that sorts them (``sort_pairs`` on the 32-bit keys)."""
+    m = sigs.shape[0]
+    k64 = np.empty((bands, m), dtype=np.uint64)
+    seeds = np.empty(bands, dtype=np.uint64)
+    for band in range(bands):
+        seeds[band] = _BK_SEED * np.uint64(band + 1)
+    for i in range(m):  # row by row: one pass over the signatures
+        for band in range(bands):
+            h = seeds[band]
+            for j in range(band * rows, (band + 1) * rows):
+                h ^= np.uint64(sigs[i, j])
+                h *= _BK_MUL
+                h ^= h >> np.uint64(32)
+            k64[band, i] = fmix(h) >> np.uint64(32)
+    keys = np.empty((bands, m), dtype=np.uint32)
+    order = np.empty((bands, m), dtype=np.int64)
+    ids = np.arange(m)
+    for band in range(bands):
+        sk, sp = sort_pairs(k64[band], ids, 24)
+        for i in range(m):
+            keys[band, i] = np.uint32(sk[i])
+        order[band] = sp
+    return keys, order
+
+
+KERNELS.update({"band_runs": band_runs})
+
+
+@njit(cache=True, nogil=True)
+def janitor_char_offsets(raw, nchars, delete):
+    """For ``raw``, the UTF-8 of ``nchars`` characters (surrogatepass): where each character's
+    bytes start in ``raw.translate(JANITOR_BYTES_TABLE, JANITOR_BYTES_DELETE)``, plus the end;
+    so window ``text[s:e]`` normalized is ``data[offs[s]:offs[e]]``."""
+    offs = np.empty(nchars + 1, dtype=np.int64)
+    o = 0
+    ci = 0
+    for i in range(len(raw)):
+        c = raw[i]
+        if c < 128:
+            offs[ci] = o
+            ci += 1
+            if not delete[c]:
+                o += 1
+        else:
+            if c >= 0xC0:  # a lead byte starts a character; continuation bytes do not
+                offs[ci] = o
+                ci += 1
+            o += 1
+    offs[nchars] = o
+    return offs
+
+
+KERNELS.update({"janitor_char_offsets": janitor_char_offsets})

@@ -22,6 +22,7 @@ The map side (``map_shard``, the pool/engine loop) is in ``build_map``, the redu
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import shutil
@@ -139,12 +140,17 @@ def build_index(
     engine: str | Engine = "local",
     ray_address: str | None = None,
     text_store: str = "auto",
+    ngram_dir_bits: int | None = None,
 ) -> dict[str, Any]:
     """Build (or extend with ``append``) the index in ``out_dir``; returns the manifest.
 
     ``engine``: ``"local"`` (``workers`` processes on this machine), ``"ray"`` (Ray tasks: a local
     instance, or the cluster at ``ray_address``; see docs/CLUSTER.md) or an ``Engine``. Every
     engine runs the same map and reduce functions and writes the same bytes.
+
+    ``ngram_dir_bits``: the n-gram directory width (``ngram_storage.dir_bits`` in the manifest);
+    None chooses it from the corpus at the first build, and ``append`` keeps the index's. A full
+    rebuild given an appended index's value writes the same bytes as the append.
     """
     t0 = time.time()
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -161,6 +167,8 @@ def build_index(
         raise ConfigError("provenance must be >= 1")
     try:
         ni._shift(num_buckets)
+        if ngram_dir_bits is not None:
+            ni.check_dir_bits(ngram_dir_bits, num_buckets)
     except ValueError as e:
         raise ConfigError(str(e)) from e
     if not inputs and not hf_dataset:
@@ -170,6 +178,9 @@ def build_index(
         None if engine == "local" and ray_address is None else make_engine(engine, workers, ray_address))
     workers = max(1, int(workers or os.cpu_count() or 1))
     mh_params = _minhash_params(minhash, num_perm, normalization)
+    if minhash is True and text_store != "none":
+        # MinHash candidates are verified against the text store's text: no stored signatures
+        mh_params = dataclasses.replace(mh_params, verify="text")
 
     params = {
         "format_version": FORMAT_VERSION,
@@ -184,7 +195,8 @@ def build_index(
     }
     cfg = {"ngram_sizes": ns, "normalization": normalization, "seed": int(seed), "num_buckets": num_buckets,
            "text_field": text_field, "id_field": id_field, "on_error": on_error,
-           "minhash": params["minhash"], "run_pairs": run_pairs, "batch_chars": batch_chars}
+           "minhash": params["minhash"], "run_pairs": run_pairs, "batch_chars": batch_chars,
+           "ngram_dir_bits": ngram_dir_bits}
 
     out = local_output_dir(out_dir)  # object-storage URIs are refused with the reason
     work = out / "_work"
@@ -206,6 +218,13 @@ def build_index(
         raise IndexMismatchError(f"{out}: an index with other parameters exists "
                                  f"({_describe_diff(params_of(old_manifest), params)}); "
                                  "pass --overwrite to replace it")
+    if old_manifest is not None and ngram_dir_bits is not None \
+            and ngram_dir_bits != old_manifest["ngram_storage"]["dir_bits"]:
+        # the index dropped the hash bits below its keys: its directory width cannot change
+        raise IndexMismatchError(f"{out}: the index stores n-grams with "
+                                 f"{old_manifest['ngram_storage']['dir_bits']} directory bits, asked for "
+                                 f"{ngram_dir_bits}; leave --ngram-dir-bits out, or pass --overwrite "
+                                 "to rebuild")
     if work.exists():
         plan = read_json(work / "plan.json") if (work / "plan.json").is_file() else None
         if plan is None or plan.get("params") != params:

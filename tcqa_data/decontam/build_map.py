@@ -22,7 +22,15 @@ import pyarrow.parquet as pq
 
 from tcqa_data.decontam import ngram_index as ni
 from tcqa_data.decontam.engines import Engine
-from tcqa_data.decontam.readers import CorpusInput, InputShard, SkipStats, iter_documents, iter_hf_documents
+from tcqa_data.decontam.readers import (
+    CorpusInput,
+    InputShard,
+    SkipStats,
+    iter_documents,
+    iter_hf_documents,
+    iter_normalized_batches,
+    normalized_batches_supported,
+)
 from tcqa_data.io_utils import atomic_path, read_json, write_json_atomic
 from tcqa_data.progress import progress_bar, rate_text
 
@@ -61,18 +69,22 @@ def _init_worker(q) -> None:
 
 
 def _fixed_mmap_threshold() -> None:
-    """Make glibc return freed large numpy buffers to the OS at once.
+    """Fix glibc's malloc thresholds so that peak memory stays flat as the corpus grows.
 
-    glibc raises its mmap threshold after each large free (up to 32 MiB), after which big
-    temporary arrays come from the heap and freed ones stay resident: RSS then creeps up with
-    every batch. A fixed threshold keeps peak memory flat as the corpus grows.
+    glibc raises its mmap threshold after each large free, after which ever bigger temporary
+    arrays come from the heap and freed ones stay resident: RSS then creeps up with every batch.
+    Fixed thresholds stop that. They are set high (32 MiB, glibc's maximum; heap tops above
+    128 MiB go back to the OS) because every mmap-ed array is page-faulted in afresh on first
+    touch: at 1 MiB the n-gram map spent 2.2 of its 5.2 CPU-s per 128 MB in the kernel, mostly
+    page faults; at 32 MiB the 5-30 MB batch arrays are reused from the heap (1.1 CPU-s of
+    system time), for ~60 MB more peak RSS per worker.
     """
     try:
         import ctypes
 
         libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD: 1 MiB, and no dynamic adjustment
-        libc.mallopt(-1, 1 << 24)  # M_TRIM_THRESHOLD: give back heap tops above 16 MiB
+        libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD: 32 MiB, and no dynamic adjustment
+        libc.mallopt(-1, 128 << 20)  # M_TRIM_THRESHOLD: give back heap tops above 128 MiB
     except (OSError, AttributeError):
         pass  # not glibc: nothing to tune
 
@@ -87,6 +99,33 @@ def _batches(docs: Iterator, limit: int) -> Iterator[list]:
             batch, size = [], 0
     if batch:
         yield batch
+
+
+# Arrow arrays built from buffers: ``pa.array`` (even of a numpy array) and ``pq.read_table``
+# import pandas to check for pandas types (~0.5 CPU-s per process, a quarter of a small build).
+
+
+def arrow_int64(values: np.ndarray) -> pa.Array:
+    """An int64 Arrow array of ``values`` without importing pandas."""
+    values = np.ascontiguousarray(values, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
+
+
+def arrow_strings(strings: list[str]) -> pa.Array:
+    """A string Arrow array of ``strings`` without importing pandas."""
+    enc = [x.encode("utf-8") for x in strings]
+    ends = np.cumsum(np.fromiter(map(len, enc), dtype=np.int64, count=len(enc)))
+    if len(ends) and ends[-1] >= 1 << 31:  # beyond 32-bit offsets: let pyarrow chunk it
+        return pa.array(strings, pa.string())
+    offsets = np.zeros(len(enc) + 1, dtype=np.int32)
+    offsets[1:] = ends
+    buffers = [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(enc))]
+    return pa.Array.from_buffers(pa.string(), len(enc), buffers)
+
+
+def _docs_table(refs: list[str], rows: np.ndarray) -> pa.Table:
+    """The map's docs table part."""
+    return pa.Table.from_arrays([arrow_strings(refs), arrow_int64(rows)], names=["doc_ref", "row"])
 
 
 def map_shard(task: dict[str, Any], work_dir: str, cfg: dict[str, Any],
@@ -106,6 +145,10 @@ def map_shard(task: dict[str, Any], work_dir: str, cfg: dict[str, Any],
     report = progress or (lambda b, d: _progress_q.put((b, d)) if _progress_q is not None else None)
 
     stats = SkipStats()
+    # n-grams only from JSONL: the compiled reader (no Python object per document)
+    fast = (not task.get("hf") and cfg.get("minhash") is None
+            and normalized_batches_supported(task["format"], cfg["text_field"], cfg["id_field"],
+                                             cfg["normalization"]))
     if task.get("hf"):
         hf = task["hf"]
         docs = iter_hf_documents(hf["name"], hf.get("config"), hf.get("split", "train"),
@@ -113,7 +156,8 @@ def map_shard(task: dict[str, Any], work_dir: str, cfg: dict[str, Any],
     else:
         inp = CorpusInput(task["path"], task["format"], task["size"])
         shard = InputShard(inp, task["index"], task["kind"], task["start"], task["end"], task["first_line"])
-        docs = iter_documents(shard, cfg["text_field"], cfg["id_field"], cfg["on_error"], stats)
+        if not fast:
+            docs = iter_documents(shard, cfg["text_field"], cfg["id_field"], cfg["on_error"], stats)
 
     writer = ni.RunWriter(str(out / "ngrams"), cfg["ngram_sizes"], cfg["normalization"], cfg["seed"],
                           cfg["num_buckets"], cfg.get("run_pairs", ni.DEFAULT_RUN_PAIRS))
@@ -132,10 +176,8 @@ def map_shard(task: dict[str, Any], work_dir: str, cfg: dict[str, Any],
                     nbytes = sum(len(t) for t in texts)
                     first = writer.docs
                     writer.add_batch(texts)
-                    pw.write_table(pa.Table.from_arrays(
-                        [pa.array([d.ref for d in batch], pa.string()),
-                         pa.array(np.fromiter((d.row for d in batch), np.int64, len(batch)))],
-                        names=["doc_ref", "row"]))
+                    pw.write_table(_docs_table([d.ref for d in batch],
+                                               np.fromiter((d.row for d in batch), np.int64, len(batch))))
                     if content is not None:
                         for t in texts:
                             content.update(t.encode("utf-8", "surrogatepass") + b"\0")
@@ -150,6 +192,14 @@ def map_shard(task: dict[str, Any], work_dir: str, cfg: dict[str, Any],
                                                    mh.MinHashParams.from_dict(cfg["minhash"]))
                 meta = read_json(shard_dir / "shard.json")
                 mh_summary = {"dir": shard_dir.name, "n_docs": meta["n_docs"], "n_windows": meta["n_windows"]}
+            elif fast:
+                for b in iter_normalized_batches(shard, cfg["text_field"], cfg["on_error"], stats,
+                                                 cfg.get("batch_chars", BATCH_CHARS)):
+                    writer.add_normalized(b.data, b.doc_start)
+                    # refs "path:line", as iter_documents makes them without an id field
+                    pw.write_table(_docs_table([f"{inp.path}:{r}" for r in b.rows.tolist()], b.rows))
+                    text_bytes += b.chars
+                    report(b.chars, len(b.rows))
             else:
                 for _ in docs_with_ordinals():
                     pass

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tcqa_data.decontam import ngram_index as ni
-from tcqa_data.decontam.build_map import _minhash_module
+from tcqa_data.decontam.build_map import _minhash_module, arrow_int64, arrow_strings
 from tcqa_data.decontam.engines import Engine
 from tcqa_data.errors import TcqaError
 from tcqa_data.io_utils import atomic_path, write_json_atomic
@@ -27,17 +27,30 @@ _DOCS_SCHEMA = pa.schema([("doc_ordinal", pa.int64()), ("doc_ref", pa.string()),
                           ("input", pa.string()), ("row", pa.int64())])
 
 
-def _reduce_task(args: tuple) -> int:
-    stage, n, b, sources, num_buckets, provenance, old, chunk_pairs = args
+def _reduce_task(args: tuple) -> ni.BucketStats:
+    stage, n, b, sources, num_buckets, provenance, old, chunk_pairs, dir_bits = args
     return ni.reduce_bucket(stage, n, b, sources, num_buckets=num_buckets, provenance=provenance,
-                            old=old, chunk_pairs=chunk_pairs)
+                            old=old, chunk_pairs=chunk_pairs, dir_bits=dir_bits)
 
 
 def _reduce_bucket_task(bucket: int, n: int, stage: str, sources_by_n: dict, num_buckets: int,
-                        provenance: int, old: Any, chunk_pairs: int) -> int:
+                        provenance: int, old: Any, chunk_pairs: int, dir_bits: int) -> ni.BucketStats:
     """A reduce task on an engine: the run list comes once per build (shared), not per bucket."""
     return ni.reduce_bucket(stage, n, bucket, sources_by_n[n], num_buckets=num_buckets,
-                            provenance=provenance, old=old, chunk_pairs=chunk_pairs)
+                            provenance=provenance, old=old, chunk_pairs=chunk_pairs, dir_bits=dir_bits)
+
+
+def _dir_bits(params: dict, cfg: dict, ns: list[int], all_inputs: list[dict], old_manifest: dict | None
+              ) -> int:
+    """The n-gram directory width: the existing index's on ``--append`` (the bits it dropped are
+    gone; build_index refused any other), else ``cfg["ngram_dir_bits"]`` if given, else chosen
+    from the map's n-gram counts."""
+    if old_manifest is not None:
+        return int(old_manifest["ngram_storage"]["dir_bits"])
+    if cfg.get("ngram_dir_bits") is not None:
+        return int(cfg["ngram_dir_bits"])
+    most = max(sum(e["ngrams"][str(n)] for e in all_inputs) for n in ns)
+    return ni.choose_dir_bits(most, params["num_buckets"])
 
 
 def _reduce(out: Path, work: Path, params: dict, cfg: dict, ns: list[int], entries: list[dict],
@@ -59,6 +72,7 @@ def _reduce(out: Path, work: Path, params: dict, cfg: dict, ns: list[int], entri
         offset += e["docs"]
     old = ni.OldIndex(str(out), tuple(starts), tuple(shifts)) if old_manifest is not None else None
 
+    dir_bits = _dir_bits(params, cfg, ns, all_inputs, old_manifest)
     maps = work / "maps"
     jobs = []
     for n in ns:
@@ -73,7 +87,7 @@ def _reduce(out: Path, work: Path, params: dict, cfg: dict, ns: list[int], entri
                 doff += nd
         for b in range(params["num_buckets"]):
             jobs.append((str(stage), n, b, tuple(sources), params["num_buckets"], params["provenance_docs"],
-                         old, chunk_pairs))
+                         old, chunk_pairs, dir_bits))
     t0 = time.time()
     with progress_bar(quiet) as bar:
         tid = bar.add_task("merging", total=len(jobs), rate="")
@@ -83,14 +97,16 @@ def _reduce(out: Path, work: Path, params: dict, cfg: dict, ns: list[int], entri
 
             shared = {"stage": str(stage), "sources_by_n": {j[1]: j[3] for j in jobs},
                       "num_buckets": params["num_buckets"], "provenance": params["provenance_docs"],
-                      "old": old, "chunk_pairs": chunk_pairs}
+                      "old": old, "chunk_pairs": chunk_pairs, "dir_bits": dir_bits}
             it = iter(engine.map(_reduce_bucket_task, [{"bucket": j[2], "n": j[1]} for j in jobs],
                                  desc="index-reduce", shared=shared, on_done=bucket_done))
         else:
             it = pool.map(_reduce_task, jobs, chunksize=8) if pool else map(_reduce_task, jobs)
         uniq = {n: 0 for n in ns}
+        max_cell = {n: 0 for n in ns}
         for i, (job, k) in enumerate(zip(jobs, it, strict=True)):
-            uniq[job[1]] += k
+            uniq[job[1]] += k.rows
+            max_cell[job[1]] = max(max_cell[job[1]], k.max_cell)
             if engine is None:  # an engine's tasks advance the bar as they finish (bucket_done)
                 bar.update(tid, advance=1, rate=rate_text(i + 1, time.time() - t0, "buckets"))
 
@@ -111,14 +127,22 @@ def _reduce(out: Path, work: Path, params: dict, cfg: dict, ns: list[int], entri
         "docs": docs_total,
         "text_chars": sum(e.get("text_chars", 0) for e in all_inputs),
         "input_bytes": sum(e["size"] for e in all_inputs),
-        "ngrams": {str(n): {"total": sum(e["ngrams"][str(n)] for e in all_inputs), "unique": uniq[n]}
+        # false-positive rates of the stored keys, computed from this index's cells (index-info)
+        "ngrams": {str(n): {"total": sum(e["ngrams"][str(n)] for e in all_inputs), "unique": uniq[n],
+                            **ni.false_positive_rates(uniq[n], max_cell[n], params["num_buckets"], dir_bits)}
                    for n in ns},
     }
     if mh_counts is not None:
         counts["minhash"] = mh_counts
     manifest = dict(params)
-    manifest.update({"kind": KIND, "inputs": inputs_out, "counts": counts})
+    manifest.update({"kind": KIND, "inputs": inputs_out, "counts": counts,
+                     "ngram_storage": ni.storage_info(params["num_buckets"], dir_bits)})
     return manifest
+
+
+def _as_type(column: pa.ChunkedArray, typ: pa.DataType) -> pa.ChunkedArray:
+    # cast only when needed: the first cast imports pyarrow.compute (~0.25 CPU-s per process)
+    return column if column.type == typ else column.cast(typ)
 
 
 def _write_docs_table(path: Path, all_inputs: list[dict], out: Path, maps: Path) -> None:
@@ -146,15 +170,15 @@ def _write_docs_table(path: Path, all_inputs: list[dict], out: Path, maps: Path)
                 if e.get("_old"):
                     parts = list(old_reader.take(e["docs"]))
                 else:
-                    parts = [pq.read_table(maps / key / "docs.parquet") for key in e["shards"]]
+                    parts = [pq.ParquetFile(maps / key / "docs.parquet").read() for key in e["shards"]]
                 ordinal = e["doc_offset"]
                 for t in parts:
                     k = len(t)
                     buf.append(pa.Table.from_arrays([
-                        pa.array(np.arange(ordinal, ordinal + k, dtype=np.int64)),
-                        t.column("doc_ref").cast(pa.string()),
-                        pa.array([e["path"]] * k, pa.string()),
-                        t.column("row").cast(pa.int64()),
+                        arrow_int64(np.arange(ordinal, ordinal + k)),
+                        _as_type(t.column("doc_ref"), pa.string()),
+                        arrow_strings([e["path"]] * k),
+                        _as_type(t.column("row"), pa.int64()),
                     ], schema=_DOCS_SCHEMA))
                     ordinal += k
                     buffered += k

@@ -54,6 +54,12 @@ _UTF8_WS = {
 }
 
 
+# The Janitor byte translation for ASCII as one array (the JSONL kernel's map): the output byte,
+# or -1 for a deleted (punctuation) byte.
+JANITOR_ASCII_MAP = np.frombuffer(JANITOR_BYTES_TABLE[:128], dtype=np.uint8).astype(np.int16)
+JANITOR_ASCII_MAP[np.frombuffer(JANITOR_BYTES_DELETE, dtype=np.uint8)] = -1
+
+
 def _blank_unicode_whitespace(arr: np.ndarray) -> None:
     """Overwrite the UTF-8 bytes of non-ASCII whitespace with spaces, in place (length kept)."""
     cand = np.flatnonzero((arr[:-2] >= 0xC2) & (arr[:-2] <= 0xE3))
@@ -157,7 +163,6 @@ def _token_hashes(data: bytearray, starts: np.ndarray, ends: np.ndarray, salt: n
 def _hash_parts(parts: Sequence[bytes], ns: Sequence[int], seed: int
                 ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """N-gram hashes of already-normalized documents ``parts`` for every n in ``ns``."""
-    salt_tok, salt_ng = _salts(seed)
     ndocs = len(parts)
     # One space before each doc and padding after: every token has a space on both sides and
     # 8-byte reads never run off the end. Doc boundaries are kept as byte offsets.
@@ -173,11 +178,23 @@ def _hash_parts(parts: Sequence[bytes], ns: Sequence[int], seed: int
     arr = np.frombuffer(data, dtype=np.uint8)
     if not data.isascii():
         _blank_unicode_whitespace(arr)
+    return hash_normalized(arr, doc_start, ns, seed)
+
+
+def hash_normalized(arr: np.ndarray, doc_start: np.ndarray, ns: Sequence[int], seed: int
+                    ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """N-gram hashes of documents already normalized into one buffer (``batch_ngram_hashes``'s
+    result). ``arr``: uint8, a space, then each document's normalized UTF-8 with non-ASCII
+    whitespace blanked, each followed by a space, then >= 8 bytes of spaces; document ``k``
+    starts at ``doc_start[k]``, and ``doc_start[-1]`` is the end of the last one plus one."""
+    salt_tok, salt_ng = _salts(seed)
+    ndocs = len(doc_start) - 1
     for n in ns:
         if n < 1:
             raise ValueError(f"n-gram size must be >= 1, got {n}")
     if kernel.enabled():
         return _hash_parts_compiled(arr, doc_start, ns, salt_tok, salt_ng)
+    data = arr
     edge = np.diff((arr != 32).view(np.int8))
     starts = np.flatnonzero(edge == 1) + 1
     ends = np.flatnonzero(edge == -1) + 1

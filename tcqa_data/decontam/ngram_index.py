@@ -1,10 +1,17 @@
-"""On-disk n-gram index: hash-partitioned buckets of sorted unique uint64 n-gram hashes.
+"""On-disk n-gram index: hash-partitioned buckets of the sorted unique n-gram hashes' keys.
 
-Per n and bucket (``ngrams/n{N}/{bucket:05d}.*.npy``): ``hashes`` (uint64, sorted unique),
-``df`` (uint32, number of corpus docs containing the n-gram) and ``docs`` (uint32 ``[k, P]``,
-the P smallest doc ordinals containing it, padded with ``DOC_NONE`` = 0xFFFFFFFF; indexes
-written before this change hold int64 padded with -1, and both are read). :meth:`NgramIndex.lookup`
-returns int64 ordinals with -1 for none either way. The bucket of a hash is its top bits.
+Format 2, per n and bucket (``ngrams/n{N}/{bucket:05d}.*.npy``, :data:`BUCKET_FILES`): each
+uint64 hash keeps its top ``key_bits = b + d + 32`` bits: the bucket implies the top b bits, a
+directory (``dir``, uint32, 2**d + 1 row offsets) the next d, and the next 32 are stored
+(``keys``, uint32, sorted within each directory cell). ``df`` is uint8 (255: the uint32 value is
+in ``df_over_rows``/``df_over``); ``docs`` holds each n-gram's smallest doc ordinal and
+``docs_more_rows``/``docs_more`` the next P - 1 only for n-grams in 2+ docs (uint32, ``DOC_NONE``
+= 0xFFFFFFFF = none; int64 with -1 for corpora of 2**32 - 1 docs or more). d is chosen at the
+first build and kept by ``--append`` (manifest ``ngram_storage``). A query n-gram that is not in
+the corpus is found by chance with probability (keys in its cell) / 2**32
+(:func:`false_positive_rates`). Format 1 (``hashes`` uint64, ``df`` uint32, ``docs`` [k, P]) is
+still read for lookups. :meth:`NgramIndex.lookup` returns int64 ordinals with -1 for none either
+way.
 
 Build side, as pure functions over paths so any engine can schedule them:
 
@@ -15,8 +22,8 @@ Build side, as pure functions over paths so any engine can schedule them:
   with explicit positioned reads in bounded blocks, never memory maps, so its memory does not
   grow with the corpus (mapped run pages would count in the worker's RSS).
 
-Outputs depend only on the inputs (never on worker count or scheduling), so builds are
-byte-reproducible and an append equals a full rebuild.
+Outputs depend only on the inputs and d (never on worker count or scheduling), so builds are
+byte-reproducible and an append equals a full rebuild with the same d.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from tcqa_data.decontam import kernel
-from tcqa_data.decontam.hashing import HASH_NAME, batch_ngram_hashes
+from tcqa_data.decontam.hashing import HASH_NAME, batch_ngram_hashes, hash_normalized
 from tcqa_data.errors import IndexMismatchError, TcqaError
 from tcqa_data.io_utils import NpyRowReader, atomic_path, read_json, write_npy_atomic
 
@@ -66,9 +73,10 @@ def _bucket_range(bucket: int, num_buckets: int) -> tuple[int, int]:
     return bucket << s, (bucket + 1) << s  # hi may be 2**64 (exclusive)
 
 
-def bucket_paths(root: str | os.PathLike, n: int, bucket: int) -> dict[str, Path]:
+def bucket_paths(root: str | os.PathLike, n: int, bucket: int, layout: int = 2) -> dict[str, Path]:
+    """The files of one bucket: format 2 (:data:`BUCKET_FILES`) or format 1 (``layout=1``)."""
     base = Path(root) / "ngrams" / f"n{n}"
-    return {k: base / f"{bucket:05d}.{k}.npy" for k in ("hashes", "df", "docs")}
+    return {k: base / f"{bucket:05d}.{k}.npy" for k in (BUCKET_FILES if layout == 2 else V1_BUCKET_FILES)}
 
 
 # --------------------------------------------------------------------------- sorting
@@ -184,7 +192,10 @@ def write_run(run_dir: str | os.PathLike, n: int, run: int, h: np.ndarray, d: np
     offsets[-1] = len(hs)
     p = run_paths(run_dir, n, run)
     write_npy_atomic(p["hashes"], hs)
-    write_npy_atomic(p["docs"], ds.astype(np.int64, copy=False))
+    # local doc ordinals as uint32 (12 instead of 16 bytes per pair on the build's scratch disk);
+    # the reduce widens them to int64 whatever the width
+    small = not len(ds) or int(ds.max()) <= 0xFFFFFFFF
+    write_npy_atomic(p["docs"], ds.astype(np.uint32 if small else np.int64, copy=False))
     write_npy_atomic(p["offsets"], offsets)
     return len(hs)
 
@@ -211,12 +222,19 @@ class RunWriter:
         self._runs = {n: 0 for n in self.ngram_sizes}
 
     def add_batch(self, texts: Sequence[str]) -> None:
-        res = batch_ngram_hashes(texts, self.ngram_sizes, self.scheme, self.seed)
+        self._add(batch_ngram_hashes(texts, self.ngram_sizes, self.scheme, self.seed), len(texts))
+
+    def add_normalized(self, data: np.ndarray, doc_start: np.ndarray) -> None:
+        """``add_batch`` for documents already normalized into one buffer (``hash_normalized``'s
+        layout, e.g. from ``readers.iter_normalized_batches``)."""
+        self._add(hash_normalized(data, doc_start, self.ngram_sizes, self.seed), len(doc_start) - 1)
+
+    def _add(self, res: dict[int, tuple[np.ndarray, np.ndarray]], ndocs: int) -> None:
         for n, (h, d) in res.items():
             d += self.docs
             self._pending[n].append((h, d))
             self.ngrams[n] += len(h)
-        self.docs += len(texts)
+        self.docs += ndocs
         self._pending_len += max((len(h) for h, _ in res.values()), default=0)
         if self._pending_len >= self.run_pairs:
             self.spill()
@@ -344,16 +362,204 @@ class OldIndex:
         return ords + np.asarray(self.shifts, dtype=np.int64)[np.clip(k, 0, None)]
 
 
+# --------------------------------------------------------------------------- format 2 key layout
+#
+# A hash's stored key is its top ``key_bits = b + d + 32`` bits (b: bucket bits, d: directory
+# bits). The bucket implies the top b, a directory of 2**d + 1 uint32 row offsets implies the
+# next d, and the 32 bits after those are stored (uint32, sorted within each directory cell).
+# d is chosen once, at the first build, and kept by every --append (the dropped bits are gone).
+
+SUFFIX_BITS = 32
+_M32 = np.uint64(0xFFFFFFFF)
+# n-grams per directory cell the first build aims at (8 <= per cell < 16 on fresh text): the
+# directory then costs at most 0.5 B per n-gram and a query n-gram that is not in the corpus
+# matches by chance with probability (n-grams in its cell) / 2**32.
+CELL_TARGET = 8
+DF_OVERFLOW = 255  # df is stored as uint8; 255 means "look in the overflow table"
+ROW_LIMIT = (1 << 32) - 1  # row numbers and offsets are uint32
+BUCKET_FILES = ("keys", "dir", "df", "df_over_rows", "df_over", "docs", "docs_more_rows", "docs_more")
+V1_BUCKET_FILES = ("hashes", "df", "docs")
+
+
+def _bucket_bits(num_buckets: int) -> int:
+    return 64 - _shift(num_buckets)
+
+
+def max_dir_bits(num_buckets: int) -> int:
+    """The directory width at which keys keep all 64 bits (the layout is then exact)."""
+    return 64 - SUFFIX_BITS - _bucket_bits(num_buckets)
+
+
+def check_dir_bits(dir_bits: int, num_buckets: int) -> int:
+    top = max_dir_bits(num_buckets)
+    if not 0 <= int(dir_bits) <= top:
+        raise ValueError(f"n-gram directory bits must be 0..{top} with {num_buckets} buckets, got {dir_bits}")
+    return int(dir_bits)
+
+
+def choose_dir_bits(ngrams: int, num_buckets: int) -> int:
+    """Largest d with 2**d <= n-grams per bucket / CELL_TARGET (``ngrams``: the map's count of
+    n-gram occurrences, an upper bound of the unique ones), at most :func:`max_dir_bits`."""
+    per_bucket = int(ngrams) // (num_buckets * CELL_TARGET)
+    return min(max(per_bucket, 1).bit_length() - 1, max_dir_bits(num_buckets))
+
+
+def key_bits(num_buckets: int, dir_bits: int) -> int:
+    return _bucket_bits(num_buckets) + check_dir_bits(dir_bits, num_buckets) + SUFFIX_BITS
+
+
+def stored_keys(hashes: np.ndarray, num_buckets: int, dir_bits: int) -> np.ndarray:
+    """The key an index with this layout stores for each hash: its top ``key_bits`` bits."""
+    return np.asarray(hashes, dtype=np.uint64) >> np.uint64(64 - key_bits(num_buckets, dir_bits))
+
+
+def storage_info(num_buckets: int, dir_bits: int) -> dict[str, Any]:
+    """The manifest's ``ngram_storage``: what the n-gram files keep of each n-gram."""
+    return {"format": 2, "dir_bits": int(dir_bits), "suffix_bits": SUFFIX_BITS,
+            "key_bits": key_bits(num_buckets, dir_bits), "df_bits": 8, "df_overflow": DF_OVERFLOW,
+            "provenance": "first doc dense, further docs only for n-grams in 2+ docs"}
+
+
+def false_positive_rates(unique: int, max_cell: int, num_buckets: int, dir_bits: int) -> dict[str, float]:
+    """Chance that a query n-gram absent from the corpus is reported found.
+
+    A random query hash lands in a uniformly random directory cell and matches when one of the
+    cell's stored 32-bit suffixes equals its own: mean ``unique / 2**key_bits`` over cells, and
+    ``max_cell / 2**32`` in the fullest cell. At ``key_bits`` = 64 that is the chance collision
+    of the full 64-bit hashes."""
+    kb = key_bits(num_buckets, dir_bits)
+    return {"false_positive_rate": unique / 2.0 ** kb, "max_cell_keys": int(max_cell),
+            "max_cell_false_positive_rate": max_cell / 2.0 ** SUFFIX_BITS}
+
+
+class BucketStats(NamedTuple):
+    rows: int  # unique stored keys
+    max_cell: int  # most keys in one directory cell
+
+
+class _BucketWriter:
+    """Streams one bucket's format-2 files chunk by chunk (keys in increasing order)."""
+
+    def __init__(self, paths: dict[str, Path], provenance: int, doc_dtype: np.dtype) -> None:
+        self.none = DOC_NONE if doc_dtype == DOC_DTYPE else -1
+        self.provenance = provenance
+        u32 = np.dtype(np.uint32)
+        dtypes = {"keys": u32, "dir": u32, "df": np.dtype(np.uint8), "df_over_rows": u32, "df_over": u32,
+                  "docs": doc_dtype, "docs_more_rows": u32, "docs_more": doc_dtype}
+        self.streams: dict[str, _NpyStream] = {}
+        for k in BUCKET_FILES:
+            self.streams[k] = _NpyStream(paths[k], dtypes[k], provenance - 1 if k == "docs_more" else None)
+        self.rows = 0
+        self.next_cell = 0  # first directory entry not yet written
+        self.last_offset = 0
+        self.max_cell = 0
+
+    def write(self, local: np.ndarray, df: np.ndarray, docs: np.ndarray, key_end: int) -> None:
+        """Rows of sorted local keys (``< key_end``, above every earlier row), then the
+        directory entries of the cells that start at or below ``key_end``."""
+        base, k = self.rows, len(local)
+        if base + k > ROW_LIMIT:
+            raise TcqaError(f"an n-gram bucket holds more than {ROW_LIMIT:,} n-grams; "
+                            "rebuild with more buckets (--num-buckets)")
+        last_cell = key_end >> SUFFIX_BITS
+        if last_cell >= self.next_cell:
+            starts = np.arange(self.next_cell, last_cell + 1, dtype=np.uint64) << np.uint64(SUFFIX_BITS)
+            offsets = base + np.searchsorted(local, starts).astype(np.int64)
+            self.max_cell = max(self.max_cell, int(np.diff(offsets, prepend=self.last_offset).max()))
+            self.last_offset = int(offsets[-1])
+            self.next_cell = last_cell + 1
+            self.streams["dir"].write(offsets)
+        if not k:
+            return
+        s = self.streams
+        s["keys"].write(local & _M32)
+        s["df"].write(np.minimum(df, DF_OVERFLOW))
+        big = np.flatnonzero(df >= DF_OVERFLOW)
+        s["df_over_rows"].write(base + big)
+        s["df_over"].write(df[big])
+        s["docs"].write(docs[:, 0])
+        more = np.flatnonzero(docs[:, 1] != self.none) if self.provenance > 1 else np.empty(0, np.int64)
+        s["docs_more_rows"].write(base + more)
+        s["docs_more"].write(docs[more, 1:])
+        self.rows += k
+
+    def close(self) -> None:
+        for w in self.streams.values():
+            w.close()
+
+    def abort(self, exc: BaseException) -> None:
+        for w in self.streams.values():
+            if not w._fh.closed:
+                w.abort(exc)
+
+
+class _OldBucket:
+    """Reads a format-2 bucket of the index being appended to, forward, by key ranges."""
+
+    def __init__(self, root: str, n: int, bucket: int, dir_bits: int, step: int) -> None:
+        p = bucket_paths(root, n, bucket)
+        self.r = {k: NpyRowReader(p[k]) for k in BUCKET_FILES}
+        self.rows = len(self.r["keys"])
+        self.ncells = 1 << dir_bits
+        self.base = np.uint64(bucket << (dir_bits + SUFFIX_BITS))
+        self.pos = 0
+        self.key_pos = 0
+        self.over = _Cursor(self.r["df_over_rows"], 0, len(self.r["df_over_rows"]), step)
+        self.more = _Cursor(self.r["docs_more_rows"], 0, len(self.r["docs_more_rows"]), step)
+
+    def _rows_below(self, key_end: int) -> int:
+        cell = key_end >> SUFFIX_BITS
+        if cell >= self.ncells:
+            return self.rows
+        lo, hi = (int(x) for x in self.r["dir"].read(cell, cell + 2))
+        suffix = key_end & 0xFFFFFFFF
+        while lo < hi:  # binary search in the cell by single reads: bounded memory however full
+            mid = (lo + hi) // 2
+            if int(self.r["keys"].read(mid, mid + 1)[0]) < suffix:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def take(self, key_end: int, old: OldIndex, ts: list, ds: list, ws: list) -> None:
+        """The rows with local key below ``key_end`` as weighted (key, doc) pairs."""
+        a, b = self.pos, self._rows_below(key_end)
+        first_cell, last_cell = self.key_pos >> SUFFIX_BITS, (key_end - 1) >> SUFFIX_BITS
+        self.pos, self.key_pos = b, key_end
+        if b <= a:
+            return
+        bounds = self.r["dir"].read(first_cell, min(last_cell + 2, self.ncells + 1)).astype(np.int64)
+        counts = np.diff(np.clip(bounds, a, b))
+        cells = np.repeat(np.arange(first_cell, first_cell + len(counts), dtype=np.uint64), counts)
+        t = self.base | (cells << np.uint64(SUFFIX_BITS)) | self.r["keys"].read(a, b).astype(np.uint64)
+        df = self.r["df"].read(a, b).astype(np.int64)
+        oa, ob, orows = self.over.take(b)
+        df[orows.astype(np.int64) - a] = self.r["df_over"].read(oa, ob)
+        doc0 = self.r["docs"].read(a, b)
+        none = DOC_NONE if doc0.dtype == DOC_DTYPE else -1
+        docs = np.full((b - a, self.r["docs_more"].row_items + 1), none, dtype=doc0.dtype)
+        docs[:, 0] = doc0
+        ma, mb, mrows = self.more.take(b)
+        docs[mrows.astype(np.int64) - a, 1:] = self.r["docs_more"].read(ma, mb)
+        _explode_old(t, df, docs, old, ts, ds, ws)
+
+
 def reduce_bucket(out_root: str | os.PathLike, n: int, bucket: int, sources: Sequence[RunSource], *,
-                  num_buckets: int = DEFAULT_NUM_BUCKETS, provenance: int = DEFAULT_PROVENANCE,
-                  old: OldIndex | None = None, chunk_pairs: int = DEFAULT_CHUNK_PAIRS,
-                  doc_dtype: np.dtype | str = DOC_DTYPE) -> int:
-    """Merge bucket ``bucket`` of every run in ``sources`` (and of ``old``) into final files under
-    ``out_root``; returns the number of unique n-grams. Memory is bounded by ``chunk_pairs``:
-    the bucket's hash range is cut into equal sub-ranges merged one at a time, and inputs are
-    read in blocks (no memory maps). ``doc_dtype``: uint32 (default; ordinals up to
-    0xFFFFFFFE) or int64 (for corpora of 2**32 - 1 docs or more; readers accept both)."""
-    lo, hi = _bucket_range(bucket, num_buckets)
+                  dir_bits: int, num_buckets: int = DEFAULT_NUM_BUCKETS,
+                  provenance: int = DEFAULT_PROVENANCE, old: OldIndex | None = None,
+                  chunk_pairs: int = DEFAULT_CHUNK_PAIRS,
+                  doc_dtype: np.dtype | str = DOC_DTYPE) -> BucketStats:
+    """Merge bucket ``bucket`` of every run in ``sources`` (and of ``old``, a format-2 index with
+    the same ``dir_bits``) into the format-2 files under ``out_root``. Memory is bounded by
+    ``chunk_pairs``: the bucket's key range is cut into equal sub-ranges merged one at a time,
+    and inputs are read in blocks (no memory maps). ``doc_dtype``: uint32 (default; ordinals up
+    to 0xFFFFFFFE) or int64 (for corpora of 2**32 - 1 docs or more; readers accept both).
+
+    Two distinct corpus n-grams with the same stored key are one entry: its df is the sum of
+    theirs and its provenance the smallest P distinct docs holding either."""
+    lo, _ = _bucket_range(bucket, num_buckets)
+    drop = np.uint64(64 - key_bits(num_buckets, dir_bits))
+    span = 1 << (dir_bits + SUFFIX_BITS)  # local keys (the key without the bucket bits): [0, span)
     runs: list[tuple[NpyRowReader, NpyRowReader, int, int, int]] = []  # hashes, docs, a, b, doc offset
     total = 0
     for src in sources:
@@ -363,65 +569,73 @@ def reduce_bucket(out_root: str | os.PathLike, n: int, bucket: int, sources: Seq
         if b > a:
             runs.append((NpyRowReader(p["hashes"]), NpyRowReader(p["docs"]), a, b, src.doc_offset))
             total += b - a
-    old_files = None
+    old_rows = 0
     if old is not None:
-        op = bucket_paths(old.root, n, bucket)
-        oh = NpyRowReader(op["hashes"])
-        if len(oh):
-            old_files = (oh, NpyRowReader(op["df"]), NpyRowReader(op["docs"]))
-            total += len(oh) * max(1, provenance)
+        old_rows = len(NpyRowReader(bucket_paths(old.root, n, bucket)["keys"]))
+        total += old_rows * max(1, provenance)
     ddtype = np.dtype(doc_dtype)
     if ddtype not in (DOC_DTYPE, np.dtype(np.int64)):
         raise ValueError(f"doc_dtype must be uint32 or int64, not {ddtype}")
+    # enough chunks for the pairs and for the directory entries each chunk writes
+    nchunks = max(1, -(-total // chunk_pairs), -(-(1 << dir_bits) // chunk_pairs))
+    cuts = [span * i // nchunks for i in range(nchunks + 1)]
 
-    out = bucket_paths(out_root, n, bucket)
-    writers = [_NpyStream(out["hashes"], np.uint64), _NpyStream(out["df"], np.uint32),
-               _NpyStream(out["docs"], ddtype, provenance)]
+    # Each input is read forward in blocks of about its share of one chunk (+1/4 slack), so
+    # the pairs held at once stay near ``chunk_pairs`` however big the bucket is.
+    def step(rows: int) -> int:
+        return rows // nchunks + rows // (4 * nchunks) + 1024
+
+    writer = _BucketWriter(bucket_paths(out_root, n, bucket), provenance, ddtype)
     try:
-        nchunks = max(1, -(-total // chunk_pairs))
-        cuts = [lo + (hi - lo) * i // nchunks for i in range(nchunks)] + [hi]
-        # Each input is read forward in blocks of about its share of one chunk (+1/4 slack), so
-        # the pairs held at once stay near ``chunk_pairs`` however big the bucket is.
-        def step(rows: int) -> int:
-            return rows // nchunks + rows // (4 * nchunks) + 1024
-
-        old_cur = None
-        if old_files is not None:
-            old_cur = _Cursor(old_files[0], 0, len(old_files[0]), step(len(old_files[0])))
+        old_bucket = _OldBucket(old.root, n, bucket, dir_bits, step(old_rows)) if old_rows else None
         curs = [(_Cursor(rh, a, b, step(b - a)), rd, doff) for rh, rd, a, b, doff in runs]
+        mask = np.uint64(span - 1)
         for c in range(nchunks):
-            bound = cuts[c + 1] if cuts[c + 1] < 1 << 64 else None
-            # sources in doc-ordinal order (the old index first): then a concatenation whose
-            # hashes do not decrease is already sorted by (hash, doc)
-            hs, ds, ws = [], [], []
-            if old_cur is not None:
-                a, b, h = old_cur.take(bound)
-                if b > a:
-                    _explode_old(h, old_files[1].read(a, b), old_files[2].read(a, b), old, hs, ds, ws)
+            key_end = cuts[c + 1]
+            bound = lo + (key_end << int(drop))
+            bound = bound if bound < 1 << 64 else None
+            # sources in doc-ordinal order (the old index first), as (key, doc, weight)
+            ts, ds, ws = [], [], []
+            if old_bucket is not None:
+                old_bucket.take(key_end, old, ts, ds, ws)
             for cur, rd, doff in curs:
                 a, b, h = cur.take(bound)
                 if b > a:
-                    hs.append(h)
+                    ts.append(h >> drop)
                     ds.append(rd.read(a, b).astype(np.int64, copy=False) + doff)
                     ws.append(np.ones(b - a, dtype=np.int64))
-            if not hs:
-                continue
-            h_all, d_all, w_all = np.concatenate(hs), np.concatenate(ds), np.concatenate(ws)
-            del hs, ds, ws
-            h_u, df, docs = _merge(h_all, d_all, w_all, provenance, ddtype)
-            del h_all, d_all, w_all
-            writers[0].write(h_u)
-            writers[1].write(df)
-            writers[2].write(docs)
-            del h_u, df, docs
-        for w in writers:
-            w.close()
+            if ts:
+                t_all, d_all, w_all = np.concatenate(ts), np.concatenate(ds), np.concatenate(ws)
+                del ts, ds, ws
+                t_u, df, docs = _merge_keys(t_all, d_all, w_all, provenance, ddtype)
+                del t_all, d_all, w_all
+                writer.write(t_u & mask, df, docs, key_end)
+                del t_u, df, docs
+            else:
+                writer.write(np.empty(0, np.uint64), np.empty(0, np.uint32),
+                             np.empty((0, provenance), ddtype), key_end)
+        writer.close()
     except BaseException as exc:
-        for w in writers:
-            if not w._fh.closed:
-                w.abort(exc)
+        writer.abort(exc)
         raise
-    return writers[0].rows
+    return BucketStats(writer.rows, writer.max_cell)
+
+
+def _merge_keys(t: np.ndarray, d: np.ndarray, w: np.ndarray, provenance: int, doc_dtype: np.dtype
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_merge` on stored keys: sorted by (key, doc) first, and a doc that holds two
+    n-grams of the same key made one pair (weights add, so df is the sum of their dfs)."""
+    if len(t) > 1:
+        tie = t[1:] == t[:-1]
+        if bool(np.any(t[1:] < t[:-1])) or bool(np.any(tie & (d[1:] < d[:-1]))):
+            sort = _sort_by_hash_compiled if kernel.enabled() else _sort_by_hash
+            t, d, w = sort(t, d, w)
+            tie = t[1:] == t[:-1]
+        dup = tie & (d[1:] == d[:-1])
+        if dup.any():
+            start = np.flatnonzero(np.concatenate([[True], ~dup]))
+            t, d, w = t[start], d[start], np.add.reduceat(w, start)
+    return _merge(t, d, w, provenance, doc_dtype)
 
 
 def _explode_old(oh: np.ndarray, odf: np.ndarray, odocs: np.ndarray, old: OldIndex,
@@ -489,7 +703,9 @@ class LookupResult(NamedTuple):
 
 
 class NgramIndex:
-    """Read-only access to a finished index directory (memory-mapped buckets)."""
+    """Read-only access to a finished index directory (memory-mapped buckets).
+
+    Reads format 2 and, for lookups, format 1 (full uint64 hashes, uint32 df, dense provenance)."""
 
     def __init__(self, root: Path, manifest: dict[str, Any]) -> None:
         self.root = root
@@ -500,7 +716,10 @@ class NgramIndex:
         self.hash_name: str = manifest["hash"]["name"]
         self.num_buckets: int = int(manifest["num_buckets"])
         self.provenance: int = int(manifest["provenance_docs"])
-        self._buckets: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self.layout: int = 1 if manifest.get("format_version") == 1 else 2
+        self.dir_bits: int | None = (int(manifest["ngram_storage"]["dir_bits"]) if self.layout == 2
+                                     else None)
+        self._buckets: dict[tuple[int, int], dict[str, np.ndarray]] = {}
         self._refs = None
 
     @classmethod
@@ -516,9 +735,11 @@ class NgramIndex:
             raise TcqaError(f"{mpath}: not a tcqa-data index manifest")
         from tcqa_data import FORMAT_VERSION
 
-        if manifest.get("format_version") != FORMAT_VERSION:
+        # format 1 (before the compact n-gram layout) is still read for lookups
+        if manifest.get("format_version") not in (1, FORMAT_VERSION):
             raise TcqaError(f"{mpath}: index format {manifest.get('format_version')} "
-                            f"but this tcqa-data reads format {FORMAT_VERSION}; rebuild the index")
+                            f"but this tcqa-data reads formats 1 and {FORMAT_VERSION}; rebuild the index "
+                            "with `tcqa-data index-corpus ... --overwrite`")
         index = cls(root, manifest)
         # Query hashes must come from the function that built the index, or nothing would match.
         if index.hash_name != HASH_NAME:
@@ -527,11 +748,11 @@ class NgramIndex:
                 f"{HASH_NAME!r}: its lookups would find nothing; rebuild the index with index-corpus")
         return index
 
-    def _bucket(self, n: int, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _bucket(self, n: int, b: int) -> dict[str, np.ndarray]:
         key = (n, b)
         if key not in self._buckets:
-            p = bucket_paths(self.root, n, b)
-            self._buckets[key] = (_load(p["hashes"]), _load(p["df"]), _load(p["docs"]))
+            p = bucket_paths(self.root, n, b, self.layout)
+            self._buckets[key] = {k: _load(f) for k, f in p.items()}
         return self._buckets[key]
 
     def lookup(self, hashes: np.ndarray, n: int) -> LookupResult:
@@ -548,22 +769,79 @@ class NgramIndex:
         bk = bucket_of(q, self.num_buckets)
         order = np.argsort(bk, kind="stable")
         bounds = np.flatnonzero(np.diff(bk[order])) + 1
+        find = self._find_v1 if self.layout == 1 else self._find_v2
         for grp in np.split(order, bounds):
-            hs, df, dd = self._bucket(n, int(bk[grp[0]]))
-            if not len(hs):
-                continue
-            qq = q[grp]
-            pos = np.searchsorted(hs, qq)
-            pos_c = np.minimum(pos, len(hs) - 1)
-            ok = np.asarray(hs[pos_c]) == qq
-            hit = grp[ok]
-            found[hit] = True
-            dfreq[hit] = df[pos_c[ok]]
-            got = np.asarray(dd[pos_c[ok]])
-            if got.dtype == DOC_DTYPE:
-                got = np.where(got == DOC_NONE, np.int64(-1), got.astype(np.int64))
-            docs[hit] = got
+            hit, f_df, f_docs = find(self._bucket(n, int(bk[grp[0]])), q[grp])
+            found[grp[hit]] = True
+            dfreq[grp[hit]] = f_df
+            docs[grp[hit]] = f_docs
         return LookupResult(found, dfreq, docs)
+
+    def _find_v1(self, f: dict[str, np.ndarray], qq: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        hs = f["hashes"]
+        if not len(hs):
+            none = np.empty((0, self.provenance), np.int64)
+            return np.zeros(len(qq), dtype=bool), np.empty(0, np.uint32), none
+        pos = np.minimum(np.searchsorted(hs, qq), len(hs) - 1)
+        ok = np.asarray(hs[pos]) == qq
+        got = np.asarray(f["docs"][pos[ok]])
+        if got.dtype == DOC_DTYPE:
+            got = np.where(got == DOC_NONE, np.int64(-1), got.astype(np.int64))
+        return ok, np.asarray(f["df"][pos[ok]], dtype=np.uint32), got
+
+    def _find_v2(self, f: dict[str, np.ndarray], qq: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        keys = f["keys"]
+        span = 1 << (self.dir_bits + SUFFIX_BITS)
+        local = stored_keys(qq, self.num_buckets, self.dir_bits) & np.uint64(span - 1)
+        cell = (local >> np.uint64(SUFFIX_BITS)).astype(np.int64)
+        suffix = (local & _M32).astype(np.uint32)
+        lo = np.asarray(f["dir"][cell], dtype=np.int64)
+        end = np.asarray(f["dir"][cell + 1], dtype=np.int64)
+        hi = end.copy()
+        while True:  # vectorized binary search of each suffix in its cell (sorted there)
+            act = np.flatnonzero(lo < hi)
+            if not len(act):
+                break
+            mid = (lo[act] + hi[act]) >> 1
+            less = np.asarray(keys[mid]) < suffix[act]
+            lo[act[less]] = mid[less] + 1
+            hi[act[~less]] = mid[~less]
+        ok = lo < end
+        ok[ok] = np.asarray(keys[lo[ok]]) == suffix[ok]
+        rows = lo[ok]
+        df = np.asarray(f["df"][rows], dtype=np.uint32)
+        big = np.flatnonzero(df == DF_OVERFLOW)
+        if len(big):
+            over_rows = np.asarray(f["df_over_rows"])
+            df[big] = np.asarray(f["df_over"])[np.searchsorted(over_rows, rows[big].astype(np.uint32))]
+        doc0 = np.asarray(f["docs"][rows])
+        out = np.full((len(rows), self.provenance), -1, dtype=np.int64)
+        out[:, 0] = doc0.astype(np.int64)  # every stored key has a first doc
+        more_rows = f["docs_more_rows"]
+        if self.provenance > 1 and len(more_rows) and len(rows):
+            j = np.minimum(np.searchsorted(more_rows, rows.astype(np.uint32)), len(more_rows) - 1)
+            has = np.asarray(more_rows[j]) == rows
+            got = np.asarray(f["docs_more"][j[has]])
+            none = DOC_NONE if got.dtype == DOC_DTYPE else -1
+            out[has, 1:] = np.where(got == none, np.int64(-1), got.astype(np.int64))
+        return ok, df, out
+
+    def all_keys(self, n: int) -> tuple[np.ndarray, int]:
+        """Every stored key of size ``n`` (sorted) and its width in bits: format 2 keys are the
+        top ``key_bits`` bits of the n-gram hashes (compare with :func:`stored_keys`), format 1
+        the whole 64. Reads the whole index: for tests and benchmarks."""
+        parts = []
+        for b in range(self.num_buckets):
+            f = self._bucket(n, b)
+            if self.layout == 1:
+                parts.append(np.asarray(f["hashes"]))
+                continue
+            counts = np.diff(np.asarray(f["dir"], dtype=np.int64))
+            cells = np.repeat(np.arange(len(counts), dtype=np.uint64), counts)
+            base = np.uint64(b << (self.dir_bits + SUFFIX_BITS))
+            parts.append(base | (cells << np.uint64(SUFFIX_BITS)) | np.asarray(f["keys"]).astype(np.uint64))
+        bits = 64 if self.layout == 1 else key_bits(self.num_buckets, self.dir_bits)
+        return (np.concatenate(parts) if parts else np.empty(0, np.uint64)), bits
 
     def contains(self, hashes: np.ndarray, n: int) -> np.ndarray:
         return self.lookup(hashes, n).found

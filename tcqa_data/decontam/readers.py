@@ -38,7 +38,7 @@ import os
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from tcqa_data.errors import InputError, TcqaError
 
@@ -110,8 +110,8 @@ class SkipStats:
     examples: list[str] = field(default_factory=list)
     max_examples: int = 5
 
-    def add(self, reason: str, example: str | None = None) -> None:
-        self.counts[reason] = self.counts.get(reason, 0) + 1
+    def add(self, reason: str, example: str | None = None, count: int = 1) -> None:
+        self.counts[reason] = self.counts.get(reason, 0) + count
         if example is not None and len(self.examples) < self.max_examples:
             self.examples.append(f"{reason}: {example}")
 
@@ -290,9 +290,9 @@ class _Ctx:
         if self.stats is not None:
             self.stats.add(reason, str(err))
 
-    def count(self, reason: str) -> None:
+    def count(self, reason: str, n: int = 1) -> None:
         if self.stats is not None:
-            self.stats.add(reason)
+            self.stats.add(reason, count=n)
 
     def document(self, record: Any, line: int) -> Document | None:
         """Validate one decoded record (a JSON object / HF row); None if it is skipped."""
@@ -397,23 +397,60 @@ def _gzip_lines(fh) -> Iterator[bytes]:
         raise _Truncated(f"{type(e).__name__}: {e}") from None
 
 
+def _jsonl_source(fh, inp: CorpusInput, shard: InputShard | None
+                  ) -> tuple[Iterable[bytes], int, int | None, int, bool]:
+    """The lines of an open JSONL file (of the shard's byte range): (lines, offset of the first,
+    end offset or None, line number before the first, decompressed?)."""
+    if inp.format == "jsonl":
+        offset, end, line = 0, None, 0
+        if shard is not None and shard.kind == "bytes":
+            end, line = shard.end, shard.first_line - 1
+            if shard.start > 0:
+                # Skip the rest of the line holding byte start-1: it belongs to the previous shard.
+                fh.seek(shard.start - 1)
+                offset = shard.start - 1 + len(fh.readline())
+        return fh, offset, end, line, False
+    if inp.format == "jsonl.gz":
+        return _gzip_lines(fh), 0, None, 0, True
+    return _lines_from_chunks(_zstd_chunks(fh)), 0, None, 0, True
+
+
+def _jsonl_document(ctx: _Ctx, raw: bytes, line: int, line_offset: int, compressed: bool) -> Document | None:
+    """One JSONL line (with its newline) -> its Document, or None (skipped, counted or raised)."""
+    if line == 1 and raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]  # UTF-8 byte order mark
+    if not raw.strip():
+        ctx.count(BLANK_LINE)
+        return None
+    text = _decode(ctx, raw, line, line_offset, compressed)
+    if text is None:
+        return None
+    try:
+        record = json.loads(text.rstrip("\r\n"))
+    except json.JSONDecodeError as e:
+        ctx.fail(INVALID_JSON, f"invalid JSON: {e.msg} (column {e.colno})", line)
+        return None
+    except (ValueError, RecursionError) as e:  # an int over Python's digit limit, deep nesting
+        ctx.fail(INVALID_JSON, f"JSON that Python cannot load: {type(e).__name__}: {e}", line)
+        return None
+    return ctx.document(record, line)
+
+
+def _truncated(ctx: _Ctx, inp: CorpusInput, e: _Truncated, line: int) -> None:
+    kind = "gzip" if inp.format == "jsonl.gz" else "zstd"
+    # A cut-off last line is never yielded by gzip/_zstd_chunks: the error comes first.
+    msg = (f"truncated or corrupt {kind} file ({e.reason}); {line} complete lines "
+           f"were read before the damage")
+    err = InputError(msg, path=inp.path)
+    if ctx.on_error == "raise":
+        raise err from None
+    if ctx.stats is not None:
+        ctx.stats.add(TRUNCATED_INPUT, str(err))
+
+
 def _iter_jsonl(ctx: _Ctx, inp: CorpusInput, shard: InputShard | None) -> Iterator[Document]:
-    line = 0
     with open(inp.path, "rb") as fh:
-        if inp.format == "jsonl":
-            offset, end = 0, None
-            if shard is not None and shard.kind == "bytes":
-                end, line = shard.end, shard.first_line - 1
-                if shard.start > 0:
-                    # Skip the rest of the line holding byte start-1: it belongs to the previous shard.
-                    fh.seek(shard.start - 1)
-                    offset = shard.start - 1 + len(fh.readline())
-            lines: Iterable[bytes] = fh
-            compressed = False
-        elif inp.format == "jsonl.gz":
-            offset, end, lines, compressed = 0, None, _gzip_lines(fh), True
-        else:
-            offset, end, lines, compressed = 0, None, _lines_from_chunks(_zstd_chunks(fh)), True
+        lines, offset, end, line, compressed = _jsonl_source(fh, inp, shard)
         try:
             for raw in lines:
                 if end is not None and offset >= end:
@@ -421,32 +458,11 @@ def _iter_jsonl(ctx: _Ctx, inp: CorpusInput, shard: InputShard | None) -> Iterat
                 line += 1
                 line_offset = offset
                 offset += len(raw)
-                if line == 1 and raw.startswith(b"\xef\xbb\xbf"):
-                    raw = raw[3:]  # UTF-8 byte order mark
-                if not raw.strip():
-                    ctx.count(BLANK_LINE)
-                    continue
-                text = _decode(ctx, raw, line, line_offset, compressed)
-                if text is None:
-                    continue
-                try:
-                    record = json.loads(text.rstrip("\r\n"))
-                except json.JSONDecodeError as e:
-                    ctx.fail(INVALID_JSON, f"invalid JSON: {e.msg} (column {e.colno})", line)
-                    continue
-                doc = ctx.document(record, line)
+                doc = _jsonl_document(ctx, raw, line, line_offset, compressed)
                 if doc is not None:
                     yield doc
         except _Truncated as e:
-            kind = "gzip" if inp.format == "jsonl.gz" else "zstd"
-            # A cut-off last line is never yielded by gzip/_zstd_chunks: the error comes first.
-            msg = (f"truncated or corrupt {kind} file ({e.reason}); {line} complete lines "
-                   f"were read before the damage")
-            err = InputError(msg, path=inp.path)
-            if ctx.on_error == "raise":
-                raise err from None
-            if ctx.stats is not None:
-                ctx.stats.add(TRUNCATED_INPUT, str(err))
+            _truncated(ctx, inp, e, line)
 
 
 def _open_parquet(path: str):
@@ -540,6 +556,186 @@ def iter_documents(inp: CorpusInput | InputShard, text_field: str = "text", id_f
     if corpus_input.format == "txt":
         return _iter_txt(ctx, corpus_input)
     raise InputError(f"unsupported format {corpus_input.format!r}", path=corpus_input.path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Compiled JSONL path (the n-gram build's reader)
+
+_BLOCK_BYTES = 1 << 22  # raw JSONL bytes per kernel call
+
+
+class NormalizedBatch(NamedTuple):
+    """Documents normalized into one buffer for ``hashing.hash_normalized``: ``data`` (uint8)
+    and ``doc_start`` in its layout, the 1-based line of each document, their total chars."""
+
+    data: Any
+    doc_start: Any
+    rows: Any
+    chars: int
+
+
+def normalized_batches_supported(fmt: str, text_field: str, id_field: str | None, scheme: str) -> bool:
+    """True when ``iter_normalized_batches`` reads this input: JSONL (plain or compressed),
+    refs from lines (no id field), Janitor normalization, a text field name that JSON writes as
+    is, and the compiled kernels enabled."""
+    from tcqa_data.decontam import kernel
+
+    return (fmt in ("jsonl", "jsonl.gz", "jsonl.zst") and id_field is None and scheme == "janitor"
+            and text_field != "" and all(0x20 <= ord(c) and c not in '"\\' for c in text_field)
+            and kernel.enabled())
+
+
+def _jsonl_blocks(fh, inp: CorpusInput, lines: Iterable[bytes], offset: int, end: int | None
+                  ) -> Iterator[tuple[bytes, int]]:
+    """The shard's lines as blocks of whole lines (about ``_BLOCK_BYTES``) with the offset of each
+    block: read in bulk from plain files, joined from the line iterator of compressed ones (so a
+    truncated stream ends exactly where ``_iter_jsonl`` ends; ``_Truncated`` follows the block)."""
+    if inp.format != "jsonl":
+        acc: list[bytes] = []
+        size = 0
+        try:
+            for raw in lines:
+                acc.append(raw)
+                size += len(raw)
+                if size >= _BLOCK_BYTES:
+                    yield b"".join(acc), offset
+                    offset, acc, size = offset + size, [], 0
+        except _Truncated:
+            if acc:
+                yield b"".join(acc), offset
+            raise
+        if acc:
+            yield b"".join(acc), offset
+        return
+    carry = b""
+    while end is None or offset < end:
+        chunk = fh.read(_BLOCK_BYTES)
+        data = carry + chunk if carry else chunk
+        if not chunk:
+            if data:
+                yield data, offset
+            return
+        if end is not None and offset + len(data) >= end:
+            # the last line of the shard is the one holding byte end - 1
+            cut = data.find(b"\n", end - 1 - offset)
+            if cut >= 0:
+                yield data[:cut + 1], offset
+                return
+            carry = data
+            continue
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            carry = data  # a line longer than the block: read on
+            continue
+        yield data[:cut + 1], offset
+        offset += cut + 1
+        carry = data[cut + 1:]
+
+
+def iter_normalized_batches(inp: CorpusInput | InputShard, text_field: str = "text", on_error: str = "raise",
+                            stats: SkipStats | None = None, batch_chars: int = 4_000_000
+                            ) -> Iterator[NormalizedBatch]:
+    """``iter_documents`` of a JSONL input, already normalized and batched for hashing.
+
+    The same documents, refs, errors and skip counts as ``iter_documents`` (refs ``path:line``),
+    grouped as a loop adding documents until their chars reach ``batch_chars`` would group them,
+    and normalized exactly as ``hashing.encode_normalized``, but with no Python object per line:
+    a compiled pass (``_numba_kernels.jsonl_scan``) finds each line's top-level text field in the
+    raw bytes and decodes and normalizes it in place. Lines it is not certain about (invalid
+    JSON or UTF-8, no or a non-string text field, repeated or escaped keys, NaN, deep nesting,
+    a byte order mark) go through ``_jsonl_document``, the line reader of ``iter_documents``.
+    Only for inputs ``normalized_batches_supported`` accepts.
+    """
+    import numpy as np
+
+    from tcqa_data.decontam import kernel
+    from tcqa_data.decontam._numba_kernels import SCAN_BATCH_FULL, SCAN_DEFER, SCAN_END, SCAN_ROOM
+    from tcqa_data.decontam.hashing import JANITOR_ASCII_MAP, _blank_unicode_whitespace, encode_normalized
+
+    shard = inp if isinstance(inp, InputShard) else None
+    corpus_input = shard.input if shard is not None else inp
+    assert isinstance(corpus_input, CorpusInput)
+    ctx = _Ctx(corpus_input.path, text_field, None, on_error, stats)
+    scan = kernel.kernels()["jsonl_scan"]
+    key = np.frombuffer(text_field.encode("utf-8"), dtype=np.uint8)
+    counts = np.zeros(2, dtype=np.int64)  # blank lines, empty texts
+    pad = 9  # spaces after the last document: hashing reads 8 bytes at a time
+
+    def new_batch(cap: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        out = np.empty(cap + pad, dtype=np.uint8)
+        out[0] = 32
+        return out, np.empty(1024, np.int64), np.empty(1024, np.int64), np.empty(1024, np.int64)
+
+    def grow(a: np.ndarray, size: int) -> np.ndarray:
+        b = np.empty(size, dtype=a.dtype)
+        b[:len(a)] = a
+        return b
+
+    def finish() -> NormalizedBatch:
+        out[o:o + pad - 1] = 32
+        return NormalizedBatch(out[:o + pad - 1], np.append(doc_pos[:ndocs], o), doc_line[:ndocs].copy(),
+                               chars)
+
+    def room(need_bytes: int) -> None:
+        nonlocal out, doc_pos, doc_line, doc_chars
+        if ndocs == len(doc_pos):
+            doc_pos, doc_line, doc_chars = (grow(a, 2 * ndocs) for a in (doc_pos, doc_line, doc_chars))
+        if o + need_bytes > len(out) - pad:
+            out = grow(out, 2 * (o + need_bytes) + pad)
+
+    first_cap = min(2 * batch_chars, 1 << 24) + (1 << 16)
+    out, doc_pos, doc_line, doc_chars = new_batch(first_cap)
+    o, ndocs, chars = 1, 0, 0
+    with open(corpus_input.path, "rb") as fh:
+        lines, offset, end, line, compressed = _jsonl_source(fh, corpus_input, shard)
+        try:
+            for block, block_offset in _jsonl_blocks(fh, corpus_input, lines, offset, end):
+                buf = np.frombuffer(block, dtype=np.uint8)
+                pos = 0
+                while pos < len(buf):
+                    status, pos, o, ndocs, line, chars = scan(
+                        buf, pos, len(buf), key, JANITOR_ASCII_MAP, out[:len(out) - pad], o, doc_pos,
+                        doc_line, doc_chars, ndocs, line, chars, batch_chars, counts)
+                    if status == SCAN_END:
+                        break
+                    if status == SCAN_BATCH_FULL:
+                        yield finish()
+                        out, doc_pos, doc_line, doc_chars = new_batch(first_cap)
+                        o, ndocs, chars = 1, 0, 0
+                        continue
+                    nl = block.find(b"\n", pos)
+                    stop = len(block) if nl < 0 else nl + 1
+                    if status == SCAN_ROOM:
+                        room(stop - pos + 2)
+                        continue
+                    assert status == SCAN_DEFER
+                    line += 1
+                    doc = _jsonl_document(ctx, block[pos:stop], line, block_offset + pos, compressed)
+                    pos = stop
+                    if doc is None:
+                        continue
+                    part = encode_normalized(doc.text)
+                    room(len(part) + 3)
+                    out[o:o + len(part)] = np.frombuffer(part, dtype=np.uint8)
+                    out[o + len(part)] = 32
+                    if not part.isascii():
+                        _blank_unicode_whitespace(out[o:o + len(part) + 2])
+                    doc_pos[ndocs], doc_line[ndocs], doc_chars[ndocs] = o, doc.row, len(doc.text)
+                    ndocs += 1
+                    o += len(part) + 1
+                    chars += len(doc.text)
+                    if chars >= batch_chars:
+                        yield finish()
+                        out, doc_pos, doc_line, doc_chars = new_batch(first_cap)
+                        o, ndocs, chars = 1, 0, 0
+        except _Truncated as e:
+            _truncated(ctx, corpus_input, e, line)
+        finally:
+            for reason, n in zip((BLANK_LINE, EMPTY_TEXT), counts.tolist(), strict=True):
+                if n:
+                    ctx.count(reason, n)
+    if ndocs:
+        yield finish()
 
 
 # ---------------------------------------------------------------------------------------------

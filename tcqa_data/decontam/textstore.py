@@ -22,16 +22,24 @@ scan for JSONL; a full read for copies; a second stream for Hugging Face dataset
 Location entries keep the absolute path, size and mtime of the file: a moved or changed corpus
 file is a clear error at read time, never wrong text.
 
-**Anchors** (``<key>.anchors-<run>.npy``): candidate docs for alignment when no n-gram of the
-index survives the edits. Winnowing (Schleimer et al. 2003) over the hashes of word ``ANCHOR_K``-grams:
-of every ``ANCHOR_W`` consecutive k-grams of a doc the smallest hash is kept, so any run of at least
-``ANCHOR_W + ANCHOR_K - 1`` (6) words shared by a query and a doc shares a kept k-gram, at about
-half an entry per corpus word. Each entry is one uint64, ``(hash >> 32) << 32 | doc``
-(input-local doc number), sorted, unique; one file per run of up to ``ANCHOR_RUN`` entries
-(bounded memory). A query looks up all its k-grams, ignores those in more than ``ANCHOR_MAX_DF``
-docs, and ranks docs by the summed inverse document frequency of the k-grams they share with it;
-docs sharing a single kept k-gram are a second, weak tier (``candidate_tiers``), which alignment
-uses only for queries with no other candidate.
+**Anchors** (``<key>.anchors-<run>.cells.npy`` and ``.words.npy``): candidate docs for alignment
+when no n-gram of the index survives the edits. Winnowing (Schleimer et al. 2003) over the hashes
+of word ``ANCHOR_K``-grams: of every ``ANCHOR_W`` consecutive k-grams of a doc the smallest hash
+is kept, so any run of at least ``ANCHOR_W + ANCHOR_K - 1`` (6) words shared by a query and a doc
+shares a kept k-gram, at about half an entry per corpus word. Entries are ``(hash >> 32, doc)``
+(input-local doc number), sorted, unique, stored as a packed table (``decontam/packed.py``: a
+directory on the hash's top bits, then the rest of the 32 bits and the doc number bit-packed,
+about 16 + log2(docs) + 2 bits per entry instead of 64); one table per run of up to
+``ANCHOR_RUN`` entries (bounded memory). The 32-bit hash is lossy: a query k-gram not in a doc
+matches one of a run's ``n`` entries by chance with probability about ``n / 2**32``
+(``anchor_chance_match_rate`` in ``meta.json``, shown by ``index-info``); a chance match only
+adds a candidate doc, which alignment then checks. Stores of version 2 (one uint64 per entry) are
+still read.
+
+A query looks up all its k-grams, ignores those in more than ``ANCHOR_MAX_DF`` docs, and ranks
+docs by the summed inverse document frequency of the k-grams they share with it; docs sharing a
+single kept k-gram are a second, weak tier (``candidate_tiers``), which alignment uses only for
+queries with no other candidate.
 """
 
 from __future__ import annotations
@@ -47,19 +55,20 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tcqa_data.decontam import packed
 from tcqa_data.errors import ConfigError, TcqaError
 from tcqa_data.io_utils import atomic_path, read_json, write_json_atomic, write_npy_atomic
 
 STORE_DIR = "textstore"
 META = "meta.json"
 MODES = ("auto", "copy", "none")
-STORE_VERSION = 2
+STORE_VERSION = 3  # 3: packed anchor tables (2: uint64 anchor entries, still read)
 COPY_ROW_GROUP = 256  # docs per row group of a copy: ~1 MB of text for Wikipedia-sized docs
 _SCAN_CHUNK = 64 << 20
 _CACHE_GROUPS = 4
 ANCHOR_K = 4  # words per hashed k-gram
 ANCHOR_W = 3  # winnowing window (k-grams): shared runs of >= ANCHOR_W + ANCHOR_K - 1 words are found
-ANCHOR_RUN = 1 << 24  # entries per sorted run file (128 MiB)
+ANCHOR_RUN = 1 << 24  # entries per sorted run (128 MiB while held, as uint64)
 ANCHOR_MAX_DF = 64  # a k-gram in more docs is no evidence of a copy
 ANCHOR_MIN_SHARED = 2  # kept k-grams a doc must share with a query to be aligned (cost)
 _ANCHOR_BATCH_CHARS = 4_000_000
@@ -181,9 +190,25 @@ def winnow(texts: Sequence[str], scheme: str, seed: int) -> tuple[np.ndarray, np
     return (flat[keep] >> np.uint64(32)).astype(np.uint32), owner[keep]
 
 
-def _write_anchor_runs(store: Path, key: str, texts: Iterable[str], scheme: str, seed: int) -> list[str]:
-    """Anchor entries of one input's docs, as sorted run files; returns their names."""
-    names: list[str] = []
+def _write_anchor_table(store: Path, name: str, entries: np.ndarray, id_bits: int) -> dict[str, Any]:
+    """One run of sorted unique ``hash << 32 | doc`` entries as a packed table; returns its meta."""
+    n = len(entries)
+    dir_bits = packed.dir_bits_for(n)
+    cells: list[np.ndarray] = []
+    words: list[np.ndarray] = []
+    table = packed.TableWriter(cells.append, words.append, n, dir_bits, id_bits)
+    table.add(entries >> np.uint64(32), (entries & _LOW32).astype(np.int64))
+    table.close()
+    write_npy_atomic(store / f"{name}.cells.npy", np.concatenate(cells).astype(np.uint32))
+    write_npy_atomic(store / f"{name}.words.npy", np.concatenate(words))
+    return {"name": name, "entries": n, "dir_bits": dir_bits, "id_bits": id_bits}
+
+
+def _write_anchor_runs(store: Path, key: str, texts: Iterable[str], scheme: str, seed: int,
+                       n_docs: int) -> list[dict[str, Any]]:
+    """Anchor entries of one input's docs, as sorted packed tables; returns their meta."""
+    names: list[dict[str, Any]] = []
+    id_bits = packed.id_bits_for(max(0, n_docs - 1))
     parts: list[np.ndarray] = []
     held = 0
     base = 0
@@ -192,9 +217,8 @@ def _write_anchor_runs(store: Path, key: str, texts: Iterable[str], scheme: str,
         nonlocal parts, held
         if not parts:
             return
-        name = f"{key}.anchors-{len(names):04d}.npy"
-        write_npy_atomic(store / name, np.unique(np.concatenate(parts)))
-        names.append(name)
+        entries = np.unique(np.concatenate(parts))
+        names.append(_write_anchor_table(store, f"{key}.anchors-{len(names):04d}", entries, id_bits))
         parts, held = [], 0
 
     batch: list[str] = []
@@ -231,11 +255,17 @@ class AnchorIndex:
         self.scheme = manifest["normalization"]
         self.seed = int(manifest["hash"]["seed"])
         self.num_docs = int(manifest["counts"]["docs"])
-        self.runs: list[tuple[np.ndarray, int]] = []
+        # per run: (uint64 entries of a version-2 store, or (cells, words, dir_bits, id_bits)), doc offset
+        self.runs: list[tuple[Any, int]] = []
         for e in manifest["inputs"]:
             rec = meta["inputs"].get(_key(e), {})
-            for name in rec.get("anchors", []):
-                arr = np.load(root / STORE_DIR / name, mmap_mode="r", allow_pickle=False)
+            for run in rec.get("anchors", []):
+                if isinstance(run, str):  # store version 2
+                    arr = np.load(root / STORE_DIR / run, mmap_mode="r", allow_pickle=False)
+                else:
+                    arr = tuple(np.load(root / STORE_DIR / f"{run['name']}.{part}.npy", mmap_mode="r",
+                                        allow_pickle=False) for part in ("cells", "words")) \
+                        + (int(run["dir_bits"]), int(run["id_bits"]))
                 self.runs.append((arr, int(e["doc_offset"])))
 
     @property
@@ -264,25 +294,43 @@ class AnchorIndex:
                          | np.asarray(owner, dtype=np.uint64))  # distinct (k-gram, query) pairs
         qh = keys >> np.uint64(32) << np.uint64(32)
         q_owner = (keys & _LOW32).astype(np.int64)
-        spans = []
-        df = np.zeros(len(keys), dtype=np.int64)
-        for arr, _ in self.runs:
-            lo = np.searchsorted(arr, qh, side="left")
-            hi = np.searchsorted(arr, qh | _LOW32, side="right")
-            spans.append((lo, hi))
-            df += hi - lo
+        # the distinct k-gram hashes of all queries, and the docs of each in every run
+        uh, inv = np.unique(qh >> np.uint64(32), return_inverse=True)
+        df = np.zeros(len(uh), dtype=np.int64)
+        hits: list[tuple[np.ndarray, np.ndarray]] = []
+        for arr, doc_offset in self.runs:
+            if isinstance(arr, tuple):
+                cells, words, dir_bits, id_bits = arr
+                # a k-gram in more than ANCHOR_MAX_DF docs is dropped anyway: read no more of it
+                k, d = packed.lookup(cells, words, uh, dir_bits, id_bits, ANCHOR_MAX_DF + 1)
+            else:
+                lo = np.searchsorted(arr, uh << np.uint64(32), side="left")
+                hi = np.searchsorted(arr, (uh << np.uint64(32)) | _LOW32, side="right")
+                n = hi - lo
+                k = np.repeat(np.arange(len(uh)), n)
+                d = (np.asarray(arr[np.repeat(lo, n) + np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)])
+                     & _LOW32).astype(np.int64)
+            run_df = np.bincount(k, minlength=len(uh))
+            df += run_df
+            keep = run_df[k] <= ANCHOR_MAX_DF  # more in one run is more in all: no evidence
+            hits.append((k[keep], d[keep] + doc_offset))
         use = (df > 0) & (df <= ANCHOR_MAX_DF)
         idf = np.log1p(self.num_docs / np.maximum(df, 1))
+        # per hash, its (hash, doc) hits; then every query holding that hash gets them
+        hk = np.concatenate([k for k, _ in hits])
+        hd = np.concatenate([d for _, d in hits])
+        sel = use[hk]
+        hk, hd = hk[sel], hd[sel]
+        order = np.argsort(hk, kind="stable")
+        hk, hd = hk[order], hd[order]
+        first = np.searchsorted(hk, inv, side="left")
+        n = np.searchsorted(hk, inv, side="right") - first
         docs_l, owners_l, w_l = [], [], []
-        for (arr, doc_offset), (lo, hi) in zip(self.runs, spans, strict=True):
-            sel = np.flatnonzero(use & (hi > lo))
-            if not len(sel):
-                continue
-            n = (hi - lo)[sel]
-            starts = np.repeat(lo[sel], n) + (np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n))
-            docs_l.append((np.asarray(arr[starts]) & _LOW32).astype(np.int64) + doc_offset)
-            owners_l.append(np.repeat(q_owner[sel], n))
-            w_l.append(np.repeat(idf[sel], n))
+        if n.sum():
+            pos = np.repeat(first, n) + np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)
+            docs_l.append(hd[pos])
+            owners_l.append(np.repeat(q_owner, n))
+            w_l.append(np.repeat(idf[inv], n))
         if not docs_l:
             return out, weak
         docs, owners, w = np.concatenate(docs_l), np.concatenate(owners_l), np.concatenate(w_l)
@@ -346,7 +394,7 @@ def build_text_store(index_dir: str | os.PathLike, mode: str = "auto", *,
     meta = {"version": STORE_VERSION, "mode": mode, "inputs": entries}
     if store.is_dir():
         keep = {META} | {r["file"] for r in entries.values() if "file" in r} \
-            | {a for r in entries.values() for a in r.get("anchors", [])}
+            | {f for r in entries.values() for f in _anchor_files(r)}
         for f in store.iterdir():
             if f.name not in keep and not f.name.startswith("."):
                 f.unlink()
@@ -387,7 +435,10 @@ def _store_input(root_dir: str, e: dict[str, Any], manifest: dict[str, Any], mod
         _write_copy(store / rec["file"], source)
         source = _copied_texts(store / rec["file"])
     rec["anchors"] = _write_anchor_runs(store, key, source, manifest["normalization"],
-                                        int(manifest["hash"]["seed"]))
+                                        int(manifest["hash"]["seed"]), int(e["docs"]))
+    rec["anchor_entries"] = sum(r["entries"] for r in rec["anchors"])
+    # a query k-gram absent from a run matches one of its n entries' 32-bit hashes by chance
+    rec["anchor_chance_match_rate"] = rec["anchor_entries"] / 2.0 ** 32
     if counted[0] != int(e["docs"]):
         raise TcqaError(f"{e['path']}: read {counted[0]} documents for the text store, the index has "
                         f"{e['docs']}; was the input changed after indexing?")
@@ -400,13 +451,39 @@ def _kind(fmt: str, mode: str) -> str:
     return {"jsonl": "offsets", "parquet": "rows", "txt": "file"}.get(fmt, "copy")
 
 
+def _anchor_files(rec: dict[str, Any]) -> list[str]:
+    return [f for r in rec.get("anchors", []) for f in
+            ([r] if isinstance(r, str) else [f"{r['name']}.cells.npy", f"{r['name']}.words.npy"])]
+
+
 def _files_ok(store: Path, rec: dict[str, Any]) -> bool:
-    files = ([rec["file"]] if "file" in rec else []) + list(rec.get("anchors", []))
+    files = ([rec["file"]] if "file" in rec else []) + _anchor_files(rec)
     return all((store / f).is_file() for f in files)
 
 
 def has_text_store(index_dir: str | os.PathLike) -> bool:
     return (Path(index_dir) / STORE_DIR / META).is_file()
+
+
+def store_summary(index_dir: str | os.PathLike) -> dict[str, Any] | None:
+    """What the text store holds (None if absent): its mode, bytes of doc locations / text copies
+    / anchors, anchor entries and their chance-match rate (``index-info`` shows it)."""
+    d = Path(index_dir) / STORE_DIR
+    if not (d / META).is_file():
+        return None
+    meta = read_json(d / META)
+    out: dict[str, Any] = {"version": meta.get("version"), "mode": meta.get("mode"),
+                           "bytes": {"locations": 0, "copy": 0, "anchors": 0}, "anchor_entries": 0,
+                           "anchor_chance_match_rate": 0.0}
+    for rec in meta.get("inputs", {}).values():
+        if "file" in rec and (d / rec["file"]).is_file():
+            out["bytes"]["copy" if rec["kind"] == "copy" else "locations"] += (d / rec["file"]).stat().st_size
+        out["bytes"]["anchors"] += sum((d / f).stat().st_size for f in _anchor_files(rec)
+                                       if (d / f).is_file())
+        out["anchor_entries"] += int(rec.get("anchor_entries", 0))
+        # per query k-gram: a chance match in any input's runs
+        out["anchor_chance_match_rate"] += float(rec.get("anchor_chance_match_rate", 0.0))
+    return out
 
 
 def store_bytes(index_dir: str | os.PathLike) -> int:
@@ -464,8 +541,9 @@ class TextStore:
             try:
                 st = os.stat(p)
             except OSError:
-                raise TcqaError(f"{p}: corpus file of the index is gone; alignment reads doc text from it "
-                                "(build the index with --text-store copy to keep a copy)") from None
+                raise TcqaError(f"{p}: corpus file of the index is gone; alignment and MinHash verification "
+                                "read doc text from it (build the index with --text-store copy to keep a "
+                                "copy)") from None
             if st.st_size != rec["size"] or st.st_mtime_ns != rec["mtime_ns"]:
                 raise TcqaError(f"{p}: corpus file changed since it was indexed; rebuild the index")
             self._checked.add(p)

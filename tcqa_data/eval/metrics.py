@@ -29,6 +29,8 @@ OFFICIAL_F1 = "official/f1"
 BOOTSTRAP_SAMPLES = 1000
 BOOTSTRAP_SEED = 20240521
 LEVEL = 0.95
+# what one bootstrap draw resamples (results.json and analysis.json record it)
+BOOTSTRAP_UNIT = "question group (group_id); a doc where the task has no groups"
 
 
 # ---- point metrics -------------------------------------------------------------------------

@@ -14,29 +14,13 @@ from tcqa_data.report_render import (
     Heading,
     Paragraph,
     Table,
+    percent_ci,
     png_bytes,
     to_html,
     to_markdown,
 )
 
 SUBSET_ORDER = ("clean", "full", "dirty")
-
-
-def _fmt(m: dict[str, Any] | None, pct: bool = True) -> str:
-    if not m or m.get("value") is None:
-        return "n/a"
-    k = 100.0 if pct else 1.0
-    lo, hi = m.get("ci95") or [None, None]
-    ci = f" [{lo * k:.1f}, {hi * k:.1f}]" if lo is not None and hi is not None else ""
-    return f"{m['value'] * k:.1f}{ci}"
-
-
-def _fmt_diff(m: dict[str, Any] | None) -> str:
-    if not m or m.get("value") is None:
-        return "n/a"
-    lo, hi = m.get("ci95") or [None, None]
-    ci = f" [{lo * 100:+.1f}, {hi * 100:+.1f}]" if lo is not None and hi is not None else ""
-    return f"{m['value'] * 100:+.1f}{ci}"
 
 
 def table_rows(task: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
@@ -47,8 +31,8 @@ def table_rows(task: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     header += ["clean - full"] if diff is not None else []
     rows = []
     for name in metric_names(task):
-        rows.append([name] + [_fmt(task["subsets"][s]["metrics"].get(name)) for s in subsets]
-                    + ([_fmt_diff(diff.get(name))] if diff is not None else []))
+        rows.append([name] + [percent_ci(task["subsets"][s]["metrics"].get(name)) for s in subsets]
+                    + ([percent_ci(diff.get(name), signed=True)] if diff is not None else []))
     return header, rows
 
 

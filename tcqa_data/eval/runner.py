@@ -45,6 +45,14 @@ class TaskData:
 
 
 # ---- reading PREP_DIR ------------------------------------------------------------------------
+def require_prep_dir(prep_dir: str | Path) -> Path:
+    """``prep_dir`` as a Path; an error naming the fix where the folder does not exist."""
+    prep_dir = Path(prep_dir)
+    if not prep_dir.is_dir():
+        raise TcqaError(f"prepared folder {prep_dir} does not exist; run `tcqa-data decontaminate` first")
+    return prep_dir
+
+
 def read_manifest(prep_dir: Path) -> dict[str, Any] | None:
     path = prep_dir / "prep_manifest.json"
     if not path.exists():
@@ -263,10 +271,19 @@ def task_metrics(spec: TaskSpec, docs: list[dict[str, Any]], per_doc: list[dict[
     """Metrics for full / clean / dirty with bootstrap intervals and the clean - full difference."""
     group_ids = np.array([int(d["group_id"]) for d in docs], dtype=np.int64)
     units, n_units = group_units(group_ids)
+    stats, points = task_stats(spec, per_doc, group_ids, units, n_units)
+    return subset_table(group_ids, clean, stats, points, bootstrap, seed)
+
+
+def task_stats(spec: TaskSpec, per_doc: list[dict[str, Any]], group_ids: np.ndarray, units: np.ndarray,
+               n_units: int) -> tuple[dict[str, np.ndarray], dict[str, Callable[[np.ndarray], float]]]:
+    """Per metric of the task (``task_metric_names``): its per-unit statistics (``units``, ``n_units``:
+    ``group_units(group_ids)``; see ``metrics.unit_stats``) and its point value on a doc mask (the
+    reference implementation), as ``subset_table`` and the analysis take them."""
+    names = task_metric_names(spec)
     if spec.output_type == "multiple_choice":
         gold = np.array([o["gold"] for o in per_doc], dtype=np.int64)
         pred = np.array([o["pred"] for o in per_doc], dtype=np.int64)
-        names = task_metric_names(spec)
         points = {
             M.LM_ACC: lambda m: M.accuracy(gold[m], pred[m]),
             M.LM_F1: lambda m: M.pooled_f1(gold[m], pred[m]),
@@ -275,12 +292,11 @@ def task_metrics(spec: TaskSpec, docs: list[dict[str, Any]], per_doc: list[dict[
         }
         scores = None
     else:
-        gold = pred = np.zeros(len(docs), dtype=np.int64)
+        gold = pred = np.zeros(len(per_doc), dtype=np.int64)
         scores = np.array([o["contains"] for o in per_doc], dtype=float)
-        names = task_metric_names(spec)
         points = {M.LM_CONTAINS: lambda m: float(scores[m].mean()) if m.any() else float("nan")}
     stats = {name: M.unit_stats(name, gold, pred, units, n_units, scores) for name in names}
-    return subset_table(group_ids, clean, stats, points, bootstrap, seed)
+    return stats, points
 
 
 def subset_table(group_ids: np.ndarray, clean: np.ndarray, stats: dict[str, np.ndarray],
@@ -362,9 +378,7 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
     every subset's metrics are sliced from that one pass. Returns the results.json object, with
     the per-doc samples under the key ``"_samples"`` (not written into results.json).
     """
-    prep_dir = Path(prep_dir)
-    if not prep_dir.is_dir():
-        raise TcqaError(f"prepared folder {prep_dir} does not exist; run `tcqa-data decontaminate` first")
+    prep_dir = require_prep_dir(prep_dir)
     manifest = read_manifest(prep_dir)
     names = tasks or available_tasks(prep_dir)
     if not names:
@@ -403,8 +417,7 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
         "clean_only": clean_only,
         "limit_groups": limit_groups,
         "sample_groups": None if sample_groups is None else {"groups": sample_groups, "seed": sample_seed},
-        "bootstrap": {"samples": bootstrap, "seed": seed, "level": M.LEVEL,
-                      "unit": "question group (group_id); a doc where the task has no groups",
+        "bootstrap": {"samples": bootstrap, "seed": seed, "level": M.LEVEL, "unit": M.BOOTSTRAP_UNIT,
                       "difference": "paired: clean and full from the same resample of full's groups"},
         "metric_families": {
             "lm_eval": "lm-evaluation-harness 0.4: acc per candidate, f1 = sklearn binary F1 pooled "
@@ -416,7 +429,8 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
         "timings": {"model_load_s": round(load_s, 3)},
     }
     samples: list[dict[str, Any]] = []
-    scored: list[tuple[TaskData, list[dict[str, Any]]]] = []  # for the analysis at the end
+    # for the analysis at the end: each task's outputs and its clean / full / dirty table
+    scored: list[tuple[TaskData, list[dict[str, Any]], dict[str, Any]]] = []
     for data in datas:
         docs, clean = data.docs, data.clean  # select_groups already dropped dirty docs for --clean-only
         t1 = time.perf_counter()
@@ -441,10 +455,10 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
                 raise ConfigError(f"task {data.task!r}: output_type {data.spec.output_type!r} "
                                   "is not supported")
         run_s = time.perf_counter() - t1
-        entry = task_metrics(data.spec, docs, per_doc, clean, bootstrap, seed) if docs else \
+        table = task_metrics(data.spec, docs, per_doc, clean, bootstrap, seed) if docs else \
             _empty_task_entry(data.spec)
-        entry.update({"split": data.split, "output_type": data.spec.output_type,
-                      "source": str(data.path), "selection": selections[data.task]})
+        entry = {**table, "split": data.split, "output_type": data.spec.output_type,
+                 "source": str(data.path), "selection": selections[data.task]}
         if clean_only:
             # Only clean docs were scored: a "full" computed from them would be the clean score.
             for key in ("full", "dirty"):
@@ -457,7 +471,7 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
             samples.append({"task": data.task, "doc_id": int(doc["doc_id"]), "group_id": int(doc["group_id"]),
                             "subset": "clean" if c else "dirty", **o})
         if not clean_only:
-            scored.append((data, per_doc))
+            scored.append((data, per_doc, table))
     results["effective_batch_size"] = engine.batch_size
     if write:
         from tcqa_data.eval.results import write_outputs

@@ -271,6 +271,29 @@ def decontaminate(
     manifest_tasks: dict[str, Any] = {}
     summary: dict[str, Any] = {"out_dir": str(out), "rule": str(parsed_rule), "warnings": warnings,
                                "tasks": {}}
+
+    def process_task(task: TaskSpec | LmEvalTask, parts: list[tuple[BenchmarkSplit, list[str], str]],
+                     source: dict[str, Any] | None = None) -> None:
+        """One task's splits (docs, their queries, their role): one n-gram size, the PREP_DIR files,
+        and the task's manifest and summary entries. ``source``: how lm-eval resolved the task."""
+        n, how = choose_n(task.task, (q for _, queries, _ in parts for q in queries))
+        if isinstance(task, TaskSpec):
+            write_text_atomic(out / task.task / "task.yaml", task.to_yaml())
+        entry = manifest_tasks[task.task] = {"ngram": n, "ngram_choice": how, "splits": {},
+                                             "lm_eval_export": {}}
+        if source is not None:
+            entry["source"] = source
+        summary["tasks"][task.task] = {}
+        for b, queries, role in parts:
+            counts, export = _process_split(
+                task, b, queries, role, out / task.task / b.split, index_dir=str(index_dir), n=n,
+                rule=parsed_rule, max_corpus_freq=max_corpus_freq, group_policy=group_policy,
+                use_minhash=minhash_ok, config={**config, "ngram": n, "ngram_choice": how},
+                index_summary=index_summary, quiet=quiet)
+            entry["splits"][b.split] = counts
+            entry["lm_eval_export"][b.split] = export
+            summary["tasks"][task.task][b.split] = counts
+
     for task_name, spec in zip(own, specs, strict=True):
         local = data_files.get(task_name) or data_files.get(spec.task) or {}
         role_of = {name: role for role, name in spec.splits().items()}
@@ -285,38 +308,16 @@ def decontaminate(
             raise ConfigError(f"task {spec.task!r}: no split to process (declared {declared}, "
                               f"local files {list(local)}, --splits {list(splits or [])})")
         loaded: list[BenchmarkSplit] = [load_split(spec, s, local.get(s)) for s in wanted]
-        queries = {b.split: [spec.decontamination_query(d) for d in b.docs()] for b in loaded}
-        n, how = choose_n(spec.task, (q for qs in queries.values() for q in qs))
-        task_dir = out / spec.task
-        write_text_atomic(task_dir / "task.yaml", spec.to_yaml())
-        manifest_tasks[spec.task] = {"ngram": n, "ngram_choice": how, "splits": {}}
-        summary["tasks"][spec.task] = {}
-        for b in loaded:
-            counts, export = _process_split(
-                spec, b, queries[b.split], role_of.get(b.split, "test"), task_dir / b.split,
-                index_dir=str(index_dir), n=n, rule=parsed_rule, max_corpus_freq=max_corpus_freq,
-                group_policy=group_policy, use_minhash=minhash_ok,
-                config={**config, "ngram": n, "ngram_choice": how}, index_summary=index_summary, quiet=quiet)
-            manifest_tasks[spec.task]["splits"][b.split] = counts
-            manifest_tasks[spec.task].setdefault("lm_eval_export", {})[b.split] = export
-            summary["tasks"][spec.task][b.split] = counts
+        process_task(spec, [(b, [spec.decontamination_query(d) for d in b.docs()],
+                             role_of.get(b.split, "test")) for b in loaded])
     for lt in lm_tasks:
         if splits and lt.split not in splits:
             raise ConfigError(f"lm-eval task {lt.task!r} evaluates split {lt.split!r}, which --splits "
                               f"{list(splits)} leaves out")
-        n, how = choose_n(lt.task, lt.queries)
         b = BenchmarkSplit(task=lt.task, split=lt.split, source=lt.source, table=lt.table)
-        manifest_tasks[lt.task] = {"ngram": n, "ngram_choice": how, "splits": {},
-                                   "source": {"lm_eval_task": lt.task, "requested_as": lt.requested_as,
-                                              "query": lt.query_description, "group_by": list(lt.group_by)}}
-        counts, export = _process_split(
-            lt, b, lt.queries, lt.role, out / lt.task / lt.split, index_dir=str(index_dir), n=n,
-            rule=parsed_rule, max_corpus_freq=max_corpus_freq, group_policy=group_policy,
-            use_minhash=minhash_ok, config={**config, "ngram": n, "ngram_choice": how},
-            index_summary=index_summary, quiet=quiet)
-        manifest_tasks[lt.task]["splits"][lt.split] = counts
-        manifest_tasks[lt.task]["lm_eval_export"] = {lt.split: export}
-        summary["tasks"][lt.task] = {lt.split: counts}
+        process_task(lt, [(b, lt.queries, lt.role)],
+                     {"lm_eval_task": lt.task, "requested_as": lt.requested_as, "query": lt.query_description,
+                      "group_by": list(lt.group_by)})
     manifest = {
         "format_version": tcqa_data.FORMAT_VERSION,
         "tcqa_data_version": tcqa_data.__version__,

@@ -189,32 +189,32 @@ def _fmt(x: Any) -> str:
 
 
 def _fraction_plot(rep: dict[str, Any]) -> bytes:
-    from matplotlib.figure import Figure as MplFigure
-
     d = rep["distributions"]["ngram_fraction"]
-    fig = MplFigure(figsize=(6, 3))
-    ax = fig.subplots()
     b = d["bins"]
     mids = [(x + y) / 2 for x, y in zip(b[:-1], b[1:], strict=True)]
-    ax.bar(mids, d["counts"], width=0.09, color="#c44")
-    ax.set_xlabel(f"fraction of query {rep['method']['ngram']}-grams found in the corpus")
-    ax.set_ylabel("docs")
-    ax.set_yscale("symlog")
-    fig.tight_layout()
-    return png_bytes(fig)
+    return _docs_histogram(mids, d["counts"], f"fraction of query {rep['method']['ngram']}-grams found in "
+                           "the corpus", width=0.09, color="#c44")
 
 
 def _longest_plot(rep: dict[str, Any]) -> bytes:
-    from matplotlib.figure import Figure as MplFigure
-
     d = rep["distributions"]["longest_match"]
-    fig = MplFigure(figsize=(6, 3))
-    ax = fig.subplots()
     lb = d["bins"]
     labels = [f"{x}-{y - 1}" if y - 1 > x else f"{x}" for x, y in zip(lb[:-1], lb[1:], strict=False)]
-    ax.bar(range(len(labels)), d["counts"], color="#48c")
-    ax.set_xticks(range(len(labels)), labels, rotation=30, fontsize=7)
-    ax.set_xlabel("longest run of consecutive matched words")
+    return _docs_histogram(range(len(labels)), d["counts"], "longest run of consecutive matched words",
+                           labels=labels, color="#48c")
+
+
+def _docs_histogram(x: Any, counts: list[int], xlabel: str, labels: list[str] | None = None,
+                    **bar: Any) -> bytes:
+    """Docs per bin as bars (symlog count axis), PNG; ``labels``: the bins' tick labels."""
+    from matplotlib.figure import Figure as MplFigure
+
+    fig = MplFigure(figsize=(6, 3))
+    ax = fig.subplots()
+    ax.bar(x, counts, **bar)
+    if labels is not None:
+        ax.set_xticks(range(len(labels)), labels, rotation=30, fontsize=7)
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("docs")
     ax.set_yscale("symlog")
     fig.tight_layout()

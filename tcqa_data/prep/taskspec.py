@@ -104,7 +104,7 @@ class TaskSpec:
     @classmethod
     def resolve(cls, name_or_path: str) -> TaskSpec:
         """A built-in task name, or a path to a task YAML."""
-        if name_or_path.endswith((".yaml", ".yml")) or os.path.sep in name_or_path:
+        if is_task_yaml_path(name_or_path):
             return cls.from_yaml(name_or_path)
         return cls.builtin(name_or_path)
 
@@ -222,10 +222,14 @@ class TaskSpec:
         return out
 
 
+def is_task_yaml_path(name_or_path: str) -> bool:
+    """True where a task is given as a path to its YAML (a .yaml/.yml name or a path), not a name."""
+    return name_or_path.endswith((".yaml", ".yml")) or os.path.sep in name_or_path
+
+
 def is_tcqa_task(name_or_path: str) -> bool:
     """True for a built-in task name or a task YAML path; other names are lm-eval tasks."""
-    return (name_or_path.endswith((".yaml", ".yml")) or os.path.sep in name_or_path
-            or name_or_path in builtin_task_names())
+    return is_task_yaml_path(name_or_path) or name_or_path in builtin_task_names()
 
 
 def builtin_task_names() -> list[str]:

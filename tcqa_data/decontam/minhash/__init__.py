@@ -46,41 +46,47 @@ sentences that are not in the wiki sample against all of it, the highest unrelat
 LSH. ``bands`` x ``rows`` is chosen like datasketch's ``MinHashLSH`` (minimize the equally
 weighted false positive and false negative areas of the S-curve around ``threshold``; 25 bands
 x 5 rows for 0.5 and 128 permutations) and recorded. A band key is a 64-bit mix of the band's
-``rows`` values, of which the files keep the top 32 bits (storage format 2; see
-``sketch.storage_info`` for the error rates of the lossy parts).
+``rows`` values, of which the files keep the top 32 bits (see ``params.index_storage_info`` for
+the error rates of the lossy parts).
 
 Files (build is map/reduce over paths: pure functions, deterministic, no pickle):
 
 ``write_minhash_shard(docs, work_dir, shard_id, params)`` (map) takes ``(doc_ordinal, text)``
 pairs with strictly increasing ordinals and writes ``work_dir/minhash-<shard_id>/``: runs
-``partNNNNN.{signatures,window_doc,window_shingles,band_keys,band_windows}.npy`` (at most
+``partNNNNN.{window_doc,band_keys,band_windows}.npy`` (+ ``signatures`` when
+``verify="signatures"``; at most
 ``PART_WINDOWS`` windows each, cut between documents; band arrays are ``[bands, m]``, each row
 sorted by (key, part-local window)) and ``shard.json`` last (a shard without it is incomplete).
 
 ``merge_minhash_shards(shard_dirs, out_dir, params, base_dir=None, doc_offsets=None)`` (reduce)
-writes ``out_dir`` (normally ``INDEX_DIR/minhash``)::
+writes ``out_dir`` (normally ``INDEX_DIR/minhash``), storage format 3::
 
-    signatures.npy       uint16 [n_windows, num_perm]   low 16 bits of each 32-bit value
-    window_doc.npy       uint32 [n_windows]   doc ordinal of each window (int64 from 2**32 docs)
-    window_shingles.npy  uint16 [n_windows]   number of shingles (with repeats; saturating)
-    band_keys.npy        uint32 [bands, n_windows]   top 32 bits of each key; each row sorted
-    band_windows.npy     uint32 [bands, n_windows]   window id of each key (ties: ascending id);
-                                                   int64 from 2**32 windows on
-    params.json          written last: params, n_windows, n_docs, format_version, storage
+    band_cells.npy        uint32 [bands, 2**dir_bits + 1]   per band: directory of a packed table
+    band_entries_NNN.npy  uint64 [words]   band NNN: top 32 bits of each window's band key -> its
+                                           doc ordinal, each distinct pair once, sorted, bit-packed
+                                           (decontam/packed.py)
+    doc_windows.npy   uint32 [n_docs + 1]   first window id of each doc (int64 from 2**32 windows)
+    signatures.npy    uint16 [n_windows, num_perm]   low 16 bits of each value; only with
+                                                     params.verify == "signatures"
+    params.json       written last: params, n_windows, n_docs, format_version, storage
 
-Format 1 indexes (uint32 signatures, uint64 keys, int64 doc ordinals) are still queried; appending
+``verify="text"`` (``index-corpus`` unless ``--text-store none``) keeps no signatures: candidates
+are verified by windowing and signing the candidate docs' text again (from the text store).
+Formats 1 and 2 (per-window signatures and band tables of window ids) are still queried; appending
 to them is refused with a message naming ``--overwrite``. The reduce is also available as separate
 steps an engine runs as tasks (``plan_minhash_merge``, ``start_minhash_merge``, then
 ``write_minhash_columns`` and one ``merge_minhash_band`` per band, ``finish_minhash_merge``).
 
 Window ids are ordered by doc ordinal, then window number, so they do not depend on how docs
-were sharded. ``base_dir`` (an existing ``minhash/`` folder) is merged as one more run, so
-appending shards of new, higher-ordinal docs gives exactly the files of a full rebuild. Memory
-is bounded: runs are read in blocks and outputs are written sequentially.
+were sharded. ``base_dir`` (an existing ``minhash/`` folder) is merged as one more run (its
+tables decoded: they keep all 32 key bits), so appending shards of new, higher-ordinal docs gives
+exactly the files of a full rebuild. Memory is bounded: runs are read in blocks and outputs are
+written sequentially.
 
 Query: ``MinHashIndex.open(INDEX_DIR)`` memory-maps the files; ``query(sigs)`` looks up each
-band key with ``searchsorted``, then verifies every candidate by signature agreement (the
-Jaccard estimate) and returns the best window per query.
+band key in the packed tables, takes every window of each candidate doc (stored signatures, or
+signed again from the doc's text) and returns the best window per query by signature agreement
+(the Jaccard estimate).
 
 Modules: ``params`` (MinHashParams), ``windows`` (split_windows), ``sketch`` (shingles,
 signatures, band keys), ``shards`` (map), ``merge`` (reduce), ``query`` (MinHashIndex). Every

@@ -11,13 +11,14 @@ from typing import Any
 import numpy as np
 
 from tcqa_data import FORMAT_VERSION
-from tcqa_data.decontam.minhash.params import MinHashParams
-from tcqa_data.decontam.minhash.sketch import STORAGE_FORMAT, storage_info
+from tcqa_data.decontam import packed
+from tcqa_data.decontam.minhash.params import INDEX_STORAGE_FORMAT, MinHashParams, index_storage_info
+from tcqa_data.decontam.minhash.sketch import STORAGE_FORMAT as RUN_STORAGE_FORMAT
 from tcqa_data.errors import IndexMismatchError, TcqaError
 from tcqa_data.io_utils import NpyRowReader, atomic_path, read_json, write_json_atomic
 
 _MERGE_BLOCK = 1 << 16  # rows copied at a time when concatenating runs
-_MERGE_ENTRIES = 1 << 21  # (key, window) entries held over all runs in the band merge
+_MERGE_ENTRIES = 1 << 21  # (key, doc) entries held over all runs in the band merge
 _MIN_BLOCK = 4096
 
 _U32 = np.uint32
@@ -69,6 +70,7 @@ class _Run:
     last_doc: int
     offset: int = 0  # window id of the run's first window in the output
     doc_shift: int = 0  # added to the run's doc ordinals (maps that numbered docs from 0)
+    base: bool = False  # an existing index folder (format 3 files), not a map run
 
     def reader(self, name: str) -> NpyRowReader:
         return NpyRowReader(Path(self.prefix + name + ".npy"))
@@ -76,67 +78,108 @@ class _Run:
 
 def _check_params(found: dict[str, Any], params: MinHashParams, where: Path) -> None:
     if MinHashParams.from_dict(found) != params:
-        raise IndexMismatchError(f"{where} was built with MinHash parameters {found}, not {params.to_dict()}")
+        raise IndexMismatchError(f"{where} was built with MinHash parameters {found}, not "
+                                 f"{params.to_dict()}; rebuild the index with "
+                                 "`tcqa-data index-corpus ... --overwrite`")
 
 
-def _check_storage(meta: dict[str, Any], where: Path) -> None:
-    """Runs and indexes of the first MinHash layout (32-bit signatures, 64-bit band keys) cannot be
-    merged into the current one (their band order differs): say how to get rid of them."""
-    fmt = meta.get("storage_format", (meta.get("storage") or {}).get("storage_format", 1))
-    if fmt != STORAGE_FORMAT:
+def _check_run_storage(meta: dict[str, Any], where: Path) -> None:
+    """Map runs of the first layout (32-bit signatures, 64-bit band keys) cannot be merged."""
+    fmt = meta.get("storage_format", 1)
+    if fmt != RUN_STORAGE_FORMAT:
         raise IndexMismatchError(
-            f"{where} holds MinHash storage format {fmt}; this version writes format {STORAGE_FORMAT} "
-            "(16-bit signatures, 32-bit band keys) and cannot append to it: rebuild the index with "
+            f"{where} holds MinHash map runs of storage format {fmt}, not {RUN_STORAGE_FORMAT}: rerun the "
+            "build (`tcqa-data index-corpus ... --overwrite`)")
+
+
+def _check_index_storage(meta: dict[str, Any], where: Path) -> None:
+    """Indexes of older layouts are still queried, but cannot be appended to: say what to do."""
+    fmt = (meta.get("storage") or {}).get("storage_format", 1)
+    if fmt != INDEX_STORAGE_FORMAT:
+        raise IndexMismatchError(
+            f"{where} holds MinHash storage format {fmt}; this version writes format {INDEX_STORAGE_FORMAT} "
+            "(doc-level bit-packed band tables) and cannot append to it: rebuild the index with "
             "`tcqa-data index-corpus ... --overwrite` (it can still be queried as it is)")
 
 
-def _merge_band(runs: list[_Run], band: int, keys_out: _NpyWriter, wins_out: _NpyWriter) -> None:
-    """K-way merge of one band's sorted (key, window) runs, a block per run at a time.
+def _run_sources(r: _Run, band: int, block: int, layout: dict[str, Any]):
+    """Sorted (key uint64, doc int64) blocks of one band of one run."""
+    if r.base:
+        # an existing format-3 index: decode its band table a range of directory cells at a time
+        d, ib = layout["base_dir_bits"], layout["base_id_bits"]
+        cells = r.reader("band_cells")
+        words = np.load(r.prefix + _entries_name(band) + ".npy", mmap_mode="r")
+        ncell = 1 << d
+        step = max(1, block // packed.LOAD)
+        for c0 in range(0, ncell, step):
+            c1 = min(c0 + step, ncell)
+            k, doc = packed.decode_range(cells.read_row_span(band, c0, c1 + 1), words, c0, c1, d, ib)
+            if len(k):
+                yield k, doc
+        return
+    wd = r.reader("window_doc").read(0, r.n).astype(np.int64)
+    # runs are in doc order: (distinct doc, its first window) maps a run-local window to its doc
+    docs, first = np.unique(wd, return_index=True)
+    docs = docs + r.doc_shift
+    del wd
+    kr, wr = r.reader("band_keys"), r.reader("band_windows")
+    for s in range(0, r.n, block):
+        e = min(s + block, r.n)
+        k = kr.read_row_span(band, s, e).astype(np.uint64)
+        w = wr.read_row_span(band, s, e).astype(np.int64)
+        yield k, docs[np.searchsorted(first, w, side="right") - 1]
 
-    Window ids are unique, so (key, window) pairs are totally ordered: every pair <= the smallest
-    "last pair of a block" over runs that have more data is final and can be written.
-    """
+
+def _merge_band(runs: list[_Run], band: int, out: packed.TableWriter, layout: dict[str, Any]) -> None:
+    """K-way merge of one band's sorted (key, doc) runs, a block per run at a time; a (key, doc)
+    pair is written once (a doc's overlapping or repeated windows often share band keys).
+
+    Docs of different runs differ, and within a run (key, window) order is (key, doc) order, so
+    every pair <= the smallest "last pair of a block" over runs that have more data is final."""
+    prev: tuple[int, int] | None = None
     block = max(_MIN_BLOCK, _MERGE_ENTRIES // max(1, len(runs)))  # bounded memory whatever the run count
-    kr = [r.reader("band_keys") for r in runs]
-    wr = [r.reader("band_windows") for r in runs]
-    pos = [0] * len(runs)
-    key_type = kr[0].dtype.type if kr else _U32
-    cur_k: list[np.ndarray] = [np.zeros(0, key_type) for _ in runs]
-    cur_w: list[np.ndarray] = [np.zeros(0, np.int64) for _ in runs]
+    its = [_run_sources(r, band, block, layout) for r in runs]
+    cur: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(runs)
+    done = [False] * len(runs)
+    empty = (np.zeros(0, np.uint64), np.zeros(0, np.int64))
     while True:
-        for i, r in enumerate(runs):
-            if len(cur_k[i]) == 0 and pos[i] < r.n:
-                stop = min(pos[i] + block, r.n)
-                cur_k[i] = kr[i].read_row_span(band, pos[i], stop)
-                cur_w[i] = wr[i].read_row_span(band, pos[i], stop).astype(np.int64) + r.offset
-                pos[i] = stop
-        live = [i for i in range(len(runs)) if len(cur_k[i])]
+        for i in range(len(runs)):
+            if (cur[i] is None or not len(cur[i][0])) and not done[i]:
+                cur[i] = next(its[i], None)
+                if cur[i] is None:
+                    done[i], cur[i] = True, empty
+        live = [i for i in range(len(runs)) if cur[i] is not None and len(cur[i][0])]
         if not live:
             return
-        more = [i for i in live if pos[i] < runs[i].n]
+        more = [i for i in live if not done[i]]
         if more:
-            bk, bw = min((int(cur_k[i][-1]), int(cur_w[i][-1])) for i in more)
-        ks, ws = [], []
+            bk, bd = min((int(cur[i][0][-1]), int(cur[i][1][-1])) for i in more)
+        ks, ds = [], []
         for i in live:
-            k, w = cur_k[i], cur_w[i]
+            k, d = cur[i]
             if more:
-                take = int(np.searchsorted(k, key_type(bk), side="left"))
-                eq = int(np.searchsorted(k, key_type(bk), side="right"))
-                take += int(np.searchsorted(w[take:eq], bw, side="right"))
+                take = int(np.searchsorted(k, np.uint64(bk), side="left"))
+                eq = int(np.searchsorted(k, np.uint64(bk), side="right"))
+                take += int(np.searchsorted(d[take:eq], bd, side="right"))
             else:
                 take = len(k)
             ks.append(k[:take])
-            ws.append(w[:take])
-            cur_k[i], cur_w[i] = k[take:], w[take:]
+            ds.append(d[:take])
+            cur[i] = (k[take:], d[take:])
         k = np.concatenate(ks)
-        w = np.concatenate(ws)
-        order = np.lexsort((w, k))
-        keys_out.write(k[order])
-        wins_out.write(w[order])
+        d = np.concatenate(ds)
+        order = np.lexsort((d, k))
+        k, d = k[order], d[order]
+        new = np.r_[True, (k[1:] != k[:-1]) | (d[1:] != d[:-1])] if len(k) else np.zeros(0, bool)
+        if len(k) and prev is not None and (int(k[0]), int(d[0])) == prev:
+            new[0] = False
+        if len(k):
+            prev = (int(k[-1]), int(d[-1]))
+        out.add(k[new], d[new])
 
 
 def _window_id_dtype(n_windows: int) -> np.dtype:
-    """uint32 window ids while they fit (halves the band tables), int64 beyond 2**32 windows."""
+    """uint32 window ids while they fit, int64 beyond 2**32 windows (map runs' band_windows)."""
     return np.dtype(_U32) if n_windows < 2**32 else np.dtype(np.int64)
 
 
@@ -147,22 +190,26 @@ def plan_minhash_merge(shard_dirs: Sequence[str | os.PathLike], params: MinHashP
                        base_dir: str | os.PathLike | None = None,
                        doc_offsets: Sequence[int] | None = None) -> dict[str, Any]:
     """The merge's inputs, checked and ordered (a JSON-able plan the merge steps share): runs in
-    doc-ordinal order with their window-id offsets, the totals and the output dtypes."""
+    doc-ordinal order with their window-id offsets, the totals and the output layout."""
     if doc_offsets is not None and len(doc_offsets) != len(shard_dirs):
         raise ValueError("doc_offsets must have one entry per shard dir")
     runs: list[_Run] = []
     n_empty = 0
+    base_layout: dict[str, Any] = {}
+    n_docs = 0
     if base_dir is not None:
         base = Path(base_dir)
         meta = read_json(base / "params.json")
         _check_params(meta["params"], params, base)
-        _check_storage(meta, base)
+        _check_index_storage(meta, base)
+        st = meta["storage"]
+        base_layout = {"base_dir_bits": int(st["dir_bits"]), "base_id_bits": int(st["id_bits"])}
+        n_docs = int(meta["n_docs"])
         if meta["n_windows"]:
-            docs = NpyRowReader(base / "window_doc.npy")
-            runs.append(_Run(str(base) + os.sep, meta["n_windows"], int(docs.read(0, 1)[0]),
-                             int(docs.read(meta["n_windows"] - 1, meta["n_windows"])[0])))
+            runs.append(_Run(str(base) + os.sep, meta["n_windows"], 0, max(0, int(st["doc_span"]) - 1),
+                             base=True))
         n_empty += meta.get("n_windows_without_tokens", 0)
-    n_docs = 0 if base_dir is None else meta["n_docs"]
+    doc_span = n_docs
     for si, d in enumerate(shard_dirs):
         d = Path(d)
         shift = int(doc_offsets[si]) if doc_offsets is not None else 0
@@ -170,7 +217,7 @@ def plan_minhash_merge(shard_dirs: Sequence[str | os.PathLike], params: MinHashP
             raise TcqaError(f"MinHash shard {d} is incomplete (no shard.json): rerun its map step")
         meta_s = read_json(d / "shard.json")
         _check_params(meta_s["params"], params, d)
-        _check_storage(meta_s, d)
+        _check_run_storage(meta_s, d)
         n_docs += meta_s["n_docs"]
         n_empty += meta_s["n_windows_without_tokens"]
         for p in meta_s["parts"]:
@@ -185,78 +232,150 @@ def plan_minhash_merge(shard_dirs: Sequence[str | os.PathLike], params: MinHashP
                              f"each doc must be in exactly one shard")
         r.offset = total
         total += r.n
-    last_doc = max((r.last_doc for r in runs), default=0)
+    # doc ordinals are 0..n_docs-1; the span also covers a caller's gaps (docs without windows)
+    doc_span = max(n_docs, max((r.last_doc + 1 for r in runs), default=0))
+    dir_bits = packed.dir_bits_for(total)
+    id_bits = packed.id_bits_for(max(0, doc_span - 1))
+    width = packed.entry_width(dir_bits, id_bits)
     return {"runs": [asdict(r) for r in runs], "n_windows": total, "n_docs": n_docs,
             "n_windows_without_tokens": n_empty,
-            "window_doc_dtype": "uint32" if last_doc < 2**32 else "int64",
-            "window_id_dtype": _window_id_dtype(total).name}
+            "layout": {"doc_span": doc_span, "dir_bits": dir_bits, "id_bits": id_bits, "entry_bits": width,
+                       "cell_dtype": "uint32" if total < 2**32 else "uint64",
+                       "doc_windows_dtype": "uint32" if total < 2**32 else "int64", **base_layout}}
 
 
 def _runs_of(plan: dict[str, Any]) -> list[_Run]:
     return [_Run(**r) for r in plan["runs"]]
 
 
+def _cells_shape(plan: dict[str, Any], params: MinHashParams) -> tuple[int, int]:
+    return params.bands, (1 << plan["layout"]["dir_bits"]) + 1  # type: ignore[return-value]
+
+
+def _entries_name(band: int) -> str:
+    """Each band's packed entries are a file of its own: their count (distinct (key, doc) pairs)
+    is known only once the band is merged."""
+    return f"band_entries_{band:03d}"
+
+
+_HEADER_BYTES = 128  # .npy header of a 1-D uint64 array, whatever its length (rewritten at the end)
+
+
+def _npy_header(n: int) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": "<u8", "fortran_order": False, "shape": (n,)})
+    head = buf.getvalue()
+    if len(head) != _HEADER_BYTES:
+        raise RuntimeError(f"unexpected .npy header length {len(head)}")
+    return head
+
+
 def start_minhash_merge(plan: dict[str, Any], out_dir: str | os.PathLike, params: MinHashParams) -> None:
-    """Reduce, first step: mark ``out_dir`` incomplete and create the two band tables at full size
-    under temporary names (header written, rows filled in place by ``merge_minhash_band``; the
-    existing tables of an in-place append are read until ``finish_minhash_merge`` swaps them)."""
+    """Reduce, first step: mark ``out_dir`` incomplete and create the band directories
+    (``band_cells``) at full size under a temporary name (header written, rows filled in place by
+    ``merge_minhash_band``, which writes each band's entries file itself; the existing tables of an
+    in-place append are read until ``finish_minhash_merge`` swaps them)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if (out / "params.json").exists():
         (out / "params.json").unlink()  # the folder is incomplete until params.json is back
-    total, bands = plan["n_windows"], params.bands
-    for name, dtype in (("band_keys", _U32), ("band_windows", np.dtype(plan["window_id_dtype"]))):
-        with open(out / f"{name}{_PARTIAL}", "wb") as fh:
-            _NpyWriter(fh, dtype, (bands, total))  # header only
-            fh.truncate(fh.tell() + bands * total * np.dtype(dtype).itemsize)
+    shape, dtype = _cells_shape(plan, params), np.dtype(plan["layout"]["cell_dtype"])
+    with open(out / f"band_cells{_PARTIAL}", "wb") as fh:
+        _NpyWriter(fh, dtype, shape)  # header only
+        fh.truncate(fh.tell() + shape[0] * shape[1] * dtype.itemsize)
+
+
+def _doc_of_windows(r: _Run):
+    """Doc ordinal of each window of a run, in blocks (sorted)."""
+    if r.base:
+        dw = r.reader("doc_windows")
+        for d0 in range(0, len(dw) - 1, _MERGE_BLOCK):
+            off = dw.read(d0, min(d0 + _MERGE_BLOCK, len(dw) - 1) + 1).astype(np.int64)
+            yield np.repeat(np.arange(d0, d0 + len(off) - 1, dtype=np.int64), np.diff(off))
+        return
+    rd = r.reader("window_doc")
+    for s in range(0, r.n, _MERGE_BLOCK):
+        yield rd.read(s, min(s + _MERGE_BLOCK, r.n)).astype(np.int64) + np.int64(r.doc_shift)
 
 
 def write_minhash_columns(plan: dict[str, Any], out_dir: str | os.PathLike, params: MinHashParams) -> None:
-    """Reduce, per-window files: the runs' signatures, doc ordinals and shingle counts, concatenated."""
-    out, runs, total = Path(out_dir), _runs_of(plan), plan["n_windows"]
-    for name, dtype, shape in (("signatures", np.uint16, (total, params.num_perm)),
-                               ("window_doc", np.dtype(plan["window_doc_dtype"]), (total,)),
-                               ("window_shingles", np.uint16, (total,))):
-        with atomic_path(out / f"{name}.npy") as tmp, open(tmp, "wb") as fh:
-            w = _NpyWriter(fh, dtype, shape)
-            for r in runs:
-                rd = r.reader(name)
-                for s in range(0, r.n, _MERGE_BLOCK):
-                    block = rd.read(s, min(s + _MERGE_BLOCK, r.n))
-                    w.write(block + np.int64(r.doc_shift) if name == "window_doc" else block)
-            w.close()
+    """Reduce, per-window files: ``doc_windows`` (each doc's first window id) and, with
+    ``verify="signatures"``, the runs' signatures concatenated."""
+    out, runs, total, lay = Path(out_dir), _runs_of(plan), plan["n_windows"], plan["layout"]
+    span = lay["doc_span"]
+    with atomic_path(out / "doc_windows.npy") as tmp, open(tmp, "wb") as fh:
+        w = _NpyWriter(fh, np.dtype(lay["doc_windows_dtype"]), (span + 1,))
+        offsets = packed.OffsetsWriter(w.write, span)
+        for r in runs:
+            for docs in _doc_of_windows(r):
+                offsets.add(docs)
+        offsets.close()
+        w.close()
+    if params.verify != "signatures":
+        return
+    with atomic_path(out / "signatures.npy") as tmp, open(tmp, "wb") as fh:
+        w = _NpyWriter(fh, np.uint16, (total, params.num_perm))
+        for r in runs:
+            rd = r.reader("signatures")
+            for s in range(0, r.n, _MERGE_BLOCK):
+                w.write(rd.read(s, min(s + _MERGE_BLOCK, r.n)))
+        w.close()
 
 
 def merge_minhash_band(plan: dict[str, Any], out_dir: str | os.PathLike, params: MinHashParams,
                        band: int) -> int:
-    """Reduce, one task per band: k-way merge of that band's sorted runs into its row of the band
-    tables (``start_minhash_merge`` created them). Returns the band number."""
-    out, runs, total = Path(out_dir), _runs_of(plan), plan["n_windows"]
-    with open(out / f"band_keys{_PARTIAL}", "r+b") as fk, open(out / f"band_windows{_PARTIAL}", "r+b") as fw:
-        wdt = np.dtype(plan["window_id_dtype"])
-        for fh, dt in ((fk, np.dtype(_U32)), (fw, wdt)):
-            np.lib.format.read_magic(fh)
-            np.lib.format.read_array_header_1_0(fh) if _header_fits_v1((params.bands, total)) else \
-                np.lib.format.read_array_header_2_0(fh)
-            fh.seek(fh.tell() + band * total * dt.itemsize)
-        wk, ww = _NpyWriter(fk, _U32, (total,), header=False), _NpyWriter(fw, wdt, (total,), header=False)
-        _merge_band(runs, band, wk, ww)
-        wk.close()
-        ww.close()
+    """Reduce, one task per band: k-way merge of that band's sorted runs into its row of
+    ``band_cells`` (``start_minhash_merge`` created it) and its own ``band_entries_NNN`` file.
+    Returns the band number."""
+    out, runs, lay = Path(out_dir), _runs_of(plan), plan["layout"]
+    cshape, cdt = _cells_shape(plan, params), np.dtype(lay["cell_dtype"])
+    entries = out / f"{_entries_name(band)}{_PARTIAL}"
+    with open(out / f"band_cells{_PARTIAL}", "r+b") as fc, open(entries, "wb") as fe:
+        np.lib.format.read_magic(fc)
+        np.lib.format.read_array_header_1_0(fc) if _header_fits_v1(cshape) else \
+            np.lib.format.read_array_header_2_0(fc)
+        fc.seek(fc.tell() + band * cshape[1] * cdt.itemsize)
+        wc = _NpyWriter(fc, cdt, (cshape[1],), header=False)
+        fe.write(b"\0" * _HEADER_BYTES)  # the header, once the length is known
+        words = [0]
+
+        def write_words(arr: np.ndarray) -> None:
+            words[0] += len(arr)
+            fe.write(np.ascontiguousarray(arr, dtype=_U64).tobytes())
+
+        table = packed.TableWriter(wc.write, write_words, None, lay["dir_bits"], lay["id_bits"])
+        _merge_band(runs, band, table, lay)
+        table.close()
+        wc.close()
+        fe.seek(0)
+        fe.write(_npy_header(words[0]))
     return band
+
+
+_FILES = ("doc_windows", "signatures", "band_cells")
 
 
 def finish_minhash_merge(plan: dict[str, Any], out_dir: str | os.PathLike, params: MinHashParams
                          ) -> dict[str, Any]:
     """Reduce, last step: ``params.json`` (marks the folder complete); returns it."""
-    total = plan["n_windows"]
-    for name in ("band_keys", "band_windows"):
-        os.replace(Path(out_dir) / f"{name}{_PARTIAL}", Path(out_dir) / f"{name}.npy")
+    out, total, lay = Path(out_dir), plan["n_windows"], plan["layout"]
+    for name in ("band_cells", *map(_entries_name, range(params.bands))):
+        os.replace(out / f"{name}{_PARTIAL}", out / f"{name}.npy")
+    for name in ("window_doc", "window_shingles", "band_keys", "band_windows") + \
+            (("signatures",) if params.verify != "signatures" else ()):
+        (out / f"{name}.npy").unlink(missing_ok=True)  # an older layout's files (in-place append)
+    sizes = {f"{name}.npy": (out / f"{name}.npy").stat().st_size for name in _FILES
+             if (out / f"{name}.npy").exists()}
+    sizes["band_entries_*.npy"] = sum((out / f"{_entries_name(b)}.npy").stat().st_size
+                                      for b in range(params.bands))
+    layout = {k: lay[k] for k in ("doc_span", "dir_bits", "id_bits", "entry_bits")}
     summary = {"kind": "tcqa-minhash-index", "format_version": FORMAT_VERSION, "params": params.to_dict(),
                "n_windows": total, "n_docs": plan["n_docs"],
                "n_windows_without_tokens": plan["n_windows_without_tokens"],
-               "storage": storage_info(total, params)}
-    write_json_atomic(Path(out_dir) / "params.json", summary)
+               "storage": {**index_storage_info(total, params, layout), "bytes": sizes}}
+    write_json_atomic(out / "params.json", summary)
     return summary
 
 

@@ -15,6 +15,7 @@ from tcqa_data.errors import IndexMismatchError
 SCHEME = "affine32"  # datasketch 2.0's default permutation scheme
 SHINGLE_HASH = "xxh32-utf8-seed0"
 SENTENCE_SPLITTERS = ("punkt-fast", "punkt")
+VERIFY_MODES = ("signatures", "text")
 
 # ---------------------------------------------------------------------------------------------
 # Parameters
@@ -67,6 +68,10 @@ class MinHashParams:
     # "punkt-fast": Punkt's rules and tables applied by ``windows.fast_sentence_spans`` (about
     # 10x faster, 99.3% of Punkt's boundaries on the wiki sample); "punkt": NLTK's tokenizer.
     sentence_splitter: str = "punkt-fast"
+    # How LSH candidates are verified: "signatures" stores a 16-bit signature per window (256 B
+    # at 128 permutations); "text" stores none and recomputes the candidate docs' window
+    # signatures from the corpus text store (what index-corpus does unless --text-store none).
+    verify: str = "signatures"
 
     def __post_init__(self) -> None:
         if self.num_perm < 1 or self.shingle_words < 1 or self.window_min_words < 1:
@@ -79,6 +84,8 @@ class MinHashParams:
         if self.sentence_splitter not in SENTENCE_SPLITTERS:
             raise ValueError(f"sentence_splitter must be one of {', '.join(SENTENCE_SPLITTERS)}, "
                              f"not {self.sentence_splitter!r}")
+        if self.verify not in VERIFY_MODES:
+            raise ValueError(f"verify must be one of {', '.join(VERIFY_MODES)}, not {self.verify!r}")
         if self.bands is None and self.rows is None:
             b, r = optimal_bands_rows(float(self.threshold), self.num_perm)
             object.__setattr__(self, "bands", b)
@@ -104,4 +111,34 @@ class MinHashParams:
         names = {f.name for f in fields(cls)}
         kw = {k: v for k, v in d.items() if k in names}
         kw.setdefault("sentence_splitter", "punkt")  # indexes from before the field used NLTK's Punkt
+        kw.setdefault("verify", "signatures")  # storage formats 1 and 2 always stored signatures
         return cls(**kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# Index storage (format 3) and what its lossy parts cost
+
+INDEX_STORAGE_FORMAT = 3
+SIGNATURE_BITS = 16  # stored signature values (verify="signatures"): their low 16 bits
+BAND_KEY_BITS = 32  # band keys: the top 32 bits of the 64-bit mix
+
+
+def index_storage_info(n_windows: int, params: MinHashParams, band_layout: dict[str, int]) -> dict[str, Any]:
+    """The storage of a format-3 index of ``n_windows`` windows and its computed error rates.
+
+    * Band tables map a band key's top 32 bits to the *doc* of each window (bit-packed, see
+      ``decontam/packed.py``). An unrelated window shares a band's 32-bit key by chance with
+      probability 2**-32, so a query window meets about ``bands * n_windows / 2**32`` chance
+      candidate docs. Candidates are verified (below), so they cost time, not false flags.
+    * ``verify="signatures"``: 16-bit signature values; two different 32-bit values agree by chance
+      with probability 2**-16, so the similarity estimate of a window with Jaccard J has
+      expectation J + (1 - J) * 2**-16 (bias <= 1.5e-5). ``verify="text"``: the candidate docs'
+      windows are signed again from the text store, with full 32-bit values: no bias.
+    """
+    sig_bits = SIGNATURE_BITS if params.verify == "signatures" else 32
+    bias = 2.0 ** -SIGNATURE_BITS if params.verify == "signatures" else 0.0
+    return {"storage_format": INDEX_STORAGE_FORMAT, "verify": params.verify, "signature_bits": sig_bits,
+            "band_key_bits": BAND_KEY_BITS, "signature_value_collision_rate": 2.0 ** -sig_bits,
+            "similarity_estimate_max_bias": bias,
+            "chance_candidates_per_query": params.bands * n_windows / 2.0 ** BAND_KEY_BITS,
+            **band_layout}

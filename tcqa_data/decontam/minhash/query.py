@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from tcqa_data.decontam.minhash.params import MinHashParams
-from tcqa_data.decontam.minhash.sketch import EMPTY_HASH, band_keys, stored_band_keys, stored_signatures
+from tcqa_data.decontam import packed
+from tcqa_data.decontam.minhash.params import INDEX_STORAGE_FORMAT, MinHashParams
+from tcqa_data.decontam.minhash.sketch import EMPTY_HASH, band_keys, sign, stored_band_keys, stored_signatures
+from tcqa_data.decontam.minhash.windows import split_windows
 from tcqa_data.errors import TcqaError
 from tcqa_data.io_utils import read_json
 
 _U32 = np.uint32
+_VERIFY_DOCS = 256  # candidate docs signed (or read) at a time
 
 
 # ---------------------------------------------------------------------------------------------
@@ -22,13 +25,22 @@ _U32 = np.uint32
 
 
 class MinHashIndex:
-    """Memory-mapped MinHash index: ``open``, ``query``, ``window_docs``."""
+    """Memory-mapped MinHash index: ``open``, ``query``, ``window_docs``.
 
-    def __init__(self, folder: Path, meta: dict[str, Any]) -> None:
+    Storage format 3 (``band_cells``/``band_entries_NNN``: per band, 32-bit band keys -> docs, see
+    ``decontam/packed.py``; ``doc_windows``: each doc's first window id; ``signatures`` only
+    with ``verify="signatures"``). Formats 1 and 2 (per-window signatures and band tables of
+    window ids) are still queried."""
+
+    def __init__(self, folder: Path, meta: dict[str, Any],
+                 doc_texts: Callable[[Sequence[int]], list[str]] | None = None) -> None:
         self.folder = folder
         self.meta = meta
         self.params = MinHashParams.from_dict(meta["params"])
         self.n_windows = int(meta["n_windows"])
+        self.storage = meta.get("storage") or {}
+        self.storage_format = int(self.storage.get("storage_format", 1))
+        self._doc_texts = doc_texts
 
         def load(name: str) -> np.ndarray:
             try:
@@ -36,40 +48,102 @@ class MinHashIndex:
             except (OSError, ValueError) as e:
                 raise TcqaError(f"MinHash index {folder} is damaged ({name}.npy: {e}); rebuild it") from None
 
-        self.signatures = load("signatures")
-        self.window_doc = load("window_doc")
-        self.window_shingles = load("window_shingles")
-        self.band_keys = load("band_keys")
-        self.band_windows = load("band_windows")
         p = self.params
-        expected = {"signatures": (self.n_windows, p.num_perm), "window_doc": (self.n_windows,),
-                    "window_shingles": (self.n_windows,), "band_keys": (p.bands, self.n_windows),
-                    "band_windows": (p.bands, self.n_windows)}
+        if self.storage_format >= INDEX_STORAGE_FORMAT:
+            st = self.storage
+            self.dir_bits, self.id_bits = int(st["dir_bits"]), int(st["id_bits"])
+            self.doc_windows = load("doc_windows")
+            self.band_cells = load("band_cells")
+            width = packed.entry_width(self.dir_bits, self.id_bits)
+            expected = {"doc_windows": (int(st["doc_span"]) + 1,),
+                        "band_cells": (p.bands, (1 << self.dir_bits) + 1)}
+            if self.band_cells.shape == expected["band_cells"]:
+                # per band: its distinct (key, doc) pairs, the last directory offset
+                self.band_entries = [load(f"band_entries_{b:03d}") for b in range(p.bands)]
+                for b, arr in enumerate(self.band_entries):
+                    want = (packed.n_words(int(self.band_cells[b, -1]), width),)
+                    if arr.shape != want:
+                        raise TcqaError(f"MinHash index {folder} is damaged: band_entries_{b:03d}.npy has "
+                                        f"shape {arr.shape}, expected {want}; rebuild it")
+            if p.verify == "signatures":
+                self.signatures = load("signatures")
+                expected["signatures"] = (self.n_windows, p.num_perm)
+        else:
+            self.signatures = load("signatures")
+            self.window_doc = load("window_doc")
+            self.band_keys = load("band_keys")
+            self.band_windows = load("band_windows")
+            expected = {"signatures": (self.n_windows, p.num_perm), "window_doc": (self.n_windows,),
+                        "band_keys": (p.bands, self.n_windows), "band_windows": (p.bands, self.n_windows)}
         for name, shape in expected.items():
             if getattr(self, name).shape != shape:
                 raise TcqaError(f"MinHash index {folder} is damaged: {name}.npy has shape "
                                 f"{getattr(self, name).shape}, expected {shape}; rebuild it")
 
     @classmethod
-    def open(cls, index_dir: str | os.PathLike) -> MinHashIndex:
-        """Open ``INDEX_DIR`` (or its ``minhash/`` folder). TcqaError if missing or incomplete."""
+    def open(cls, index_dir: str | os.PathLike,
+             doc_texts: Callable[[Sequence[int]], list[str]] | None = None) -> MinHashIndex:
+        """Open ``INDEX_DIR`` (or its ``minhash/`` folder). TcqaError if missing or incomplete.
+
+        ``doc_texts`` (doc ordinals -> texts) verifies candidates of a ``verify="text"`` index;
+        by default the index's text store (``INDEX_DIR/textstore``) is read."""
         root = Path(index_dir)
         for folder in (root / "minhash", root):
             if (folder / "params.json").exists():
                 meta = read_json(folder / "params.json")
                 if meta.get("kind") == "tcqa-minhash-index":
-                    return cls(folder, meta)
+                    return cls(folder, meta, doc_texts)
         raise TcqaError(f"no complete MinHash index in {root} (missing minhash/params.json); "
                         f"build one with `tcqa-data index-corpus`")
+
+    def _texts(self, docs: Sequence[int]) -> list[str]:
+        if self._doc_texts is None:
+            from tcqa_data.decontam.textstore import TextStore, has_text_store
+
+            root = self.folder.parent
+            if not has_text_store(root):
+                raise TcqaError(f"MinHash index {self.folder} verifies candidates against the corpus text "
+                                f"(verify='text') but {root} has no text store: rerun index-corpus on the "
+                                "same inputs to build it")
+            self._doc_texts = TextStore.open(root).texts
+        return self._doc_texts(docs)
+
+    def doc_signatures(self, docs: Sequence[int]) -> list[np.ndarray]:
+        """Per doc, the signatures of its windows (window id order): the stored 16-bit values, or
+        (``verify="text"``) full 32-bit values recomputed from the doc's text."""
+        docs = [int(d) for d in docs]
+        first = np.asarray(self.doc_windows[docs], dtype=np.int64)
+        last = np.asarray(self.doc_windows[np.asarray(docs, dtype=np.int64) + 1], dtype=np.int64)
+        if self.params.verify == "signatures":
+            return [np.asarray(self.signatures[a:b])
+                    for a, b in zip(first.tolist(), last.tolist(), strict=True)]
+        wins: list[str] = []
+        owner: list[int] = []
+        for j, text in enumerate(self._texts(docs)):
+            w = split_windows(text, self.params)
+            wins.extend(w)
+            owner.extend([j] * len(w))
+        sigs, counts = sign(wins, self.params)
+        keep = counts > 0  # as the map: windows without tokens were not indexed
+        sigs, own = sigs[keep], np.asarray(owner, dtype=np.int64)[keep]
+        bounds = np.searchsorted(own, np.arange(len(docs) + 1))
+        out = [sigs[bounds[j]:bounds[j + 1]] for j in range(len(docs))]
+        for j, d in enumerate(docs):
+            if len(out[j]) != last[j] - first[j]:
+                raise TcqaError(f"doc {d}: its text gives {len(out[j])} MinHash windows, the index has "
+                                f"{last[j] - first[j]}; the corpus (or the window code) changed after "
+                                "indexing: rebuild the index")
+        return out
 
     def query(self, sigs: np.ndarray, max_candidates_per_band: int = 256) -> tuple[np.ndarray, np.ndarray]:
         """Best verified match per query signature: ``(best_sim float64[q], best_window int64[q])``.
 
-        Candidates are windows sharing at least one band key; each is verified by the fraction of
-        equal signature values (the Jaccard estimate). The best is returned even when below the
-        threshold (ties: lowest window id); -1 and 0.0 when there is no candidate or the query
-        has no shingles. At most ``max_candidates_per_band`` windows are taken per band key (the
-        lowest ids): a key shared by more windows marks boilerplate repeated across the corpus.
+        Candidates are windows (format 3: every window of the docs) sharing at least one band key;
+        each is verified by the fraction of equal signature values (the Jaccard estimate). The
+        best is returned even when below the threshold (ties: lowest window id); -1 and 0.0 when
+        there is no candidate or the query has no shingles. At most ``max_candidates_per_band``
+        entries are taken per band key (the lowest ids): a key shared by more windows marks
+        boilerplate repeated across the corpus.
         """
         sigs = np.asarray(sigs)
         if sigs.ndim == 1:
@@ -86,6 +160,56 @@ class MinHashIndex:
         best_win = np.full(q, -1, dtype=np.int64)
         if q == 0 or self.n_windows == 0:
             return best_sim, best_win
+        if self.storage_format >= INDEX_STORAGE_FORMAT:
+            return self._query_docs(sigs, max_candidates_per_band, best_sim, best_win)
+        return self._query_windows(sigs, max_candidates_per_band, best_sim, best_win)
+
+    def _query_docs(self, sigs: np.ndarray, cap: int, best_sim: np.ndarray, best_win: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """Format 3: candidate docs from the band tables, then every window of each candidate doc
+        compared (docs in ordinal order, a batch at a time: each doc's windows are signed once)."""
+        p = self.params
+        has_shingles = ~(sigs == EMPTY_HASH).all(axis=1)
+        keys = stored_band_keys(band_keys(sigs, p))
+        cmp_sigs = stored_signatures(sigs) if p.verify == "signatures" else sigs
+        pair_q, pair_d = [], []
+        live = np.flatnonzero(has_shingles)
+        for band in range(p.bands):  # type: ignore[arg-type]
+            owner, docs = packed.lookup(self.band_cells[band], self.band_entries[band], keys[live, band],
+                                        self.dir_bits, self.id_bits, cap)
+            pair_q.append(live[owner])
+            pair_d.append(docs)
+        if not pair_q or not sum(map(len, pair_q)):
+            return best_sim, best_win
+        code = np.unique(np.concatenate(pair_d) * len(sigs) + np.concatenate(pair_q))
+        ds, qs = np.divmod(code, len(sigs))  # sorted by doc, then query
+        cand_docs = np.unique(ds)
+        for b0 in range(0, len(cand_docs), _VERIFY_DOCS):
+            batch = cand_docs[b0:b0 + _VERIFY_DOCS]
+            doc_sigs = self.doc_signatures(batch)
+            first = np.asarray(self.doc_windows[batch], dtype=np.int64)
+            lo, hi = np.searchsorted(ds, batch[0], "left"), np.searchsorted(ds, batch[-1], "right")
+            for j, d in enumerate(batch.tolist()):
+                a, b = np.searchsorted(ds[lo:hi], d, "left") + lo, np.searchsorted(ds[lo:hi], d, "right") + lo
+                ws = doc_sigs[j]
+                if not len(ws):
+                    continue
+                for c0 in range(a, b, 256):  # bounded [queries, windows, num_perm] comparisons
+                    qq = qs[c0:min(c0 + 256, b)]
+                    sims = (ws[None, :, :] == cmp_sigs[qq][:, None, :]).sum(axis=2) / p.num_perm
+                    k = sims.argmax(axis=1)  # first maximum: the lowest window id
+                    s = sims[np.arange(len(qq)), k]
+                    # docs ascend, so on equal similarity the window found first (lower id) stays
+                    upd = (s > best_sim[qq]) | (best_win[qq] < 0)
+                    best_sim[qq[upd]] = s[upd]
+                    best_win[qq[upd]] = first[j] + k[upd]
+        return best_sim, best_win
+
+    def _query_windows(self, sigs: np.ndarray, cap: int, best_sim: np.ndarray, best_win: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray]:
+        """Formats 1 and 2: band tables of window ids, each candidate window verified."""
+        p = self.params
+        q = len(sigs)
         has_shingles = ~(sigs == EMPTY_HASH).all(axis=1)
         keys = band_keys(sigs, p)
         # storage format 2 keeps 32-bit band keys and 16-bit signature values (format 1: full)
@@ -100,7 +224,7 @@ class MinHashIndex:
                 row = self.band_keys[band]
                 lo = np.searchsorted(row, keys[c0:c1, band], side="left")
                 hi = np.searchsorted(row, keys[c0:c1, band], side="right")
-                cnt = np.minimum(hi - lo, max_candidates_per_band)
+                cnt = np.minimum(hi - lo, cap)
                 cnt[~has_shingles[c0:c1]] = 0
                 total = int(cnt.sum())
                 if total == 0:
@@ -133,5 +257,8 @@ class MinHashIndex:
         if ok.any():
             if ids[ok].max() >= self.n_windows:
                 raise IndexError(f"window id out of range (index has {self.n_windows} windows)")
-            out[ok] = self.window_doc[ids[ok]]
+            if self.storage_format >= INDEX_STORAGE_FORMAT:
+                out[ok] = np.searchsorted(self.doc_windows, ids[ok], side="right") - 1
+            else:
+                out[ok] = self.window_doc[ids[ok]]
         return out

@@ -115,6 +115,42 @@ def _sign_compiled(texts: Sequence[str], params: MinHashParams) -> tuple[np.ndar
     return kernel.kernels()["window_signatures"](arr, ends - lens, ends, params.shingle_words, a, b)
 
 
+def sign_spans(texts: Sequence[str], win_doc: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+               params: MinHashParams) -> tuple[np.ndarray, np.ndarray]:
+    """``sign`` of the windows ``texts[win_doc[i]][starts[i]:ends[i]]``. The kernel path
+    normalizes each document once (the same bytes ``encode_normalized`` gives each window,
+    since Janitor normalization is per character) and signs byte ranges of it."""
+    if not (params.normalization == "janitor" and kernel.enabled()):
+        return sign([texts[d][s:e] for d, s, e in zip(win_doc.tolist(), starts.tolist(), ends.tolist(),
+                                                       strict=True)], params)
+    from tcqa_data.decontam.hashing import _blank_unicode_whitespace
+    from tcqa_data.decontam.normalize import JANITOR_BYTES_DELETE, JANITOR_BYTES_TABLE
+
+    k = kernel.kernels()
+    raw = b"".join([t.encode("utf-8", "surrogatepass") for t in texts])
+    doc_start = np.zeros(len(texts) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)), out=doc_start[1:])
+    offs = k["janitor_char_offsets"](np.frombuffer(raw, dtype=np.uint8), int(doc_start[-1]),
+                                     _janitor_deleted())
+    data = bytearray(raw.translate(JANITOR_BYTES_TABLE, JANITOR_BYTES_DELETE))
+    data += b"   "  # _blank_unicode_whitespace looks two bytes ahead
+    arr = np.frombuffer(data, dtype=np.uint8)
+    if not raw.isascii():
+        _blank_unicode_whitespace(arr)
+    first = doc_start[win_doc]
+    a, b = _permutations(params.num_perm, params.seed)
+    return k["window_signatures"](arr, offs[first + starts], offs[first + ends], params.shingle_words, a, b)
+
+
+@lru_cache(maxsize=1)
+def _janitor_deleted() -> np.ndarray:
+    from tcqa_data.decontam.normalize import JANITOR_BYTES_DELETE
+
+    out = np.zeros(128, dtype=np.bool_)
+    out[list(JANITOR_BYTES_DELETE)] = True
+    return out
+
+
 def sign(texts: Sequence[str], params: MinHashParams) -> tuple[np.ndarray, np.ndarray]:
     """``(signatures, shingle counts)`` of windows: the numba kernel when enabled (Janitor
     normalization), else the numpy path; both give datasketch's values."""
@@ -155,7 +191,7 @@ BAND_KEY_BITS = 32
 
 def stored_signatures(sigs: np.ndarray) -> np.ndarray:
     """Signature values as stored (format 2): their low 16 bits."""
-    return (np.asarray(sigs, dtype=_U32) & _U32(0xFFFF)).astype(np.uint16)
+    return np.asarray(sigs, dtype=_U32).astype(np.uint16)  # the cast keeps the low 16 bits
 
 
 def stored_band_keys(keys: np.ndarray) -> np.ndarray:
@@ -201,3 +237,14 @@ def band_keys(sigs: np.ndarray, params: MinHashParams) -> np.ndarray:
         h ^= h >> _U64(31)
         keys[:, band] = h
     return keys
+
+
+def band_runs(sigs: np.ndarray, params: MinHashParams) -> tuple[np.ndarray, np.ndarray]:
+    """``(keys, order)``, both ``[bands, len(sigs)]``: per band, the stored band keys sorted
+    (stable: equal keys keep ascending window order) and the windows in that order."""
+    sigs = np.ascontiguousarray(sigs, dtype=_U32)
+    if kernel.enabled():
+        return kernel.kernels()["band_runs"](sigs, params.bands, params.rows)
+    keys = stored_band_keys(band_keys(sigs, params))  # [m, bands]
+    order = np.argsort(keys, axis=0, kind="stable")
+    return np.take_along_axis(keys, order, axis=0).T.copy(), order.T

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import re
+import sys
+from collections.abc import Sequence
 from functools import lru_cache
+
+import numpy as np
 
 from tcqa_data.decontam.minhash.params import MinHashParams
 from tcqa_data.errors import TcqaError
@@ -61,8 +66,61 @@ _ORTHO_LC = _ORTHO_BEG_LC | _ORTHO_MID_LC | _ORTHO_UNK_LC
 def _tables_of(punkt) -> tuple[frozenset, frozenset, frozenset, dict, frozenset]:
     """Punkt's learned tables as plain sets/dicts, once per loaded tokenizer."""
     p = punkt._params
-    return frozenset(p.abbrev_types), frozenset(p.collocations), frozenset(p.sent_starters), \
-        dict(p.ortho_context), frozenset(a for a, _ in p.collocations)
+    return _tables(p.abbrev_types, p.collocations, p.sent_starters, p.ortho_context)
+
+
+def _tables(abbrevs, collocations, starters, ortho_context) -> tuple:
+    return frozenset(abbrevs), frozenset(collocations), frozenset(starters), dict(ortho_context), \
+        frozenset(a for a, _ in collocations)
+
+
+def _nltk_data_dirs() -> list[str]:
+    """NLTK's data search path before any in-process change (``nltk.data.path``'s defaults)."""
+    dirs = [os.path.expanduser(d) for d in os.environ.get("NLTK_DATA", "").split(os.pathsep) if d]
+    if os.path.expanduser("~/") != "~/":
+        dirs.append(os.path.expanduser("~/nltk_data"))
+    if os.name != "nt":
+        dirs += [os.path.join(sys.prefix, "nltk_data"), os.path.join(sys.prefix, "share", "nltk_data"),
+                 os.path.join(sys.prefix, "lib", "nltk_data"), "/usr/share/nltk_data",
+                 "/usr/local/share/nltk_data", "/usr/lib/nltk_data", "/usr/local/lib/nltk_data"]
+    return dirs
+
+
+@lru_cache(maxsize=4)
+def _tables_from_files(language: str, nltk_data: str | None) -> tuple | None:
+    """Punkt's tables read from the ``punkt_tab`` files the way NLTK's loader reads them, without
+    importing NLTK (whose import pulls in scipy: ~2.7 CPU-s in every build process). None when
+    the first match on the search path is not a plain folder (a zip): NLTK decides then."""
+    del nltk_data  # part of the cache key only
+    for root in _nltk_data_dirs():
+        folder = os.path.join(root, "tokenizers", "punkt_tab", language)
+        if not os.path.isdir(folder):
+            if os.path.exists(os.path.join(root, "tokenizers", "punkt_tab.zip")):
+                return None
+            continue
+
+        def lines(name: str, folder: str = folder) -> list[str]:
+            with open(os.path.join(folder, name), encoding="utf-8") as f:  # NLTK: rm_nl per line
+                return [x[:-1] if x.endswith("\n") else x for x in f]
+
+        try:
+            return _tables(set(lines("abbrev_types.txt")),
+                           {tuple(x.split("\t")) for x in lines("collocations.tab")},
+                           set(lines("sent_starters.txt")),
+                           {a: int(b) for a, b in (x.split("\t") for x in lines("ortho_context.tab"))})
+        except OSError:
+            return None  # an incomplete model: NLTK's loader says what is missing
+    return None
+
+
+def _punkt_tables(language: str = "english") -> tuple:
+    """Punkt's tables for ``fast_sentence_spans``: from NLTK's tokenizer when NLTK is already
+    imported (its ``nltk.data.path`` may have been changed in-process), else from the files."""
+    if "nltk" not in sys.modules:
+        tables = _tables_from_files(language, os.environ.get("NLTK_DATA"))
+        if tables is not None:
+            return tables
+    return _tables_of(_punkt(language))
 
 
 def _type(word: str) -> str:
@@ -139,7 +197,7 @@ def _is_break(chunk: str, next_chunk: str | None, tables: tuple) -> bool:
 
 def fast_sentence_spans(para: str) -> list[tuple[int, int]]:
     """Sentence ``(start, end)`` spans of a paragraph by Punkt's rules and tables (see above)."""
-    tables = _tables_of(_punkt())
+    tables = _punkt_tables()
     spans = []
     pos = 0
     n = len(para)
@@ -217,11 +275,10 @@ def _units(text: str, max_words: int, splitter: str = "punkt") -> list[tuple[int
     return units
 
 
-def split_windows(text: str, params: MinHashParams) -> list[str]:
-    """Overlapping windows of ``text``: one per sentence, extended by the following sentences
-    until it has ``params.window_min_words`` words (see the module docstring)."""
+def _window_bounds(text: str, params: MinHashParams) -> list[tuple[int, int]]:
+    """``(start, end)`` of each window of ``text`` (Python: any splitter, any kernel setting)."""
     units = _units(text, params.window_max_words, params.sentence_splitter)
-    windows = []
+    bounds = []
     for i in range(len(units)):
         words, j = 0, i
         while j < len(units) and words < params.window_min_words:
@@ -230,5 +287,113 @@ def split_windows(text: str, params: MinHashParams) -> list[str]:
         if words < params.window_min_words and i > 0:
             # Ran out of text: the previous window already holds this tail, and more.
             break
-        windows.append(text[units[i][0]:units[j - 1][1]])
-    return windows
+        bounds.append((units[i][0], units[j - 1][1]))
+    return bounds
+
+
+# ---------------------------------------------------------------------------------------------
+# The same windows from compiled code (``punkt-fast`` with the numba kernels): the kernels scan
+# code points for paragraphs and candidates and decide the common candidates; the rest (about
+# 8% on Wikipedia: abbreviations, initials, numbers, non-ASCII words) go to ``_is_break``.
+
+_M64 = (1 << 64) - 1
+
+
+def _fnv64(word: str) -> int:
+    """FNV-1a of an ASCII word (the kernels' table lookup key; a hit is re-checked in Python)."""
+    h = 0xCBF29CE484222325
+    for ch in word.encode("ascii"):
+        h = ((h ^ ch) * 0x100000001B3) & _M64
+    return h
+
+
+def _flags(chars: str, size: int) -> np.ndarray:
+    out = np.zeros(size, dtype=np.bool_)
+    out[[ord(c) for c in chars]] = True
+    return out
+
+
+@lru_cache(maxsize=1)
+def _char_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(str.isspace per code point up to U+3000 (the last whitespace), Punkt's characters that may
+    follow a candidate, ``_NOT_WORD_START``, the closing characters of ``_REALIGN``)."""
+    space = np.array([chr(c).isspace() for c in range(0x3001)], dtype=np.bool_)
+    follow = _flags(")\";}]*:@'({[\u2018\u2019\u201c\u201d\xab\xbb?!", 0x201E)
+    return space, follow, _flags(_NOT_WORD_START, 128), _flags("\"')]}", 128)
+
+
+@lru_cache(maxsize=4)
+def _word_hashes(words: frozenset) -> np.ndarray:
+    return np.array(sorted({_fnv64(w) for w in words if w.isascii()}), dtype=np.uint64)
+
+
+def _window_spans_compiled(texts: Sequence[str], params: MinHashParams
+                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    from tcqa_data.decontam import kernel
+
+    k = kernel.kernels()
+    tables = _punkt_tables()
+    space, follow, not_word_start, closer = _char_tables()
+    # one code point per str character (surrogatepass: a lone surrogate is one too)
+    cps = np.frombuffer(b"".join([t.encode("utf-32-le", "surrogatepass") for t in texts]), dtype=np.uint32)
+    doc_start = np.zeros(len(texts) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)), out=doc_start[1:])
+    mark, wstart, nstart, nend, decision = k["sentence_candidates"](
+        cps, doc_start, space, follow, not_word_start, _word_hashes(tables[0]), _word_hashes(tables[4]))
+
+    def decide(cands: list[int], starts: list[int]) -> None:
+        docs = (np.searchsorted(doc_start, mark[cands], side="right") - 1).tolist()
+        for c, start, d in zip(cands, starts, docs, strict=True):
+            text, base = texts[d], int(doc_start[d])
+            end, ns = int(mark[c]) + 1, int(nstart[c])
+            nxt = None if ns == -1 else text[end - base] if ns == -2 else text[ns - base:int(nend[c]) - base]
+            decision[c] = _is_break(text[start - base:end - base], nxt, tables)
+
+    undecided = np.flatnonzero(decision < 0)
+    decide(undecided.tolist(), wstart[undecided].tolist())
+    used_start = wstart.copy()
+
+    def windows_of(d0: int, d1: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Windows of docs d0..d1-1; a candidate after a break inside its own chunk ("end.:320")
+        has a shorter word than decided above: decide it again and redo those docs (rare)."""
+        c0, c1 = np.searchsorted(mark, doc_start[[d0, d1]])
+        while True:
+            win_doc, win_start, win_end, redo, redo_start = k["sentence_windows"](
+                cps, doc_start[d0:d1 + 1], space, closer, mark[c0:c1], wstart[c0:c1], nstart[c0:c1],
+                nend[c0:c1], decision[c0:c1], used_start[c0:c1], params.window_min_words,
+                params.window_max_words)
+            if not len(redo) or d1 - d0 > 1:
+                return win_doc + d0, win_start, win_end, redo + c0
+            decide((redo + c0).tolist(), redo_start.tolist())
+            used_start[redo + c0] = redo_start
+
+    win_doc, win_start, win_end, redo = windows_of(0, len(texts))
+    if len(redo):
+        redo_docs = set((np.searchsorted(doc_start, mark[redo], side="right") - 1).tolist())
+        keep = ~np.isin(win_doc, list(redo_docs))
+        parts = [(win_doc[keep], win_start[keep], win_end[keep])]
+        parts += [windows_of(d, d + 1)[:3] for d in sorted(redo_docs)]
+        win_doc, win_start, win_end = (np.concatenate(x) for x in zip(*parts, strict=True))
+        order = np.argsort(win_doc, kind="stable")
+        win_doc, win_start, win_end = win_doc[order], win_start[order], win_end[order]
+    base = doc_start[win_doc]
+    return win_doc, win_start - base, win_end - base
+
+
+def window_spans(texts: Sequence[str], params: MinHashParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every window of every text as ``(text index, start, end)`` arrays (int64, text order):
+    compiled for ``punkt-fast`` when the kernels are enabled, else Python; the same windows."""
+    from tcqa_data.decontam import kernel
+
+    if params.sentence_splitter == "punkt-fast" and kernel.enabled():
+        return _window_spans_compiled(texts, params)
+    bounds = [(d, s, e) for d, text in enumerate(texts) for s, e in _window_bounds(text, params)]
+    arr = np.array(bounds, dtype=np.int64).reshape(-1, 3)
+    return arr[:, 0].copy(), arr[:, 1].copy(), arr[:, 2].copy()
+
+
+def split_windows(text: str, params: MinHashParams) -> list[str]:
+    """Overlapping windows of ``text``: one per sentence, extended by the following sentences
+    until it has ``params.window_min_words`` words (see the module docstring)."""
+    _, starts, ends = window_spans([text], params)
+    return [text[s:e] for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
