@@ -658,7 +658,7 @@ def speed(args: argparse.Namespace) -> None:
         t1 = time.perf_counter()
         # the default build: n-grams, MinHash (verified against the text store) and the text store
         measured = timed_build(paths, idx, workers=args.workers, minhash=not args.no_minhash,
-                               extra={"id_field": "title", "text_store": args.text_store})
+                               extra={"id_field": "title", "text_store": args.text_store}, resume=args.resume)
         t_build = time.perf_counter() - t1
     else:
         t_gen = t_build = float("nan")
@@ -737,6 +737,7 @@ def main() -> None:
     s.add_argument("--rules", default="any-ngram,any-ngram|minhash>=0.5,any-ngram|aligned-field>=0.8")
     s.add_argument("--repeat", type=int, default=2)
     s.add_argument("--keep", action="store_true")
+    s.add_argument("--resume", action="store_true", help="finish an interrupted build of --work's index")
     args = ap.parse_args()
     if not DATA.is_dir():
         sys.exit(f"needs the real data at {DATA}")

@@ -66,11 +66,11 @@ def tree_memory(proc: psutil.Process) -> tuple[int, int, int]:
 
 
 def timed_build(inputs: list[str], out: Path, workers: int, minhash: bool, extra: dict | None = None,
-                env: dict | None = None) -> dict:
+                env: dict | None = None, resume: bool = False) -> dict:
     """Run build_index in a fresh process; sample the RSS of its whole process tree. ``env``:
     extra environment (``TCQA_KERNEL=numpy`` for the fallback, ``NUMBA_CACHE_DIR`` for a cold
     compile)."""
-    if out.exists():
+    if out.exists() and not resume:  # resume: finish an interrupted build (its done maps are kept)
         shutil.rmtree(out)
     # The corpus text store (alignment, issue 9) is a separate pass: measured on its own below.
     kw = {"workers": workers, "minhash": minhash, "quiet": True, "text_store": "none", **(extra or {})}

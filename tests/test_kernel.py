@@ -11,6 +11,8 @@ import pytest
 
 from tcqa_data.decontam import hashing, kernel
 from tcqa_data.decontam import ngram_index as ni
+from tcqa_data.decontam import ngram_reduce as nred
+from tcqa_data.decontam import ngram_runs as nruns
 from tcqa_data.errors import ConfigError
 
 pytest.importorskip("numba")
@@ -57,7 +59,7 @@ def test_kernel_sort_and_merge_equal_numpy(monkeypatch):
     h = rng.integers(0, 2**63, 200_000, dtype=np.uint64) * np.uint64(2)
     h[::5] = h[:40_000]  # many repeated hashes, from different docs
     d = np.sort(rng.integers(0, 5000, len(h)))
-    a, b = _both(monkeypatch, lambda: ni.sort_pairs(h, d))
+    a, b = _both(monkeypatch, lambda: nruns.sort_pairs(h, d))
     assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
     hs, ds = a
     assert np.all((hs[1:] > hs[:-1]) | ((hs[1:] == hs[:-1]) & (ds[1:] > ds[:-1])))
@@ -68,7 +70,7 @@ def test_kernel_sort_and_merge_equal_numpy(monkeypatch):
     dd = np.concatenate([ds[cut:], ds[:cut]])
     ww = np.concatenate([w[cut:], w[:cut]])
     for dtype in (ni.DOC_DTYPE, np.dtype(np.int64)):
-        m1, m2 = _both(monkeypatch, lambda dt=dtype: ni._merge(hh, dd, ww, 3, dt))
+        m1, m2 = _both(monkeypatch, lambda dt=dtype: nred._merge(hh, dd, ww, 3, dt))
         assert all(np.array_equal(x, y) for x, y in zip(m1, m2, strict=True))
 
 

@@ -584,3 +584,19 @@ def test_map_shard_files_identical_with_kernel_and_fallback(wiki_sample, tmp_pat
     assert list(text_verified.glob("*.window_doc.npy")) and not list(text_verified.glob("*.signatures.npy"))
     for f in files:
         assert (dirs[0] / f).read_bytes() == (dirs[1] / f).read_bytes(), f
+
+
+def test_band_merge_with_small_blocks_and_many_runs_is_identical(wiki_sample, tmp_path, monkeypatch):
+    """Many runs merged a few entries at a time (runs topped up before they run dry) give the
+    same files as one big block per run."""
+    texts = _wiki(wiki_sample, range(0, 600, 20))
+    monkeypatch.setattr(mh_shards, "PART_WINDOWS", 200)
+    big = _build(texts, tmp_path / "big", shards=4)
+    monkeypatch.setattr(mh_merge, "_MIN_BLOCK", 8)
+    monkeypatch.setattr(mh_merge, "_MERGE_ENTRIES", 64)
+    small = _build(texts, tmp_path / "small", shards=4)
+    files = sorted(p.name for p in (big / "minhash").iterdir())
+    assert len(list((big / "_work").rglob("part*.band_keys.npy"))) > 8  # many runs
+    assert files == sorted(p.name for p in (small / "minhash").iterdir())
+    for f in files:
+        assert (big / "minhash" / f).read_bytes() == (small / "minhash" / f).read_bytes(), f

@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 from tcqa_data.decontam import ngram_index as ni
+from tcqa_data.decontam import ngram_reduce as nred
+from tcqa_data.decontam import ngram_runs as nruns
 from tcqa_data.decontam.build import build_index
 from tcqa_data.decontam.hashing import batch_ngram_hashes, ngram_hashes, token_ngram_hashes
 from tcqa_data.decontam.normalize import tokenize
@@ -127,7 +129,7 @@ def test_sort_pairs_matches_python():
     rng = np.random.default_rng(1)
     h = rng.integers(0, 50, size=5000).astype(np.uint64) * np.uint64(2**58)
     d = rng.integers(0, 40, size=5000)
-    hs, ds = ni.sort_pairs(h, d)
+    hs, ds = nruns.sort_pairs(h, d)
     pairs = sorted(set(zip(h.tolist(), d.tolist(), strict=True)))
     assert list(zip(hs.tolist(), ds.tolist(), strict=True)) == pairs
 
@@ -142,8 +144,8 @@ def _random_runs(tmp_path, rng, nb):
             k = 4000
             h = (rng.integers(0, 3000, size=k).astype(np.uint64) * np.uint64(6148914691236517))
             d = rng.integers(r * 15, r * 15 + 15, size=k)
-            ni.write_run(run_dir, 13, r, h, d, nb)
-            sources.append(ni.RunSource(str(run_dir), r, offset))
+            nruns.write_run(run_dir, 13, r, h, d, nb)
+            sources.append(nred.RunSource(str(run_dir), r, offset))
         offset += ndocs
     return sources
 
@@ -156,9 +158,9 @@ def test_reduce_chunking_is_invisible(tmp_path, dir_bits):
     nb = 4
     sources = _random_runs(tmp_path, rng, nb)
     for b in range(nb):
-        k1 = ni.reduce_bucket(tmp_path / "big", 13, b, sources, num_buckets=nb, provenance=2,
+        k1 = nred.reduce_bucket(tmp_path / "big", 13, b, sources, num_buckets=nb, provenance=2,
                               dir_bits=dir_bits)
-        k2 = ni.reduce_bucket(tmp_path / "small", 13, b, sources, num_buckets=nb, provenance=2,
+        k2 = nred.reduce_bucket(tmp_path / "small", 13, b, sources, num_buckets=nb, provenance=2,
                               chunk_pairs=500, dir_bits=dir_bits)
         assert k1 == k2 and k1.rows > 0
         for kind in ni.BUCKET_FILES:
@@ -230,13 +232,13 @@ def test_reduce_with_old_index_equals_full_merge(tmp_path, old_int64):
     first, rest = sources[:2], sources[2:]  # input 0 (docs 0..29), inputs 1 and 2
     kw = dict(num_buckets=nb, provenance=2, dir_bits=4)
     for b in range(nb):
-        ni.reduce_bucket(tmp_path / "full", 13, b, sources, **kw)
-        ni.reduce_bucket(tmp_path / "old", 13, b, first, **kw)
+        nred.reduce_bucket(tmp_path / "full", 13, b, sources, **kw)
+        nred.reduce_bucket(tmp_path / "old", 13, b, first, **kw)
     if old_int64:
         _as_int64_docs(tmp_path / "old", 13, nb)
-    old = ni.OldIndex(str(tmp_path / "old"), (0,), (0,))
+    old = nred.OldIndex(str(tmp_path / "old"), (0,), (0,))
     for b in range(nb):
-        ni.reduce_bucket(tmp_path / "app", 13, b, rest, old=old, chunk_pairs=700, **kw)
+        nred.reduce_bucket(tmp_path / "app", 13, b, rest, old=old, chunk_pairs=700, **kw)
         for kind in ni.BUCKET_FILES:
             assert ni.bucket_paths(tmp_path / "app", 13, b)[kind].read_bytes() == \
                 ni.bucket_paths(tmp_path / "full", 13, b)[kind].read_bytes()
@@ -247,8 +249,8 @@ def test_doc_ordinal_overflow_is_refused_or_int64():
     d = np.array([5, 7, ni.DOC_NONE], dtype=np.int64)
     w = np.ones(3, dtype=np.int64)
     with pytest.raises(TcqaError, match="uint32"):
-        ni._merge(h, d, w, 2)
-    h_u, df, docs = ni._merge(h, d, w, 2, np.dtype(np.int64))
+        nred._merge(h, d, w, 2)
+    h_u, df, docs = nred._merge(h, d, w, 2, np.dtype(np.int64))
     assert h_u.tolist() == [1, 2] and df.tolist() == [1, 2]
     assert docs.tolist() == [[5, -1], [7, ni.DOC_NONE]]
 
@@ -264,7 +266,7 @@ def test_npy_reader_reads_rows(tmp_path):
         NpyRowReader(tmp_path / "f.npy")
     h = np.sort(np.random.default_rng(0).integers(0, 2**63, size=1000).astype(np.uint64))
     np.save(tmp_path / "h.npy", h)
-    cur = ni._Cursor(NpyRowReader(tmp_path / "h.npy"), 100, 900, 37)
+    cur = nred._Cursor(NpyRowReader(tmp_path / "h.npy"), 100, 900, 37)
     got, pos = [], 100
     for bound in (int(h[0]), int(h[300]), int(h[301]), int(h[850]), None):
         a0, b0, hh = cur.take(bound)
@@ -289,16 +291,17 @@ def test_colliding_keys_are_one_entry(tmp_path):
     d1 = np.array([3, 7, 1])
     h2 = np.array([x | np.uint64(9)] * 2, dtype=np.uint64)
     d2 = np.array([3, 4])
-    ni.write_run(tmp_path / "a", 13, 0, h1, d1, nb)
-    ni.write_run(tmp_path / "b", 13, 0, h2, d2 - 2, nb)  # second input: docs 2.. (offset 2)
-    both = [ni.RunSource(str(tmp_path / "a"), 0, 0), ni.RunSource(str(tmp_path / "b"), 0, 2)]
-    st = ni.reduce_bucket(tmp_path / "full", 13, 0, both, **kw)
+    nruns.write_run(tmp_path / "a", 13, 0, h1, d1, nb)
+    nruns.write_run(tmp_path / "b", 13, 0, h2, d2 - 2, nb)  # second input: docs 2.. (offset 2)
+    both = [nred.RunSource(str(tmp_path / "a"), 0, 0), nred.RunSource(str(tmp_path / "b"), 0, 2)]
+    st = nred.reduce_bucket(tmp_path / "full", 13, 0, both, **kw)
     f = _bucket_files(tmp_path / "full", 13, 0)
     assert st == (2, 2) and f["keys"].tolist() == [0x12345678, 0xABCD0123]
     assert f["df"].tolist() == [1, 4] and f["docs"].tolist() == [1, 3]
     assert f["docs_more_rows"].tolist() == [1] and f["docs_more"].tolist() == [[4]]
-    ni.reduce_bucket(tmp_path / "old", 13, 0, both[:1], **kw)
-    ni.reduce_bucket(tmp_path / "app", 13, 0, both[1:], old=ni.OldIndex(str(tmp_path / "old"), (), ()), **kw)
+    nred.reduce_bucket(tmp_path / "old", 13, 0, both[:1], **kw)
+    old = nred.OldIndex(str(tmp_path / "old"), (), ())
+    nred.reduce_bucket(tmp_path / "app", 13, 0, both[1:], old=old, **kw)
     for kind in ni.BUCKET_FILES:
         assert ni.bucket_paths(tmp_path / "app", 13, 0)[kind].read_bytes() == \
             ni.bucket_paths(tmp_path / "full", 13, 0)[kind].read_bytes(), kind
@@ -352,8 +355,8 @@ def _write_v1(src_root, dst_root, texts, sizes, nb):
             for k in ("false_positive_rate", "max_cell_keys", "max_cell_false_positive_rate"):
                 c.pop(k, None)
         h, d = batch_ngram_hashes(texts, [n])[n]
-        hs, ds = ni.sort_pairs(h, d)
-        h_u, df, docs = ni._merge(hs, ds, np.ones(len(hs), np.int64), P)
+        hs, ds = nruns.sort_pairs(h, d)
+        h_u, df, docs = nred._merge(hs, ds, np.ones(len(hs), np.int64), P)
         bk = ni.bucket_of(h_u, nb)
         for b in range(nb):
             p = ni.bucket_paths(dst_root, n, b, layout=1)
@@ -410,10 +413,10 @@ def test_reduce_one_provenance_doc_and_int64_docs(tmp_path):
     nb = 4
     sources = _random_runs(tmp_path, rng, nb)
     for b in range(nb):
-        ni.reduce_bucket(tmp_path / "p2", 13, b, sources, num_buckets=nb, provenance=2, dir_bits=5)
-        ni.reduce_bucket(tmp_path / "p1", 13, b, sources, num_buckets=nb, provenance=1, dir_bits=5,
+        nred.reduce_bucket(tmp_path / "p2", 13, b, sources, num_buckets=nb, provenance=2, dir_bits=5)
+        nred.reduce_bucket(tmp_path / "p1", 13, b, sources, num_buckets=nb, provenance=1, dir_bits=5,
                          chunk_pairs=900)
-        ni.reduce_bucket(tmp_path / "i64", 13, b, sources, num_buckets=nb, provenance=2, dir_bits=5,
+        nred.reduce_bucket(tmp_path / "i64", 13, b, sources, num_buckets=nb, provenance=2, dir_bits=5,
                          chunk_pairs=900, doc_dtype="int64")
         p2, p1, i64 = (_bucket_files(tmp_path / x, 13, b) for x in ("p2", "p1", "i64"))
         for kind in ("keys", "dir", "df", "df_over_rows", "df_over", "docs_more_rows"):

@@ -36,6 +36,8 @@ from typing import Any
 
 from tcqa_data import FORMAT_VERSION, __version__
 from tcqa_data.decontam import ngram_index as ni
+from tcqa_data.decontam import ngram_reduce as nred
+from tcqa_data.decontam import ngram_runs as nruns
 from tcqa_data.decontam.build_map import (
     BATCH_CHARS,
     _init_worker,
@@ -133,8 +135,8 @@ def build_index(
     seed: int = 0,
     num_buckets: int = ni.DEFAULT_NUM_BUCKETS,
     provenance: int = ni.DEFAULT_PROVENANCE,
-    run_pairs: int = ni.DEFAULT_RUN_PAIRS,
-    chunk_pairs: int = ni.DEFAULT_CHUNK_PAIRS,
+    run_pairs: int = nruns.DEFAULT_RUN_PAIRS,
+    chunk_pairs: int = nred.DEFAULT_CHUNK_PAIRS,
     batch_chars: int = BATCH_CHARS,
     shard_bytes: int = SHARD_BYTES,
     engine: str | Engine = "local",

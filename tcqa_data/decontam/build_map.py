@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tcqa_data.decontam import ngram_index as ni
+from tcqa_data.decontam import ngram_runs as nruns
 from tcqa_data.decontam.engines import Engine
 from tcqa_data.decontam.readers import (
     CorpusInput,
@@ -159,8 +159,8 @@ def map_shard(task: dict[str, Any], work_dir: str, cfg: dict[str, Any],
         if not fast:
             docs = iter_documents(shard, cfg["text_field"], cfg["id_field"], cfg["on_error"], stats)
 
-    writer = ni.RunWriter(str(out / "ngrams"), cfg["ngram_sizes"], cfg["normalization"], cfg["seed"],
-                          cfg["num_buckets"], cfg.get("run_pairs", ni.DEFAULT_RUN_PAIRS))
+    writer = nruns.RunWriter(str(out / "ngrams"), cfg["ngram_sizes"], cfg["normalization"], cfg["seed"],
+                          cfg["num_buckets"], cfg.get("run_pairs", nruns.DEFAULT_RUN_PAIRS))
     text_bytes = 0
     content = hashlib.sha256() if task.get("hf") else None
     with atomic_path(out / "docs.parquet") as tmp:

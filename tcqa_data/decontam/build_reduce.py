@@ -15,6 +15,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tcqa_data.decontam import ngram_index as ni
+from tcqa_data.decontam import ngram_reduce as nred
+from tcqa_data.decontam import ngram_runs as nruns
 from tcqa_data.decontam.build_map import _minhash_module, arrow_int64, arrow_strings
 from tcqa_data.decontam.engines import Engine
 from tcqa_data.errors import TcqaError
@@ -27,16 +29,16 @@ _DOCS_SCHEMA = pa.schema([("doc_ordinal", pa.int64()), ("doc_ref", pa.string()),
                           ("input", pa.string()), ("row", pa.int64())])
 
 
-def _reduce_task(args: tuple) -> ni.BucketStats:
+def _reduce_task(args: tuple) -> nred.BucketStats:
     stage, n, b, sources, num_buckets, provenance, old, chunk_pairs, dir_bits = args
-    return ni.reduce_bucket(stage, n, b, sources, num_buckets=num_buckets, provenance=provenance,
+    return nred.reduce_bucket(stage, n, b, sources, num_buckets=num_buckets, provenance=provenance,
                             old=old, chunk_pairs=chunk_pairs, dir_bits=dir_bits)
 
 
 def _reduce_bucket_task(bucket: int, n: int, stage: str, sources_by_n: dict, num_buckets: int,
-                        provenance: int, old: Any, chunk_pairs: int, dir_bits: int) -> ni.BucketStats:
+                        provenance: int, old: Any, chunk_pairs: int, dir_bits: int) -> nred.BucketStats:
     """A reduce task on an engine: the run list comes once per build (shared), not per bucket."""
-    return ni.reduce_bucket(stage, n, bucket, sources_by_n[n], num_buckets=num_buckets,
+    return nred.reduce_bucket(stage, n, bucket, sources_by_n[n], num_buckets=num_buckets,
                             provenance=provenance, old=old, chunk_pairs=chunk_pairs, dir_bits=dir_bits)
 
 
@@ -70,7 +72,7 @@ def _reduce(out: Path, work: Path, params: dict, cfg: dict, ns: list[int], entri
             shifts.append(offset - e["doc_offset"])
         e["doc_offset"] = offset
         offset += e["docs"]
-    old = ni.OldIndex(str(out), tuple(starts), tuple(shifts)) if old_manifest is not None else None
+    old = nred.OldIndex(str(out), tuple(starts), tuple(shifts)) if old_manifest is not None else None
 
     dir_bits = _dir_bits(params, cfg, ns, all_inputs, old_manifest)
     maps = work / "maps"
@@ -83,7 +85,7 @@ def _reduce(out: Path, work: Path, params: dict, cfg: dict, ns: list[int], entri
             doff = e["doc_offset"]
             for key, nd in zip(e["shards"], e["shard_docs"], strict=True):
                 run_dir = str(maps / key / "ngrams")
-                sources += [ni.RunSource(run_dir, r, doff) for r in ni.list_runs(run_dir, n)]
+                sources += [nred.RunSource(run_dir, r, doff) for r in nruns.list_runs(run_dir, n)]
                 doff += nd
         for b in range(params["num_buckets"]):
             jobs.append((str(stage), n, b, tuple(sources), params["num_buckets"], params["provenance_docs"],

@@ -143,11 +143,20 @@ def _merge_band(runs: list[_Run], band: int, out: packed.TableWriter, layout: di
     done = [False] * len(runs)
     empty = (np.zeros(0, np.uint64), np.zeros(0, np.int64))
     while True:
+        # Top up every run holding less than half a block, not only the exhausted ones: else each
+        # pass frees about one run's block and the passes number the blocks of all runs, each
+        # looping over every run (quadratic in the run count; hours per band at 10 GB).
         for i in range(len(runs)):
-            if (cur[i] is None or not len(cur[i][0])) and not done[i]:
-                cur[i] = next(its[i], None)
-                if cur[i] is None:
-                    done[i], cur[i] = True, empty
+            if not done[i] and (cur[i] is None or len(cur[i][0]) < block // 2):
+                nxt = next(its[i], None)
+                if nxt is None:
+                    done[i] = True
+                    if cur[i] is None:
+                        cur[i] = empty
+                elif cur[i] is None or not len(cur[i][0]):
+                    cur[i] = nxt
+                else:
+                    cur[i] = (np.concatenate([cur[i][0], nxt[0]]), np.concatenate([cur[i][1], nxt[1]]))
         live = [i for i in range(len(runs)) if cur[i] is not None and len(cur[i][0])]
         if not live:
             return
