@@ -871,6 +871,14 @@ _FNV_OFF = np.uint64(0xCBF29CE484222325)
 _FNV_PRIME = np.uint64(0x100000001B3)
 
 
+@njit(cache=True, nogil=True)
+def _grown(arr, n, cap):
+    """A copy of ``arr``'s first ``n`` items in a new array of ``cap`` (growable outputs)."""
+    out = np.empty(cap, dtype=arr.dtype)
+    out[:n] = arr[:n]
+    return out
+
+
 @njit(cache=True, nogil=True, inline="always")
 def _isspace(cp, c):
     return c < len(cp) and cp[c]
@@ -986,21 +994,11 @@ def sentence_candidates(text, doc_start, space, follow, not_word_start, abbrev_h
                         continue  # a run such as "?!": decided at its last character
                 if nc == cap:
                     cap *= 2
-                    mark2 = np.empty(cap, dtype=np.int64)
-                    mark2[:nc] = mark[:nc]
-                    mark = mark2
-                    w2 = np.empty(cap, dtype=np.int64)
-                    w2[:nc] = wstart[:nc]
-                    wstart = w2
-                    s2 = np.empty(cap, dtype=np.int64)
-                    s2[:nc] = nstart[:nc]
-                    nstart = s2
-                    e2 = np.empty(cap, dtype=np.int64)
-                    e2[:nc] = nend[:nc]
-                    nend = e2
-                    d2 = np.empty(cap, dtype=np.int8)
-                    d2[:nc] = decision[:nc]
-                    decision = d2
+                    mark = _grown(mark, nc, cap)
+                    wstart = _grown(wstart, nc, cap)
+                    nstart = _grown(nstart, nc, cap)
+                    nend = _grown(nend, nc, cap)
+                    decision = _grown(decision, nc, cap)
                 ws = last_space + 1
                 if end < pe and not _isspace(space, text[end]):
                     ns = -2
@@ -1191,15 +1189,9 @@ def sentence_windows(text, doc_start, space, closer, mark, wstart, nstart, nend,
                 break
             if nwin == cap:
                 cap *= 2
-                t1 = np.empty(cap, dtype=np.int64)
-                t1[:nwin] = wd[:nwin]
-                wd = t1
-                t2 = np.empty(cap, dtype=np.int64)
-                t2[:nwin] = wsa[:nwin]
-                wsa = t2
-                t3 = np.empty(cap, dtype=np.int64)
-                t3[:nwin] = wea[:nwin]
-                wea = t3
+                wd = _grown(wd, nwin, cap)
+                wsa = _grown(wsa, nwin, cap)
+                wea = _grown(wea, nwin, cap)
             wd[nwin] = d
             wsa[nwin] = units[i, 0]
             wea[nwin] = units[j - 1, 1]
