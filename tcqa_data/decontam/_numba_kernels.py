@@ -433,6 +433,20 @@ _NULL = np.frombuffer(b"null", dtype=np.uint8)
 
 
 @njit(cache=True, nogil=True)
+def _skip_key(buf, i, end):
+    """Position after an object key and its colon (``"key" :``) starting at ``i``, -1 if none."""
+    if i >= end or buf[i] != 34:
+        return -1
+    i = _skip_string(buf, i + 1, end)
+    if i < 0:
+        return -1
+    i = _skip_ws(buf, i, end)
+    if i >= end or buf[i] != 58:
+        return -1
+    return i + 1
+
+
+@njit(cache=True, nogil=True)
 def _skip_value(buf, i, end):
     """Position after the JSON value at ``i`` (objects and arrays validated to the end, with an
     explicit stack), -1 where Python's json might differ (NaN, Infinity, deep nesting, errors)."""
@@ -456,15 +470,9 @@ def _skip_value(buf, i, end):
                 stack[depth] = c
                 depth += 1
                 if c == 123:  # first key
-                    if i >= end or buf[i] != 34:
-                        return -1
-                    i = _skip_string(buf, i + 1, end)
+                    i = _skip_key(buf, i, end)
                     if i < 0:
                         return -1
-                    i = _skip_ws(buf, i, end)
-                    if i >= end or buf[i] != 58:
-                        return -1
-                    i += 1
                 continue
         elif c == 116:
             i = _skip_literal(buf, i, end, _TRUE)
@@ -493,16 +501,9 @@ def _skip_value(buf, i, end):
                 return -1
             i += 1
             if top == 123:
-                i = _skip_ws(buf, i, end)
-                if i >= end or buf[i] != 34:
-                    return -1
-                i = _skip_string(buf, i + 1, end)
+                i = _skip_key(buf, _skip_ws(buf, i, end), end)
                 if i < 0:
                     return -1
-                i = _skip_ws(buf, i, end)
-                if i >= end or buf[i] != 58:
-                    return -1
-                i += 1
             break
 
 

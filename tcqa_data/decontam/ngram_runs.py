@@ -19,7 +19,7 @@ import numpy as np
 from tcqa_data.decontam import kernel
 from tcqa_data.decontam.hashing import batch_ngram_hashes, hash_normalized
 from tcqa_data.decontam.ngram_index import DEFAULT_NUM_BUCKETS, _bucket_range
-from tcqa_data.io_utils import write_npy_atomic
+from tcqa_data.io_utils import narrow_ordinals, write_npy_atomic
 
 # Pairs per spilled run: bounds the map's memory whatever the corpus size.
 DEFAULT_RUN_PAIRS = 2_000_000
@@ -140,8 +140,7 @@ def write_run(run_dir: str | os.PathLike, n: int, run: int, h: np.ndarray, d: np
     write_npy_atomic(p["hashes"], hs)
     # local doc ordinals as uint32 (12 instead of 16 bytes per pair on the build's scratch disk);
     # the reduce widens them to int64 whatever the width
-    small = not len(ds) or int(ds.max()) <= 0xFFFFFFFF
-    write_npy_atomic(p["docs"], ds.astype(np.uint32 if small else np.int64, copy=False))
+    write_npy_atomic(p["docs"], narrow_ordinals(ds))
     write_npy_atomic(p["offsets"], offsets)
     return len(hs)
 

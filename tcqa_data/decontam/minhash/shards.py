@@ -19,7 +19,7 @@ from tcqa_data.decontam.minhash.sketch import (
     stored_signatures,
 )
 from tcqa_data.decontam.minhash.windows import window_spans
-from tcqa_data.io_utils import write_json_atomic, write_npy_atomic
+from tcqa_data.io_utils import narrow_ordinals, write_json_atomic, write_npy_atomic
 
 PART_WINDOWS = 65536  # windows per map-side run (16 MiB of signatures at 128 permutations)
 _BATCH_CHARS = 1 << 20  # characters of documents per window_spans() + sign_spans() call
@@ -42,9 +42,7 @@ def _write_run(prefix: Path, sigs: np.ndarray, docs: np.ndarray, params: MinHash
     sorted_keys, order = band_runs(sigs, params)  # [bands, m] each
     if params.verify == "signatures":
         write_npy_atomic(Path(f"{prefix}.signatures.npy"), stored_signatures(sigs))
-    # shard-local ordinals fit uint32 (the merge widens them): scratch disk, not index format
-    small = not len(docs) or int(docs.max()) <= 0xFFFFFFFF
-    write_npy_atomic(Path(f"{prefix}.window_doc.npy"), docs.astype(np.uint32 if small else np.int64))
+    write_npy_atomic(Path(f"{prefix}.window_doc.npy"), narrow_ordinals(docs))
     write_npy_atomic(Path(f"{prefix}.band_keys.npy"), sorted_keys)
     write_npy_atomic(Path(f"{prefix}.band_windows.npy"), order.astype(_window_id_dtype(len(sigs))))
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import Any
 
 import numpy as np
 import xxhash
@@ -181,12 +180,10 @@ def datasketch_signatures(texts: Sequence[str], params: MinHashParams) -> np.nda
     return out
 
 
-# Storage format 2 keeps less than the 32-bit values and 64-bit keys computed here (see
-# ``storage_info`` for what that costs): the low 16 bits of each signature value and the top 32
-# bits of each band key.
+# Map runs (storage format 2) keep less than the 32-bit values and 64-bit keys computed here:
+# the low 16 bits of each signature value and the top 32 bits of each band key
+# (``params.SIGNATURE_BITS``/``BAND_KEY_BITS``; ``params.index_storage_info`` gives the costs).
 STORAGE_FORMAT = 2
-SIGNATURE_BITS = 16
-BAND_KEY_BITS = 32
 
 
 def stored_signatures(sigs: np.ndarray) -> np.ndarray:
@@ -197,24 +194,6 @@ def stored_signatures(sigs: np.ndarray) -> np.ndarray:
 def stored_band_keys(keys: np.ndarray) -> np.ndarray:
     """Band keys as stored (format 2): the top 32 bits of the 64-bit mix."""
     return (np.asarray(keys, dtype=_U64) >> _U64(32)).astype(_U32)
-
-
-def storage_info(n_windows: int, params: MinHashParams) -> dict[str, Any]:
-    """What the lossy storage costs, computed for an index of ``n_windows`` windows.
-
-    * A 16-bit value agrees by chance with probability 2**-16 where the 32-bit values differ,
-      so the similarity estimate (fraction of agreeing values) of a window with true Jaccard J
-      has expectation J + (1 - J) * 2**-16: a bias of at most 1.5e-5.
-    * A 32-bit band key matches an unrelated window's key by chance with probability 2**-32 per
-      band, so a query meets about ``bands * n_windows / 2**32`` extra candidates; each is
-      verified by its signature, so they cost time, not false flags: such a window passes a
-      0.5 threshold only if half of its 16-bit values agree by chance, which is negligible.
-    """
-    sig_collision = 2.0 ** -SIGNATURE_BITS
-    return {"storage_format": STORAGE_FORMAT, "signature_bits": SIGNATURE_BITS,
-            "band_key_bits": BAND_KEY_BITS, "signature_value_collision_rate": sig_collision,
-            "similarity_estimate_max_bias": sig_collision,
-            "chance_candidates_per_query": params.bands * n_windows / 2.0 ** BAND_KEY_BITS}
 
 
 def band_keys(sigs: np.ndarray, params: MinHashParams) -> np.ndarray:
