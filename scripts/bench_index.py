@@ -4,6 +4,7 @@ datasketch loop, peak RSS of the build process tree, index size per corpus byte.
 
     .venv/bin/python scripts/bench_index.py                       # wiki sample only
     .venv/bin/python scripts/bench_index.py --synthetic-gb 1      # + a 1 GB corpus derived from it
+    .venv/bin/python scripts/bench_index.py --band-merge-runs 400,1600,3200   # MinHash band merge only
 
 Memory is sampled every 0.1 s over the build's process tree as summed RSS, PSS and anonymous
 PSS (``Pss_Anon``: heap and arrays, without file-backed page cache), overall and per phase
@@ -66,10 +67,11 @@ def tree_memory(proc: psutil.Process) -> tuple[int, int, int]:
 
 
 def timed_build(inputs: list[str], out: Path, workers: int, minhash: bool, extra: dict | None = None,
-                env: dict | None = None, resume: bool = False) -> dict:
+                env: dict | None = None, resume: bool = False, memlog: Path | None = None) -> dict:
     """Run build_index in a fresh process; sample the RSS of its whole process tree. ``env``:
     extra environment (``TCQA_KERNEL=numpy`` for the fallback, ``NUMBA_CACHE_DIR`` for a cold
-    compile)."""
+    compile). ``memlog``: a JSON line per second (phase, PSS per process, what the reduce is
+    writing) to trace where the peak comes from."""
     if out.exists() and not resume:  # resume: finish an interrupted build (its done maps are kept)
         shutil.rmtree(out)
     # The corpus text store (alignment, issue 9) is a separate pass: measured on its own below.
@@ -92,10 +94,33 @@ def timed_build(inputs: list[str], out: Path, workers: int, minhash: bool, extra
     disk0 = shutil.disk_usage(out.parent).used
     disk_peak = [0]
 
+    log = open(memlog, "w") if memlog else None  # noqa: SIM115 (closed after the sampler stops)
+    last_log = [0.0]
+
+    def log_line(mem: tuple[int, int, int]) -> None:
+        now = time.perf_counter()
+        if now - last_log[0] < 1.0:
+            return
+        last_log[0] = now
+        procs = []
+        for p in [ps, *ps.children(recursive=True)]:
+            try:
+                procs.append([p.pid, getattr(p.memory_full_info(), "pss", 0)])
+            except psutil.Error:
+                pass
+        phase = ("text store" if (out / "textstore").exists() and (out / "manifest.json").exists()
+                 else "reduce" if stage.exists() else "map")
+        writing = sorted(x.name for x in stage.iterdir())[:12] if stage.exists() else []
+        log.write(json.dumps({"t": round(now - t0, 1), "phase": phase, "pss_tree": mem[1],
+                              "anon_pss_tree": mem[2], "procs": procs, "stage": writing}) + "\n")
+        log.flush()
+
     def sample() -> None:
         while not stop.is_set():
             try:
                 mem = tree_memory(ps)
+                if log:
+                    log_line(mem)
                 peak[:] = [max(a, b) for a, b in zip(peak, mem, strict=True)]
                 ph = phase_peak["reduce" if stage.exists() else "map"]
                 ph[:] = [max(ph[0], mem[1]), max(ph[1], mem[2])]
@@ -109,6 +134,8 @@ def timed_build(inputs: list[str], out: Path, workers: int, minhash: bool, extra
     stdout, _ = proc.communicate()
     stop.set()
     th.join()
+    if log:
+        log.close()
     if proc.returncode != 0:
         raise SystemExit(f"build failed ({proc.returncode})")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -252,6 +279,76 @@ def minhash_bench(texts: list[str]) -> dict:
             "split_windows_per_cpu_s": round(len(windows) / t_split)}
 
 
+_BAND_MERGE_CODE = """
+import json, resource, sys, threading, time
+import numpy as np
+from tcqa_data.decontam import kernel, packed
+from tcqa_data.decontam.minhash import MinHashParams, merge
+params = MinHashParams(**json.loads(sys.argv[2]))
+if kernel.enabled():  # numba's own memory (cache load) before the baseline
+    kernel.kernels(); packed.pack(np.zeros(64, np.uint64), 40)
+plan = merge.plan_minhash_merge([sys.argv[1] + "/minhash-0"], params)
+merge.start_minhash_merge(plan, sys.argv[1] + "/out", params)
+def rss():
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * resource.getpagesize()
+peak, done = [0], threading.Event()
+def sample():  # ru_maxrss would keep the import's peak: sample the current RSS instead
+    while not done.is_set():
+        peak[0] = max(peak[0], rss())
+        time.sleep(0.005)
+rss0 = rss()
+th = threading.Thread(target=sample)
+th.start()
+cpu0 = time.process_time()
+merge.merge_minhash_band(plan, sys.argv[1] + "/out", params, 0)
+cpu = time.process_time() - cpu0
+done.set()
+th.join()
+print(json.dumps([max(peak[0], rss()) - rss0, cpu]))
+"""
+
+
+def band_merge_memory(run_counts: list[int], windows: int, folder: Path) -> list[dict]:
+    """The MinHash band merge alone as its run count grows (a big corpus has ~3 runs per 20 MB
+    input: ~1,460 at 10 GB): synthetic map runs of random signatures, ``windows`` each (more
+    than one read block per run), one band merged in a fresh process. Reports the peak RSS
+    growth over the process's RSS before the merge (sampled every 5 ms) and its CPU seconds
+    (the sampler's included)."""
+    from tcqa_data.decontam.minhash import MinHashParams
+    from tcqa_data.decontam.minhash.shards import _write_run
+    from tcqa_data.decontam.minhash.sketch import STORAGE_FORMAT
+
+    params = MinHashParams(num_perm=10, bands=2, rows=5)  # few bands: the merge is per band
+    rows = []
+    for runs in run_counts:
+        d = folder / f"band_merge_{runs}"
+        shard = d / "minhash-0"
+        shard.mkdir(parents=True, exist_ok=True)
+        rng = np.random.default_rng(runs)
+        parts, doc = [], 0
+        for r in range(runs):
+            sigs = rng.integers(0, 2**32, (windows, params.num_perm), dtype=np.uint32)
+            docs = doc + np.arange(windows) // 40  # 40 windows per doc
+            _write_run(shard / f"part{r:05d}", sigs, docs, params)
+            parts.append({"name": f"part{r:05d}", "n_windows": windows, "first_doc": int(docs[0]),
+                          "last_doc": int(docs[-1])})
+            doc = int(docs[-1]) + 1
+        (shard / "shard.json").write_text(json.dumps({
+            "kind": "tcqa-minhash-shard", "storage_format": STORAGE_FORMAT, "params": params.to_dict(),
+            "n_docs": doc, "n_windows": runs * windows, "n_windows_without_tokens": 0, "parts": parts}))
+        out = subprocess.run([sys.executable, "-c", _BAND_MERGE_CODE, str(d), json.dumps(
+            {k: v for k, v in params.to_dict().items() if k in ("num_perm", "bands", "rows")})],
+            check=True, capture_output=True, text=True, cwd=REPO)
+        grow, cpu = json.loads(out.stdout.strip().splitlines()[-1])
+        row = {"runs": runs, "windows_per_run": windows, "entries": runs * windows,
+               "peak_rss_growth_mb": round(grow / 2**20, 1), "cpu_seconds": round(cpu, 2)}
+        print("band merge", row, flush=True)
+        rows.append(row)
+        shutil.rmtree(d)
+    return rows
+
+
 def make_synthetic(target_bytes: int, folder: Path, shard_bytes: int = 128 << 20) -> list[str]:
     """Copies of the wiki sample; copy k renames every 10th word to ``word~k`` so that nearly
     every 13-gram is new (like fresh text, the worst case for index size and memory)."""
@@ -291,10 +388,20 @@ def main() -> None:
                     help="synthetic builds also build the MinHash part")
     ap.add_argument("--work-dir", type=Path, default=REPO / ".bench",
                     help="scratch folder for the indexes and synthetic corpora")
+    ap.add_argument("--band-merge-runs", default="",
+                    help="only measure the MinHash band merge's memory at these run counts, e.g. 400,1600")
+    ap.add_argument("--band-merge-windows", type=int, default=8192, help="windows per synthetic run")
     args = ap.parse_args()
     bench = args.work_dir
     bench.mkdir(parents=True, exist_ok=True)
     res: dict = {"cpu_count": os.cpu_count(), "load_avg_start": os.getloadavg()}
+    if args.band_merge_runs:
+        res["band_merge"] = band_merge_memory([int(x) for x in args.band_merge_runs.split(",")],
+                                              args.band_merge_windows, bench)
+        res["load_avg_end"] = os.getloadavg()
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(res, indent=2))
+        return
 
     texts = read_texts(WIKI)
     text_mb = sum(len(t.encode()) for t in texts) / 1e6

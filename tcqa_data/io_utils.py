@@ -54,15 +54,6 @@ def write_parquet_atomic(path: str | os.PathLike, table: pa.Table) -> None:
         pq.write_table(table, tmp, compression="zstd")
 
 
-def narrow_ordinals(ordinals):
-    """Non-negative ordinals as uint32 when all fit (build scratch: 4 bytes instead of 8), else
-    int64; readers widen them back to int64."""
-    import numpy as np
-
-    fits = not len(ordinals) or int(ordinals.max()) <= 0xFFFFFFFF
-    return ordinals.astype(np.uint32 if fits else np.int64, copy=False)
-
-
 def write_npy_atomic(path: str | os.PathLike, array) -> None:
     import numpy as np
 

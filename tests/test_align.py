@@ -50,6 +50,8 @@ def test_textstore_round_trips_doc_text(wiki_sample, tmp_path, fmt):
     (kind,) = {e["kind"] for e in meta["inputs"].values()}
     assert kind == {"jsonl": "offsets", "parquet": "rows"}.get(fmt, "copy")
     store = TextStore.open(tmp_path / "idx")
+    store.prefetch([])  # read-ahead hints: any ordinals, past the last doc too, change nothing
+    store.prefetch([38, 38, 0, -1, 10_000])
     order = [38, 0, 17, 5, 5, 20]
     assert store.texts(order) == [kept[i]["text"] for i in order]
     assert store.texts(range(len(kept))) == [d["text"] for d in kept]
@@ -187,6 +189,72 @@ def test_anchors_find_every_doc_sharing_six_words(edited_index):
     assert any(i in w and i not in s for i, s, w in zip(owners, strong, weak, strict=True))
     capped = anchors.candidate_tiers(queries, top=64, min_shared=2, weak_top=1)[1]
     assert all(w[:1] == c for w, c in zip(weak, capped, strict=True))
+
+
+def test_anchor_kgram_in_more_than_max_df_docs_across_inputs_is_ignored(tmp_path):
+    """A kept 4-gram counts as evidence while at most ANCHOR_MAX_DF docs hold it, summed over every
+    input's runs; once a query k-gram passes that, later runs no longer look it up (same result)."""
+    from tcqa_data.decontam.hashing import batch_ngram_hashes
+    from tcqa_data.decontam.textstore import ANCHOR_MAX_DF, AnchorIndex, winnow
+
+    rng = np.random.default_rng(0)
+    vocab = [f"w{i}x" for i in range(20_000)]
+    at_max = "amber basalt cobalt dune ember fjord garnet harbor"  # in exactly ANCHOR_MAX_DF docs
+    over = "indigo jasper kelp lagoon marble nectar onyx pebble"  # in ANCHOR_MAX_DF + 7, most early
+    assert ANCHOR_MAX_DF == 64
+    n_at = (22, 21, 21)
+    n_over = (33, 33, 5)
+    paths = []
+    for f in range(3):
+        docs = []
+        for i in range(40):
+            parts = [" ".join(rng.choice(vocab, 30))]
+            for phrase, counts in ((at_max, n_at), (over, n_over)):
+                if i < counts[f]:
+                    parts += [phrase, " ".join(rng.choice(vocab, 30))]
+            docs.append({"title": f"f{f}d{i}", "text": " ".join(parts)})
+        paths.append(tmp_path / f"part{f}.jsonl")
+        _write_jsonl(paths[-1], docs)
+    idx = tmp_path / "idx"
+    build_index([str(p) for p in paths], idx, id_field="title", minhash=False, quiet=True, workers=1)
+    anchors = AnchorIndex(idx)
+    assert len(anchors.runs) == 3
+    # reference: each doc's kept k-grams; a query k-gram counts if 1..ANCHOR_MAX_DF docs keep it
+    kept: dict[int, set[int]] = {}
+    for f, p in enumerate(paths):
+        texts = [json.loads(line)["text"] for line in p.read_text().splitlines()]
+        h, d = winnow(texts, anchors.scheme, anchors.seed)
+        for hh, dd in zip(h.tolist(), d.tolist(), strict=True):
+            kept.setdefault(hh, set()).add(40 * f + dd)
+    strong, weak = anchors.candidate_tiers([at_max, over], top=200, min_shared=2, weak_top=200)
+    crossed = 0
+    for q, phrase in enumerate((at_max, over)):
+        qh = {int(x) >> 32 for x in batch_ngram_hashes([phrase], [4], anchors.scheme, anchors.seed)[4][0]}
+        dfs = [len(kept.get(x, ())) for x in qh]
+        want = sorted({o for x in qh if 0 < len(kept.get(x, ())) <= ANCHOR_MAX_DF for o in kept[x]})
+        assert sorted(strong[q] + weak[q]) == want
+        crossed += max(dfs) > ANCHOR_MAX_DF
+    assert max(len(kept.get(int(x) >> 32, ())) for x in batch_ngram_hashes(
+        [at_max], [4], anchors.scheme, anchors.seed)[4][0]) == ANCHOR_MAX_DF  # counted, at the limit
+    assert crossed == 1  # the other phrase's common k-grams passed the limit (after two inputs)
+
+
+def test_doc_text_token_tests_equal_isin():
+    """Alignment's per-doc token tests (distinct ids, searched) equal np.isin both ways."""
+    from tcqa_data.decontam.align import _doc_text
+
+    rng = np.random.default_rng(3)
+    words = [f"t{i}" for i in range(40)]
+    for n in (0, 1, 9, 400):
+        doc = _doc_text(" ".join(rng.choice(words, n)), "janitor")
+        assert len(doc.tokens) == n
+        for m in (0, 5, 60):
+            f_ids = np.fromiter((hash(w) for w in rng.choice(words + ["absent"], m)), dtype=np.int64, count=m)
+            assert np.array_equal(doc.holds(f_ids), np.isin(doc.ids, f_ids))
+            assert doc.shared_tokens(f_ids) == int(np.isin(f_ids, doc.ids).sum())
+        if n:
+            _, counts = np.unique(doc.ids, return_counts=True)
+            assert np.isclose(doc.weight.sum(), len(counts))  # 1 / count per token: 1 per distinct word
 
 
 def test_anchor_tables_are_packed_and_version2_stores_still_read(edited_index, tmp_path):

@@ -161,3 +161,38 @@ def test_compiled_jsonl_reader_writes_the_same_index(wiki_sample, tmp_path, monk
             counts = {"blank_line": 1, "empty_text": 3, "invalid_json": 1, "non_string_text": 1}
             assert a["inputs"][0]["skipped"]["counts"] == counts
         assert a == b, f
+
+
+def test_kernel_packed_lookup_equals_numpy(monkeypatch, tmp_path):
+    """``packed.lookup`` (anchor and MinHash band tables): the kernel's (query, id) arrays equal the
+    numpy binary search's, on memory-mapped tables, with and without a per-key cap, for keys
+    that are present, absent, repeated and unsorted, and for a cell holding most entries."""
+    from tcqa_data.decontam import packed
+
+    rng = np.random.default_rng(1)
+    for n, key_range, id_bits in ((0, 2**32, 1), (7, 2**32, 3), (20_000, 2**32, 21), (20_000, 2**10, 9),
+                                  (3000, 2**32, 32 + packed.dir_bits_for(3000))):  # 64-bit entries
+        keys = rng.integers(0, key_range, n, dtype=np.uint64)
+        ids = rng.integers(0, 2**id_bits, n, dtype=np.uint64)
+        pairs = np.unique(np.stack([keys, ids]), axis=1)  # a table holds distinct (key, id) pairs
+        keys, ids = pairs[0], pairs[1].astype(np.int64)
+        dir_bits = packed.dir_bits_for(len(keys))
+        cells: list[np.ndarray] = []
+        words: list[np.ndarray] = []
+        table = packed.TableWriter(cells.append, words.append, None, dir_bits, id_bits)
+        table.add(keys, ids)
+        table.close()
+        np.save(tmp_path / "c.npy", np.concatenate(cells).astype(np.uint32))
+        np.save(tmp_path / "w.npy", np.concatenate(words) if words else np.zeros(1, np.uint64))
+        c = np.load(tmp_path / "c.npy", mmap_mode="r")
+        w = np.load(tmp_path / "w.npy", mmap_mode="r")
+        queries = np.r_[keys[::3], keys[:50], rng.integers(0, key_range, 500, dtype=np.uint64)]
+        rng.shuffle(queries)
+        for cap in (None, 1, 3):
+            a, b = _both(monkeypatch, lambda: packed.lookup(c, w, queries, dir_bits, id_bits, cap))  # noqa: B023
+            for x, y in zip(a, b, strict=True):
+                assert x.dtype == y.dtype == np.int64 and np.array_equal(x, y)
+            if n:
+                assert len(a[0]) >= len(keys[::3]) and len(a[0]) > 0
+            for j in range(0, len(queries), 97):
+                assert np.array_equal(a[1][a[0] == j], ids[keys == queries[j]][:cap])

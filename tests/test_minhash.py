@@ -600,3 +600,19 @@ def test_band_merge_with_small_blocks_and_many_runs_is_identical(wiki_sample, tm
     assert files == sorted(p.name for p in (small / "minhash").iterdir())
     for f in files:
         assert (big / "minhash" / f).read_bytes() == (small / "minhash" / f).read_bytes(), f
+
+
+def test_band_merge_pair_sort_packed_and_wide_docs_agree():
+    """The band merge sorts (key, doc) pairs as one uint64 while docs fit 32 bits, and by a
+    two-key lexsort beyond: both give the distinct pairs in (key, doc) order."""
+    rng = np.random.default_rng(3)
+    k = rng.integers(0, 2**32, 6000, dtype=np.uint64)
+    k[1::4] = k[0::4]  # shared keys: ties ordered by doc
+    d = rng.integers(0, 40, 6000).astype(np.int64)
+    d[2::9] = d[1::9][: len(d[2::9])]  # some repeated pairs
+    expect = sorted(set(zip(k.tolist(), d.tolist(), strict=True)))
+    packed_k, packed_d = mh_merge._sorted_unique_pairs(k.copy(), d.copy())  # consumes its arguments
+    assert list(zip(packed_k.tolist(), packed_d.tolist(), strict=True)) == expect
+    assert packed_k.dtype == np.uint64 and packed_d.dtype == np.int64
+    wide_k, wide_d = mh_merge._sorted_unique_pairs(k.copy(), d + 2**32)  # docs past 32 bits
+    assert np.array_equal(wide_k, packed_k) and np.array_equal(wide_d, packed_d + 2**32)

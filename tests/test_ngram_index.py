@@ -174,6 +174,29 @@ def test_reduce_chunking_is_invisible(tmp_path, dir_bits):
         assert arr.shape[1] == 1
 
 
+def test_reduce_rereads_a_run_rewritten_in_place(tmp_path):
+    """A process keeps each run's offsets and headers across buckets; a run rewritten under the
+    same name (a rerun map) is read again, not served from that cache."""
+    rng = np.random.default_rng(11)
+    nb = 2
+    sources = _random_runs(tmp_path / "runs", rng, nb)
+    for b in range(nb):
+        nred.reduce_bucket(tmp_path / "first", 13, b, sources, num_buckets=nb, dir_bits=3)
+    h = rng.integers(0, 5000, size=3000).astype(np.uint64) * np.uint64(6148914691236517)
+    d = rng.integers(0, 15, size=3000)
+    nruns.write_run(sources[0].run_dir, 13, sources[0].run, h, d, nb)  # same file names, new pairs
+    fresh = _random_runs(tmp_path / "copy", np.random.default_rng(11), nb)  # the old runs, new names
+    nruns.write_run(fresh[0].run_dir, 13, fresh[0].run, h, d, nb)
+    for b in range(nb):
+        nred.reduce_bucket(tmp_path / "again", 13, b, sources, num_buckets=nb, dir_bits=3)
+        nred.reduce_bucket(tmp_path / "fresh", 13, b, fresh, num_buckets=nb, dir_bits=3)
+        for kind in ni.BUCKET_FILES:
+            assert ni.bucket_paths(tmp_path / "again", 13, b)[kind].read_bytes() == \
+                ni.bucket_paths(tmp_path / "fresh", 13, b)[kind].read_bytes(), kind
+    assert any(ni.bucket_paths(tmp_path / "again", 13, b)["keys"].read_bytes()
+               != ni.bucket_paths(tmp_path / "first", 13, b)["keys"].read_bytes() for b in range(nb))
+
+
 def test_sparse_provenance_and_uint8_df(built):
     """First doc dense (uint32), the other P-1 only for n-grams in 2+ docs, df as uint8;
     lookup still gives int64 docs with -1 for none."""

@@ -190,8 +190,41 @@ class _DocText:
     text: str
     tokens: list[str]
     ids: np.ndarray  # int64 id of each token (Python's str hash: only compared within this process)
-    weight: np.ndarray  # 1 / occurrences of the token in this doc: rare words locate a copy best
+    _unique: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
     _spans: list[tuple[int, int]] | None = None
+
+    def _distinct(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(sorted distinct ids, each token's place among them, each distinct id's count), once per doc."""
+        if self._unique is None:
+            self._unique = np.unique(self.ids, return_inverse=True, return_counts=True)
+        return self._unique
+
+    @property
+    def weight(self) -> np.ndarray:
+        """1 / occurrences of each token in this doc: rare words locate a copy best."""
+        _, inv, counts = self._distinct()
+        return 1.0 / counts[inv]
+
+    def _present(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For each of ``ids``: whether the doc holds it, and its place among the distinct ids."""
+        uniq = self._distinct()[0]
+        if not len(uniq):
+            return np.zeros(len(ids), dtype=bool), np.zeros(len(ids), dtype=np.int64)
+        pos = np.minimum(np.searchsorted(uniq, ids), len(uniq) - 1)
+        return uniq[pos] == ids, pos
+
+    def shared_tokens(self, ids: np.ndarray) -> int:
+        """How many of ``ids`` (with repeats) occur anywhere in this doc: an upper bound of those in
+        any window of it. Most candidates (chance band-key or anchor matches) share few words, so
+        this rejects them without locating the field."""
+        return int(self._present(ids)[0].sum())
+
+    def holds(self, ids: np.ndarray) -> np.ndarray:
+        """``np.isin(self.ids, ids)`` from the doc's distinct ids (a doc is tested against many fields)."""
+        hit, pos = self._present(ids)
+        mark = np.zeros(len(self._distinct()[0]), dtype=bool)
+        mark[pos[hit]] = True
+        return mark[self._distinct()[1]]
 
     def char_spans(self, scheme: str) -> list[tuple[int, int]]:
         if self._spans is None:
@@ -212,9 +245,7 @@ def _doc_text(text: str, scheme: str) -> _DocText:
     from tcqa_data.decontam.normalize import tokenize
 
     toks = tokenize(text, scheme)
-    ids = np.fromiter(map(hash, toks), dtype=np.int64, count=len(toks))
-    _, inv, counts = np.unique(ids, return_inverse=True, return_counts=True)
-    return _DocText(text, toks, ids, 1.0 / counts[inv])
+    return _DocText(text, toks, np.fromiter(map(hash, toks), dtype=np.int64, count=len(toks)))
 
 
 def locate(field_tokens: Sequence[str], doc: _DocText) -> tuple[int, int]:
@@ -224,7 +255,7 @@ def locate(field_tokens: Sequence[str], doc: _DocText) -> tuple[int, int]:
     if n <= m:
         return 0, n
     f_ids = np.fromiter(map(hash, field_tokens), dtype=np.int64, count=m)
-    w = np.where(np.isin(doc.ids, f_ids), doc.weight, 0.0)
+    w = np.where(doc.holds(f_ids), doc.weight, 0.0)
     cs = np.concatenate(([0.0], np.cumsum(w)))
     start = int(np.argmax(cs[m:] - cs[:-m]))
     return max(0, start - m // 2 - 1), min(n, start + m + m // 2 + 1)
@@ -234,9 +265,14 @@ def align_field(field_tokens: Sequence[str], doc: _DocText, params: AlignParams)
     """Locate the field in the doc (``locate``), then align tokens in that window."""
     if len(field_tokens) < params.min_len or len(doc.tokens) < params.min_len:
         return FieldAlignment(np.zeros(len(field_tokens), dtype=bool), 0)
-    lo, hi = locate(field_tokens, doc)
     f_ids = np.fromiter(map(hash, field_tokens), dtype=np.int64, count=len(field_tokens))
-    if int(np.isin(f_ids, doc.ids[lo:hi]).sum()) < params.min_len:
+    # the window test below counts field words inside the located window; fewer in the whole doc
+    # fails it too, so such a doc is not located at all (same result)
+    if doc.shared_tokens(f_ids) < params.min_len:
+        return FieldAlignment(np.zeros(len(field_tokens), dtype=bool), 0)
+    lo, hi = locate(field_tokens, doc)
+    window = set(doc.ids[lo:hi].tolist())
+    if sum(1 for i in f_ids.tolist() if i in window) < params.min_len:
         return FieldAlignment(np.zeros(len(field_tokens), dtype=bool), 0)  # too few shared words
     fa = align_tokens(field_tokens, doc.tokens[lo:hi], params)
     if fa.doc_token_range is not None:

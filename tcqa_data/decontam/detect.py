@@ -46,6 +46,7 @@ MINHASH_MIN_WORDS = 10
 TOP_DOCS = 5
 # Hash lookups are batched across docs; this bounds the temporary arrays.
 LOOKUP_BATCH = 1 << 20
+_WINDOW_BATCH = 4096  # query paragraphs cut into MinHash windows per call
 
 _PARAGRAPH_BREAK = re.compile(r"\n[^\S\n]*\n\s*")  # a blank line, as the MinHash windows use
 _TERM_RE = re.compile(
@@ -316,21 +317,7 @@ def _score_unique(docs: Sequence[QueryDoc], index_dir: str, n: int, *, max_corpu
     flat = np.asarray(flat, dtype=np.uint64)
     offsets = np.zeros(len(docs) + 1, dtype=np.int64)
     offsets[1:] = np.cumsum(np.bincount(np.asarray(owner_doc, dtype=np.int64), minlength=len(docs)))
-    found = np.zeros(len(flat), dtype=bool)
-    dfreq = np.zeros(len(flat), dtype=np.int64)
-    doc_cols: np.ndarray | None = None
-    for lo in range(0, len(flat), LOOKUP_BATCH):
-        hit = idx.lookup(flat[lo:lo + LOOKUP_BATCH], n)
-        found[lo:lo + LOOKUP_BATCH] = np.asarray(hit.found, dtype=bool)
-        dfreq[lo:lo + LOOKUP_BATCH] = np.asarray(hit.doc_freq, dtype=np.int64)
-        hd = np.asarray(hit.docs, dtype=np.int64)
-        if hd.ndim == 1:
-            hd = hd[:, None]
-        if doc_cols is None:
-            doc_cols = np.full((len(flat), hd.shape[1]), -1, dtype=np.int64)
-        doc_cols[lo:lo + LOOKUP_BATCH] = hd
-    if doc_cols is None:
-        doc_cols = np.full((0, 1), -1, dtype=np.int64)
+    found, dfreq, doc_cols = _lookup_distinct(idx, flat, n)
     common = found & (dfreq > max_corpus_freq) if max_corpus_freq is not None else np.zeros_like(found)
     counted = found & ~common
 
@@ -411,6 +398,30 @@ def _score_unique(docs: Sequence[QueryDoc], index_dir: str, n: int, *, max_corpu
     return cols
 
 
+def _lookup_distinct(idx: Any, flat: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``idx.lookup`` of ``flat`` as (found, doc freq int64, docs int64[k, P]), each distinct hash
+    looked up once, in hash order: queries repeat n-grams (SQuAD repeats each passage for about
+    five questions), and sorted lookups read each index page once, in file order (cold cache)."""
+    uniq, inv = np.unique(flat, return_inverse=True)
+    found = np.zeros(len(uniq), dtype=bool)
+    dfreq = np.zeros(len(uniq), dtype=np.int64)
+    doc_cols: np.ndarray | None = None
+    for lo in range(0, len(uniq), LOOKUP_BATCH):
+        hit = idx.lookup(uniq[lo:lo + LOOKUP_BATCH], n)
+        found[lo:lo + LOOKUP_BATCH] = np.asarray(hit.found, dtype=bool)
+        dfreq[lo:lo + LOOKUP_BATCH] = np.asarray(hit.doc_freq, dtype=np.int64)
+        hd = np.asarray(hit.docs, dtype=np.int64)
+        if hd.ndim == 1:
+            hd = hd[:, None]
+        if doc_cols is None:
+            doc_cols = np.full((len(uniq), hd.shape[1]), -1, dtype=np.int64)
+        doc_cols[lo:lo + LOOKUP_BATCH] = hd
+    if doc_cols is None:
+        return found, dfreq, np.full((0, 1), -1, dtype=np.int64)
+    inv = inv.ravel()
+    return found[inv], dfreq[inv], doc_cols[inv]
+
+
 def _majority_owner(owners: list[str]) -> str:
     counts = Counter(o or "template" for o in owners)
     return max(sorted(counts), key=lambda f: counts[f])
@@ -433,7 +444,8 @@ def _minhash_scores(docs: Sequence[QueryDoc], index_dir: str, tok: Callable[[str
     candidate window, most similar first (alignment candidates)."""
     if not has_minhash(index_dir):
         return None, None, None, None
-    from tcqa_data.decontam.minhash import MinHashIndex, signatures, split_windows
+    from tcqa_data.decontam.minhash import MinHashIndex, signatures
+    from tcqa_data.decontam.minhash.windows import window_spans
     from tcqa_data.decontam.ngram_index import NgramIndex
 
     mh = MinHashIndex.open(index_dir)
@@ -442,18 +454,27 @@ def _minhash_scores(docs: Sequence[QueryDoc], index_dir: str, tok: Callable[[str
     min_words = max(MINHASH_MIN_WORDS, int(params.window_min_words))
     texts: list[str] = []
     owner: list[int] = []
-    # Windows are cut per blank-line paragraph and cached: SQuAD repeats each passage for ~5
-    # questions, so Punkt (the slow part) runs once per distinct paragraph.
+    # Windows are cut per blank-line paragraph, once per distinct paragraph (SQuAD repeats each
+    # passage for ~5 questions), all paragraphs in one batch (a call per paragraph costs more
+    # than its text).
     windows_of: dict[str, list[str]] = {}
+    for d in docs:
+        for source in (d.query, *d.fields.values()):
+            for para in _PARAGRAPH_BREAK.split(source):
+                if para.strip():
+                    windows_of.setdefault(para, [])
+    paras = list(windows_of)
+    for p0 in range(0, len(paras), _WINDOW_BATCH):
+        batch = paras[p0:p0 + _WINDOW_BATCH]
+        win_doc, starts, ends = window_spans(batch, params)
+        for j, a, b in zip(win_doc.tolist(), starts.tolist(), ends.tolist(), strict=True):
+            windows_of[batch[j]].append(batch[j][a:b])
 
     def windows(text: str) -> list[str]:
         out = []
         for para in _PARAGRAPH_BREAK.split(text):
-            if not para.strip():
-                continue
-            if para not in windows_of:
-                windows_of[para] = split_windows(para, params)
-            out.extend(windows_of[para])
+            if para.strip():
+                out.extend(windows_of[para])
         return out
 
     for i, d in enumerate(docs):
@@ -527,11 +548,15 @@ def _align(docs: Sequence[QueryDoc], all_tokens: list[list[str]], index_dir: str
     an_cands, weak_cands = AnchorIndex(index_dir).candidate_tiers(
         [d.query for d in docs], aligner.params.max_candidates, aligner.params.anchor_min_shared,
         aligner.params.anchor_weak_top)
+    cand_lists = [list(dict.fromkeys(ng + an + mh))
+                  for ng, an, mh in zip(ng_cands, an_cands, mh_cands, strict=True)]
+    # the docs the aligner will read (as Aligner.align picks them), their reads queued at once
+    top = aligner.params.max_candidates
+    aligner.store.prefetch([c for cands, weak in zip(cand_lists, weak_cands, strict=True)
+                            for c in ([c for c in cands if c >= 0][:top] if cands else weak)])
     out = []
-    for d, tokens, ng, an, mh, weak in zip(docs, all_tokens, ng_cands, an_cands, mh_cands, weak_cands,
-                                           strict=True):
+    for d, tokens, cands, weak in zip(docs, all_tokens, cand_lists, weak_cands, strict=True):
         pos = field_positions(tokens, d.fields, tok) if d.fields else {}
-        cands = list(dict.fromkeys(ng + an + mh))
         # weak anchor candidates (one shared kept 4-gram) only as a fallback: most queries have none
         # in the corpus, and aligning every weak doc of every query would double the cost
         out.append(aligner.align(d.query, tokens, pos, d.fields, cands, tok, [] if cands else weak))

@@ -12,6 +12,7 @@ import os
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
 
@@ -33,7 +34,7 @@ from tcqa_data.decontam.ngram_index import (
     bucket_paths,
     key_bits,
 )
-from tcqa_data.decontam.ngram_runs import _sort_by_hash, _sort_by_hash_compiled, run_paths
+from tcqa_data.decontam.ngram_runs import _sort_by_hash, _sort_by_hash_compiled, run_file
 from tcqa_data.errors import TcqaError
 from tcqa_data.io_utils import NpyRowReader, atomic_path
 
@@ -248,6 +249,26 @@ class _OldBucket:
         _explode_old(t, df, docs, old, ts, ds, ws)
 
 
+def _run_files(run_dir: str, n: int, run: int) -> tuple[NpyRowReader, NpyRowReader, np.ndarray]:
+    """A map run's readers (hashes, docs) and bucket offsets. A worker reduces many buckets of
+    the same runs: their .npy headers and offsets are read once per worker, not once per bucket
+    (with hundreds of runs that was most of a small bucket's time). Keyed by the files' identity,
+    so a run rewritten under the same name is read again."""
+    # offsets.npy is written last, after hashes and docs, each by a rename: a rewritten run has
+    # a new offsets file (one stat per run and bucket)
+    st = os.stat(run_file(run_dir, n, run, "offsets"))
+    return _run_files_cached(run_dir, n, run, (st.st_ino, st.st_mtime_ns, st.st_size))
+
+
+@lru_cache(maxsize=8192)  # ~2 KB per run (two readers, 65 offsets by default)
+def _run_files_cached(run_dir: str, n: int, run: int, stamp: tuple) -> tuple[NpyRowReader, NpyRowReader,
+                                                                             np.ndarray]:
+    offsets = np.load(run_file(run_dir, n, run, "offsets"), allow_pickle=False)
+    offsets.setflags(write=False)  # shared by every bucket's task in this process
+    hashes, docs = (NpyRowReader(run_file(run_dir, n, run, k)) for k in ("hashes", "docs"))
+    return hashes, docs, offsets
+
+
 def reduce_bucket(out_root: str | os.PathLike, n: int, bucket: int, sources: Sequence[RunSource], *,
                   dir_bits: int, num_buckets: int = DEFAULT_NUM_BUCKETS,
                   provenance: int = DEFAULT_PROVENANCE, old: OldIndex | None = None,
@@ -267,11 +288,10 @@ def reduce_bucket(out_root: str | os.PathLike, n: int, bucket: int, sources: Seq
     runs: list[tuple[NpyRowReader, NpyRowReader, int, int, int]] = []  # hashes, docs, a, b, doc offset
     total = 0
     for src in sources:
-        p = run_paths(src.run_dir, n, src.run)
-        off = np.load(p["offsets"], allow_pickle=False)
+        hashes, docs, off = _run_files(src.run_dir, n, src.run)
         a, b = int(off[bucket]), int(off[bucket + 1])
         if b > a:
-            runs.append((NpyRowReader(p["hashes"]), NpyRowReader(p["docs"]), a, b, src.doc_offset))
+            runs.append((hashes, docs, a, b, src.doc_offset))
             total += b - a
     old_rows = 0
     if old is not None:

@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 
 from tcqa_data.decontam import kernel
+from tcqa_data.decontam.arrays import narrow_ordinals
 from tcqa_data.decontam.hashing import batch_ngram_hashes, hash_normalized
 from tcqa_data.decontam.ngram_index import DEFAULT_NUM_BUCKETS, _bucket_range
-from tcqa_data.io_utils import narrow_ordinals, write_npy_atomic
+from tcqa_data.io_utils import write_npy_atomic
 
 # Pairs per spilled run: bounds the map's memory whatever the corpus size.
 DEFAULT_RUN_PAIRS = 2_000_000
@@ -71,17 +72,13 @@ def _sort_by_hash(h: np.ndarray, d: np.ndarray, *rest: np.ndarray) -> list[np.nd
 def _sort_by_hash_compiled(h: np.ndarray, d: np.ndarray, *rest: np.ndarray) -> list[np.ndarray]:
     """``_sort_by_hash`` with the numba kernels (same result, so the same bytes on disk).
 
-    A concatenation of sorted runs (the reduce) is merged by numpy's stable sort (timsort finds
-    the runs); unsorted pairs (the map) go through a radix sort. Both are stable, and each run
-    of equal hashes is then ordered by ``d``."""
+    The kernel's stable radix sort, then each run of equal hashes ordered by ``d``. Also for a
+    concatenation of sorted runs (the reduce): about 2x faster than numpy's stable argsort
+    (timsort merging the runs) on hundreds of runs, and the same permutation."""
     k = kernel.kernels()
     n = len(h)
     h = np.ascontiguousarray(h, dtype=np.uint64)
-    if rest:
-        order = np.argsort(h, kind="stable")
-        hs = h[order]
-    else:
-        hs, order = _radix_sort_pairs(k, h, np.arange(n, dtype=np.int64))
+    hs, order = _radix_sort_pairs(k, h, np.arange(n, dtype=np.int64))
     ds = np.ascontiguousarray(d[order], dtype=np.int64)
     pos = np.arange(n, dtype=np.int64)
     k["order_ties"](hs, ds, pos)
@@ -116,9 +113,14 @@ def sort_pairs(h: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 # --------------------------------------------------------------------------- map side
 
 
+def run_file(run_dir: str | os.PathLike, n: int, run: int, kind: str) -> str:
+    """One file of a run (``kind``: hashes, docs or offsets), as a string: cheaper than a Path
+    where the reduce looks up every run once per bucket."""
+    return os.path.join(run_dir, f"n{n}", f"run{run:05d}.{kind}.npy")
+
+
 def run_paths(run_dir: str | os.PathLike, n: int, run: int) -> dict[str, Path]:
-    base = Path(run_dir) / f"n{n}"
-    return {k: base / f"run{run:05d}.{k}.npy" for k in ("hashes", "docs", "offsets")}
+    return {k: Path(run_file(run_dir, n, run, k)) for k in ("hashes", "docs", "offsets")}
 
 
 def list_runs(run_dir: str | os.PathLike, n: int) -> list[int]:

@@ -61,6 +61,11 @@ def normalize(text: str, scheme: str = "janitor") -> str:
 
 def tokenize(text: str, scheme: str = "janitor") -> list[str]:
     """Word tokens of ``normalize(text, scheme)``; n-grams are built over these."""
+    if scheme == "janitor":
+        # the same tokens from the UTF-8 bytes (module comment above), ~15x faster than str.translate;
+        # alignment tokenizes every candidate corpus doc
+        raw = text.encode("utf-8", "surrogatepass").translate(JANITOR_BYTES_TABLE, JANITOR_BYTES_DELETE)
+        return raw.decode("utf-8", "surrogatepass").split()
     return normalize(text, scheme).split()
 
 

@@ -24,6 +24,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from tcqa_data.decontam import kernel
+
 LOAD = 16  # entries per directory cell (aimed at): directory 2 bits per entry
 MAX_DIR_BITS = 26
 KEY_BITS = 32
@@ -58,6 +60,8 @@ def pack(values: np.ndarray, width: int) -> np.ndarray:
     values = np.asarray(values, dtype=_U64)
     n = len(values)
     assert n % 64 == 0
+    if kernel.enabled():
+        return kernel.kernels()["pack_bits"](values, width)
     out = np.zeros(n * width // 64 + 1, dtype=_U64)
     if n == 0:
         return out[:0]
@@ -193,8 +197,15 @@ def lookup(cells: np.ndarray, words: np.ndarray, keys: np.ndarray, dir_bits: int
            max_per_key: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Entries whose key equals one of ``keys`` (uint32): ``(query index, id)`` int64 arrays,
     ids ascending per query; at most ``max_per_key`` (the smallest ids) per query when given.
-    Memory and time grow with the matches, not with the size of the keys' directory cells."""
+    Memory and time grow with the matches, not with the size of the keys' directory cells.
+    The compiled kernel (``decontam/kernel.py``) searches key by key; the numpy code below is its
+    fallback and gives the same arrays."""
     keys = np.asarray(keys, dtype=_U64)
+    if kernel.enabled() and len(keys):
+        # plain ndarray views of the memory maps (numba takes no np.memmap subclass)
+        return kernel.kernels()["packed_lookup"](np.asarray(cells), np.asarray(words, dtype=_U64), keys,
+                                                 int(dir_bits), int(id_bits),
+                                                 -1 if max_per_key is None else int(max_per_key))
     width = entry_width(dir_bits, id_bits)
     rbits = KEY_BITS - dir_bits
     cell = (keys >> _U64(rbits)).astype(np.int64)

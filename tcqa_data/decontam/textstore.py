@@ -17,7 +17,11 @@ nothing. ``<key>`` is the first 32 hex digits of the input's sha256. ``meta.json
 without it the store is absent, and a rebuild only redoes inputs whose entry does not match the
 index manifest (so ``--append`` adds only the new inputs, and ``--overwrite`` never leaves a stale
 entry). The store is built after the index commits, by a second pass over the inputs (a newline
-scan for JSONL; a full read for copies; a second stream for Hugging Face datasets).
+scan for JSONL; a full read for copies; a second stream for Hugging Face datasets). The anchors of
+a plain JSONL input come from the compiled reader (``readers.iter_normalized_batches``: no ``str``
+per doc) and the compiled winnowing kernel, checked line for line against ``docs.parquet``; any
+other input, or one whose docs differ from the index's (an id field the index skipped docs for),
+is read as ``str`` per doc: the files are the same either way (tests compare them).
 
 Location entries keep the absolute path, size and mtime of the file: a moved or changed corpus
 file is a clear error at read time, never wrong text.
@@ -56,6 +60,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tcqa_data.decontam import packed
+from tcqa_data.decontam.arrays import sorted_unique
 from tcqa_data.errors import ConfigError, TcqaError
 from tcqa_data.io_utils import atomic_path, read_json, write_json_atomic, write_npy_atomic
 
@@ -73,6 +78,7 @@ ANCHOR_MAX_DF = 64  # a k-gram in more docs is no evidence of a copy
 ANCHOR_MIN_SHARED = 2  # kept k-grams a doc must share with a query to be aligned (cost)
 _ANCHOR_BATCH_CHARS = 4_000_000
 _LOW32 = np.uint64(0xFFFFFFFF)
+_TABLE_BLOCK = 1 << 20  # entries per TableWriter.add (the file does not depend on it)
 
 
 def check_mode(mode: str) -> str:
@@ -176,8 +182,18 @@ def winnow(texts: Sequence[str], scheme: str, seed: int) -> tuple[np.ndarray, np
     from tcqa_data.decontam.hashing import batch_ngram_hashes
 
     flat, owner = batch_ngram_hashes(list(texts), [ANCHOR_K], scheme, seed)[ANCHOR_K]
+    return winnow_hashes(flat, owner)
+
+
+def winnow_hashes(flat: np.ndarray, owner: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``winnow`` of k-gram hashes already computed: ``flat`` (uint64) and their doc ``owner``
+    (int64, non-decreasing, as ``hashing`` returns them); the compiled kernel when enabled."""
+    from tcqa_data.decontam import kernel
+
     flat = np.asarray(flat, dtype=np.uint64)
     owner = np.asarray(owner, dtype=np.int64)
+    if kernel.enabled():
+        return kernel.kernels()["winnow_hashes"](flat, owner, ANCHOR_W)
     if len(flat) < ANCHOR_W:
         return (flat >> np.uint64(32)).astype(np.uint32), owner
     win = np.lib.stride_tricks.sliding_window_view(flat, ANCHOR_W)
@@ -185,7 +201,7 @@ def winnow(texts: Sequence[str], scheme: str, seed: int) -> tuple[np.ndarray, np
     inside = owner[:len(win)] == owner[ANCHOR_W - 1:]  # windows within one doc
     keep = np.zeros(len(flat), dtype=bool)
     keep[pos[inside]] = True
-    counts = np.bincount(owner, minlength=len(texts))
+    counts = np.bincount(owner)
     keep |= counts[owner] < ANCHOR_W  # docs with fewer k-grams than a window: keep them all
     return (flat[keep] >> np.uint64(32)).astype(np.uint32), owner[keep]
 
@@ -197,16 +213,60 @@ def _write_anchor_table(store: Path, name: str, entries: np.ndarray, id_bits: in
     cells: list[np.ndarray] = []
     words: list[np.ndarray] = []
     table = packed.TableWriter(cells.append, words.append, n, dir_bits, id_bits)
-    table.add(entries >> np.uint64(32), (entries & _LOW32).astype(np.int64))
+    for i in range(0, n, _TABLE_BLOCK):  # sorted blocks: the writer's scratch stays small
+        block = entries[i:i + _TABLE_BLOCK]
+        table.add(block >> np.uint64(32), (block & _LOW32).astype(np.int64))
     table.close()
     write_npy_atomic(store / f"{name}.cells.npy", np.concatenate(cells).astype(np.uint32))
     write_npy_atomic(store / f"{name}.words.npy", np.concatenate(words))
     return {"name": name, "entries": n, "dir_bits": dir_bits, "id_bits": id_bits}
 
 
-def _write_anchor_runs(store: Path, key: str, texts: Iterable[str], scheme: str, seed: int,
+def _winnowed_texts(texts: Iterable[str], scheme: str, seed: int
+                    ) -> Iterable[tuple[np.ndarray, np.ndarray, int]]:
+    """``winnow`` of ``texts`` in batches of about ``_ANCHOR_BATCH_CHARS`` chars: per batch, the
+    kept hashes, their doc in the batch and the batch's doc count."""
+    batch: list[str] = []
+    size = 0
+    for t in texts:
+        batch.append(t)
+        size += len(t)
+        if size >= _ANCHOR_BATCH_CHARS:
+            yield (*winnow(batch, scheme, seed), len(batch))
+            batch, size = [], 0
+    if batch:
+        yield (*winnow(batch, scheme, seed), len(batch))
+
+
+class _NotIndexOrder(Exception):
+    """The compiled reader's documents are not the index's (see ``_winnowed_jsonl``)."""
+
+
+def _winnowed_jsonl(path: str, size: int, text_field: str, seed: int, rows: np.ndarray
+                    ) -> Iterable[tuple[np.ndarray, np.ndarray, int]]:
+    """``_winnowed_texts`` of a JSONL input read by the compiled reader (no ``str`` per doc; the
+    same batches, hence the same runs). ``rows``: the 1-based line of each doc of the index; the
+    reader knows no id field, so a doc the index skipped (a missing id) raises ``_NotIndexOrder``."""
+    from tcqa_data.decontam.hashing import hash_normalized
+    from tcqa_data.decontam.readers import CorpusInput, iter_normalized_batches
+
+    done = 0
+    for b in iter_normalized_batches(CorpusInput(path, "jsonl", size), text_field, "skip", None,
+                                     _ANCHOR_BATCH_CHARS):
+        k = len(b.rows)
+        if not np.array_equal(b.rows, rows[done:done + k]):
+            raise _NotIndexOrder
+        done += k
+        flat, owner = hash_normalized(b.data, b.doc_start, [ANCHOR_K], seed)[ANCHOR_K]
+        yield (*winnow_hashes(flat, owner), k)
+    if done != len(rows):
+        raise _NotIndexOrder
+
+
+def _write_anchor_runs(store: Path, key: str, batches: Iterable[tuple[np.ndarray, np.ndarray, int]],
                        n_docs: int) -> list[dict[str, Any]]:
-    """Anchor entries of one input's docs, as sorted packed tables; returns their meta."""
+    """Anchor entries of one input's docs, as sorted packed tables; returns their meta.
+    ``batches``: per batch of docs in index order, ``winnow``'s result and the batch's doc count."""
     names: list[dict[str, Any]] = []
     id_bits = packed.id_bits_for(max(0, n_docs - 1))
     parts: list[np.ndarray] = []
@@ -214,33 +274,21 @@ def _write_anchor_runs(store: Path, key: str, texts: Iterable[str], scheme: str,
     base = 0
 
     def flush() -> None:
-        nonlocal parts, held
+        nonlocal held
         if not parts:
             return
-        entries = np.unique(np.concatenate(parts))
+        entries = np.concatenate(parts)
+        parts.clear()  # before the sort: the runs are held once, not twice
+        entries = sorted_unique(entries, in_place=True)
         names.append(_write_anchor_table(store, f"{key}.anchors-{len(names):04d}", entries, id_bits))
-        parts, held = [], 0
+        held = 0
 
-    batch: list[str] = []
-    size = 0
-
-    def add_batch() -> None:
-        nonlocal batch, size, base, held
-        h, d = winnow(batch, scheme, seed)
+    for h, d, k in batches:
         parts.append((h.astype(np.uint64) << np.uint64(32)) | (d + base).astype(np.uint64))
         held += len(h)
-        base += len(batch)
-        batch, size = [], 0
+        base += k
         if held >= ANCHOR_RUN:
             flush()
-
-    for t in texts:
-        batch.append(t)
-        size += len(t)
-        if size >= _ANCHOR_BATCH_CHARS:
-            add_batch()
-    if batch:
-        add_batch()
     flush()
     return names
 
@@ -290,30 +338,39 @@ class AnchorIndex:
         if not self.runs or not texts:
             return out, weak
         flat, owner = batch_ngram_hashes(list(texts), [ANCHOR_K], self.scheme, self.seed)[ANCHOR_K]
-        keys = np.unique((np.asarray(flat, dtype=np.uint64) >> np.uint64(32) << np.uint64(32))
-                         | np.asarray(owner, dtype=np.uint64))  # distinct (k-gram, query) pairs
+        # distinct (k-gram, query) pairs
+        keys = sorted_unique((np.asarray(flat, dtype=np.uint64) >> np.uint64(32) << np.uint64(32))
+                             | np.asarray(owner, dtype=np.uint64), in_place=True)
         qh = keys >> np.uint64(32) << np.uint64(32)
         q_owner = (keys & _LOW32).astype(np.int64)
         # the distinct k-gram hashes of all queries, and the docs of each in every run
         uh, inv = np.unique(qh >> np.uint64(32), return_inverse=True)
         df = np.zeros(len(uh), dtype=np.int64)
         hits: list[tuple[np.ndarray, np.ndarray]] = []
+        live = np.arange(len(uh))  # k-grams in at most ANCHOR_MAX_DF docs so far: the rest are dropped
         for arr, doc_offset in self.runs:
+            if not len(live):
+                break
+            lh = uh[live]
             if isinstance(arr, tuple):
                 cells, words, dir_bits, id_bits = arr
                 # a k-gram in more than ANCHOR_MAX_DF docs is dropped anyway: read no more of it
-                k, d = packed.lookup(cells, words, uh, dir_bits, id_bits, ANCHOR_MAX_DF + 1)
+                k, d = packed.lookup(cells, words, lh, dir_bits, id_bits, ANCHOR_MAX_DF + 1)
             else:
-                lo = np.searchsorted(arr, uh << np.uint64(32), side="left")
-                hi = np.searchsorted(arr, (uh << np.uint64(32)) | _LOW32, side="right")
+                lo = np.searchsorted(arr, lh << np.uint64(32), side="left")
+                hi = np.searchsorted(arr, (lh << np.uint64(32)) | _LOW32, side="right")
                 n = hi - lo
-                k = np.repeat(np.arange(len(uh)), n)
+                k = np.repeat(np.arange(len(lh)), n)
                 d = (np.asarray(arr[np.repeat(lo, n) + np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)])
                      & _LOW32).astype(np.int64)
-            run_df = np.bincount(k, minlength=len(uh))
-            df += run_df
-            keep = run_df[k] <= ANCHOR_MAX_DF  # more in one run is more in all: no evidence
-            hits.append((k[keep], d[keep] + doc_offset))
+            # k ascends (lookups return hits in query order): count per k-gram without a
+            # table the size of all query k-grams (this loop runs once per run of every input)
+            kk, run_df = np.unique(k, return_counts=True)
+            df[live[kk]] += run_df
+            keep = np.repeat(run_df, run_df) <= ANCHOR_MAX_DF  # more in one run is more in all: no evidence
+            hits.append((live[k[keep]], d[keep] + doc_offset))
+            if len(kk) and (df[live[kk]] > ANCHOR_MAX_DF).any():
+                live = live[df[live] <= ANCHOR_MAX_DF]
         use = (df > 0) & (df <= ANCHOR_MAX_DF)
         idf = np.log1p(self.num_docs / np.maximum(df, 1))
         # per hash, its (hash, doc) hits; then every query holding that hash gets them
@@ -415,34 +472,52 @@ def _store_input(root_dir: str, e: dict[str, Any], manifest: dict[str, Any], mod
         p = os.path.abspath(e["path"])
         st = os.stat(p)
         rec.update({"abs_path": p, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
+    scheme, seed = manifest["normalization"], int(manifest["hash"]["seed"])
     if kind == "offsets":
         rec["file"] = f"{key}.offsets.npy"
-        write_npy_atomic(store / rec["file"], jsonl_line_offsets(e["path"], _doc_rows(root, e)))
+        rows = _doc_rows(root, e)
+        write_npy_atomic(store / rec["file"], jsonl_line_offsets(e["path"], rows))
+        if _fast_anchors(e, manifest):
+            try:
+                rec["anchors"] = _write_anchor_runs(
+                    store, key, _winnowed_jsonl(e["path"], int(e["size"]), manifest.get("text_field", "text"),
+                                                seed, rows), int(e["docs"]))
+            except _NotIndexOrder:
+                pass  # the Python reader below decides (skipped ids, or a changed input: its error)
     elif kind == "rows":
         rec["file"] = f"{key}.rows.npy"
         write_npy_atomic(store / rec["file"], _doc_rows(root, e) - 1)
-    counted = [0]
+    if "anchors" not in rec:  # the Python reader: a str per doc
+        counted = [0]
 
-    def texts() -> Iterable[str]:
-        for t in _input_texts(e, manifest, hf):
-            counted[0] += 1
-            yield t
+        def texts() -> Iterable[str]:
+            for t in _input_texts(e, manifest, hf):
+                counted[0] += 1
+                yield t
 
-    source = texts()
-    if kind == "copy":
-        # the input is read once; the anchors then read the (local, fast) copy
-        rec["file"] = f"{key}.texts.parquet"
-        _write_copy(store / rec["file"], source)
-        source = _copied_texts(store / rec["file"])
-    rec["anchors"] = _write_anchor_runs(store, key, source, manifest["normalization"],
-                                        int(manifest["hash"]["seed"]), int(e["docs"]))
+        source = texts()
+        if kind == "copy":
+            # the input is read once; the anchors then read the (local, fast) copy
+            rec["file"] = f"{key}.texts.parquet"
+            _write_copy(store / rec["file"], source)
+            source = _copied_texts(store / rec["file"])
+        rec["anchors"] = _write_anchor_runs(store, key, _winnowed_texts(source, scheme, seed), int(e["docs"]))
+        if counted[0] != int(e["docs"]):
+            raise TcqaError(f"{e['path']}: read {counted[0]} documents for the text store, the index has "
+                            f"{e['docs']}; was the input changed after indexing?")
     rec["anchor_entries"] = sum(r["entries"] for r in rec["anchors"])
     # a query k-gram absent from a run matches one of its n entries' 32-bit hashes by chance
     rec["anchor_chance_match_rate"] = rec["anchor_entries"] / 2.0 ** 32
-    if counted[0] != int(e["docs"]):
-        raise TcqaError(f"{e['path']}: read {counted[0]} documents for the text store, the index has "
-                        f"{e['docs']}; was the input changed after indexing?")
     return rec
+
+
+def _fast_anchors(e: dict[str, Any], manifest: dict[str, Any]) -> bool:
+    """True when a JSONL input's anchors come from the compiled reader (``_winnowed_jsonl``): the
+    rows of docs.parquet then say which lines are docs, so an id field needs no reading."""
+    from tcqa_data.decontam.readers import normalized_batches_supported
+
+    return normalized_batches_supported(e["format"], manifest.get("text_field", "text"), None,
+                                        manifest["normalization"])
 
 
 def _kind(fmt: str, mode: str) -> str:
@@ -594,5 +669,39 @@ class TextStore:
     def texts(self, ordinals: Sequence[int] | np.ndarray) -> list[str]:
         """Texts of the docs with these ordinals (in this order)."""
         ords = [int(o) for o in ordinals]
+        self.prefetch(ords)
         got = {o: self.text(o) for o in sorted(set(ords))}  # file order: row groups decode once
         return [got[o] for o in ords]
+
+    def prefetch(self, ordinals: Sequence[int] | np.ndarray) -> None:
+        """Ask the OS to read these docs' lines of uncompressed JSONL inputs ahead (other kinds:
+        nothing). Candidate docs lie anywhere in a large corpus: one synchronous disk read per doc
+        would wait on each in turn, while these reads are queued together, in file order."""
+        if not hasattr(os, "posix_fadvise"):
+            return
+        if not self._inputs:
+            return
+        ords = sorted_unique(np.asarray(ordinals, dtype=np.int64))
+        ords = ords[(ords >= 0) & (ords < int(self._starts[-1]) + int(self._inputs[-1]["docs"]))]
+        which = np.searchsorted(self._starts, ords, side="right") - 1
+        for i in sorted_unique(which).tolist():
+            e = self._inputs[i]
+            rec = self._meta["inputs"][_key(e)]
+            if rec["kind"] != "offsets":
+                continue
+            offs = self._array(rec)
+            local = ords[which == i] - int(e["doc_offset"])
+            start = np.asarray(offs[local], dtype=np.int64)
+            nxt = local + 1
+            end = np.full(len(local), int(rec["size"]), dtype=np.int64)  # the last doc: to the end
+            inside = nxt < len(offs)
+            end[inside] = np.asarray(offs[nxt[inside]], dtype=np.int64)
+            try:
+                fd = os.open(self._check_file(rec), os.O_RDONLY)
+            except OSError:
+                continue  # text() reports a missing file
+            try:
+                for a, b in zip(start.tolist(), end.tolist(), strict=True):
+                    os.posix_fadvise(fd, a, max(b - a, 1), os.POSIX_FADV_WILLNEED)
+            finally:
+                os.close(fd)

@@ -12,14 +12,20 @@ import numpy as np
 
 from tcqa_data import FORMAT_VERSION
 from tcqa_data.decontam import packed
+from tcqa_data.decontam.arrays import sorted_unique
 from tcqa_data.decontam.minhash.params import INDEX_STORAGE_FORMAT, MinHashParams, index_storage_info
 from tcqa_data.decontam.minhash.sketch import STORAGE_FORMAT as RUN_STORAGE_FORMAT
 from tcqa_data.errors import IndexMismatchError, TcqaError
 from tcqa_data.io_utils import NpyRowReader, atomic_path, read_json, write_json_atomic
 
 _MERGE_BLOCK = 1 << 16  # rows copied at a time when concatenating runs
-_MERGE_ENTRIES = 1 << 21  # (key, doc) entries held over all runs in the band merge
-_MIN_BLOCK = 4096
+# (key, doc) entries read ahead over all runs in the band merge, shared among the runs so the
+# memory of a band task does not grow with their number (runs hold at most 1.5 blocks each;
+# a floor of 4,096 per run made it grow past 512 runs: ~0.75 GB per task at 1,600)
+_MERGE_ENTRIES = 1 << 21
+# entries read from a run at a time, at least (a read costs ~25 us whatever its size up to
+# 16 KB): above _MERGE_ENTRIES / _MIN_BLOCK runs (8,192) the read-ahead grows with the run count
+_MIN_BLOCK = 256
 
 _U32 = np.uint32
 _U64 = np.uint64
@@ -125,9 +131,10 @@ def _run_sources(r: _Run, band: int, block: int, layout: dict[str, Any]):
     kr, wr = r.reader("band_keys"), r.reader("band_windows")
     for s in range(0, r.n, block):
         e = min(s + block, r.n)
-        k = kr.read_row_span(band, s, e).astype(np.uint64)
-        w = wr.read_row_span(band, s, e).astype(np.int64)
-        yield k, docs[np.searchsorted(first, w, side="right") - 1]
+        # no local names for the blocks: a suspended generator would keep them alive, a block
+        # more per run on top of what the merge holds
+        yield (kr.read_row_span(band, s, e).astype(np.uint64),
+               docs[np.searchsorted(first, wr.read_row_span(band, s, e).astype(np.int64), side="right") - 1])
 
 
 def _merge_band(runs: list[_Run], band: int, out: packed.TableWriter, layout: dict[str, Any]) -> None:
@@ -175,16 +182,34 @@ def _merge_band(runs: list[_Run], band: int, out: packed.TableWriter, layout: di
             ks.append(k[:take])
             ds.append(d[:take])
             cur[i] = (k[take:], d[take:])
-        k = np.concatenate(ks)
-        d = np.concatenate(ds)
-        order = np.lexsort((d, k))
-        k, d = k[order], d[order]
-        new = np.r_[True, (k[1:] != k[:-1]) | (d[1:] != d[:-1])] if len(k) else np.zeros(0, bool)
+        k, d = _sorted_unique_pairs(np.concatenate(ks), np.concatenate(ds))
+        del ks, ds
         if len(k) and prev is not None and (int(k[0]), int(d[0])) == prev:
-            new[0] = False
+            k, d = k[1:], d[1:]
         if len(k):
             prev = (int(k[-1]), int(d[-1]))
-        out.add(k[new], d[new])
+        out.add(k, d)
+
+
+def _sorted_unique_pairs(k: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (key, doc) pairs of ``k`` (uint64), ``d`` (int64) in (key, doc) order; both
+    arrays are consumed (overwritten). Keys are 32-bit (``packed.KEY_BITS``), so while docs fit
+    32 bits a pair sorts in place as one uint64 ``key << 32 | doc`` (a third of the time and
+    half the memory of a two-key lexsort); wider docs take the lexsort."""
+    k, d = np.asarray(k, dtype=_U64), np.asarray(d, dtype=np.int64)
+    if not len(k):
+        return k, d
+    if int(d.max()) < 1 << 32 and int(d.min()) >= 0 and int(k.max()) < 1 << packed.KEY_BITS:
+        pair = np.left_shift(k, _U64(32), out=k)
+        np.bitwise_or(pair, d.view(_U64), out=pair)  # docs >= 0: same bits as uint64
+        del k, d
+        pair = sorted_unique(pair, in_place=True)
+        return pair >> _U64(32), (pair & _U64(0xFFFFFFFF)).view(np.int64)
+    order = np.lexsort((d, k))
+    k, d = k[order], d[order]
+    del order
+    new = np.r_[True, (k[1:] != k[:-1]) | (d[1:] != d[:-1])]
+    return k[new], d[new]
 
 
 def _window_id_dtype(n_windows: int) -> np.dtype:

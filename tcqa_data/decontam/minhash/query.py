@@ -10,9 +10,16 @@ from typing import Any
 import numpy as np
 
 from tcqa_data.decontam import packed
+from tcqa_data.decontam.arrays import sorted_unique
 from tcqa_data.decontam.minhash.params import INDEX_STORAGE_FORMAT, MinHashParams
-from tcqa_data.decontam.minhash.sketch import EMPTY_HASH, band_keys, sign, stored_band_keys, stored_signatures
-from tcqa_data.decontam.minhash.windows import split_windows
+from tcqa_data.decontam.minhash.sketch import (
+    EMPTY_HASH,
+    band_keys,
+    sign_spans,
+    stored_band_keys,
+    stored_signatures,
+)
+from tcqa_data.decontam.minhash.windows import window_spans
 from tcqa_data.errors import TcqaError
 from tcqa_data.io_utils import read_json
 
@@ -117,15 +124,12 @@ class MinHashIndex:
         if self.params.verify == "signatures":
             return [np.asarray(self.signatures[a:b])
                     for a, b in zip(first.tolist(), last.tolist(), strict=True)]
-        wins: list[str] = []
-        owner: list[int] = []
-        for j, text in enumerate(self._texts(docs)):
-            w = split_windows(text, self.params)
-            wins.extend(w)
-            owner.extend([j] * len(w))
-        sigs, counts = sign(wins, self.params)
+        # the whole batch at once, as the build's map cuts and signs windows
+        texts = self._texts(docs)
+        win_doc, starts, ends = window_spans(texts, self.params)
+        sigs, counts = sign_spans(texts, win_doc, starts, ends, self.params)
         keep = counts > 0  # as the map: windows without tokens were not indexed
-        sigs, own = sigs[keep], np.asarray(owner, dtype=np.int64)[keep]
+        sigs, own = sigs[keep], np.asarray(win_doc, dtype=np.int64)[keep]
         bounds = np.searchsorted(own, np.arange(len(docs) + 1))
         out = [sigs[bounds[j]:bounds[j + 1]] for j in range(len(docs))]
         for j, d in enumerate(docs):
@@ -181,9 +185,9 @@ class MinHashIndex:
             pair_d.append(docs)
         if not pair_q or not sum(map(len, pair_q)):
             return best_sim, best_win
-        code = np.unique(np.concatenate(pair_d) * len(sigs) + np.concatenate(pair_q))
+        code = sorted_unique(np.concatenate(pair_d) * len(sigs) + np.concatenate(pair_q), in_place=True)
         ds, qs = np.divmod(code, len(sigs))  # sorted by doc, then query
-        cand_docs = np.unique(ds)
+        cand_docs = sorted_unique(ds)
         for b0 in range(0, len(cand_docs), _VERIFY_DOCS):
             batch = cand_docs[b0:b0 + _VERIFY_DOCS]
             doc_sigs = self.doc_signatures(batch)
@@ -235,7 +239,8 @@ class MinHashIndex:
                 pair_w.append(np.asarray(self.band_windows[band][pos], dtype=np.int64))
             if not pair_q:
                 continue
-            code = np.unique(np.concatenate(pair_q) * self.n_windows + np.concatenate(pair_w))
+            code = sorted_unique(np.concatenate(pair_q) * self.n_windows + np.concatenate(pair_w),
+                                 in_place=True)
             qs, ws = np.divmod(code, self.n_windows)
             sims = np.empty(len(code), dtype=np.float64)
             for v0 in range(0, len(code), 8192):

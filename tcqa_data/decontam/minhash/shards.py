@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from tcqa_data import FORMAT_VERSION
+from tcqa_data.decontam.arrays import narrow_ordinals
 from tcqa_data.decontam.minhash.merge import _window_id_dtype
 from tcqa_data.decontam.minhash.params import MinHashParams
 from tcqa_data.decontam.minhash.sketch import (
@@ -19,7 +20,7 @@ from tcqa_data.decontam.minhash.sketch import (
     stored_signatures,
 )
 from tcqa_data.decontam.minhash.windows import window_spans
-from tcqa_data.io_utils import narrow_ordinals, write_json_atomic, write_npy_atomic
+from tcqa_data.io_utils import write_json_atomic, write_npy_atomic
 
 PART_WINDOWS = 65536  # windows per map-side run (16 MiB of signatures at 128 permutations)
 _BATCH_CHARS = 1 << 20  # characters of documents per window_spans() + sign_spans() call

@@ -1,0 +1,27 @@
+"""Array helpers shared by the build and the queries."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def narrow_ordinals(ordinals: np.ndarray) -> np.ndarray:
+    """Non-negative ordinals as uint32 when all fit (build scratch: 4 bytes instead of 8), else
+    int64; readers widen them back to int64."""
+    fits = not len(ordinals) or int(ordinals.max()) <= 0xFFFFFFFF
+    return ordinals.astype(np.uint32 if fits else np.int64, copy=False)
+
+
+def sorted_unique(values: np.ndarray, *, in_place: bool = False) -> np.ndarray:
+    """``np.unique`` of a 1-d integer array: a sort and a neighbour compare. numpy 2.4's
+    ``np.unique`` without ``return_*`` options takes a hash-based path that is ~50x slower than
+    sorting on 64-bit integers (1 s vs 0.02 s per million). ``in_place`` sorts ``values`` itself
+    (no copy: the callers' arrays can be hundreds of MB)."""
+    out = values if in_place else np.array(values, copy=True)
+    out.sort()
+    if len(out) < 2:
+        return out
+    new = np.empty(len(out), dtype=bool)
+    new[0] = True
+    np.not_equal(out[1:], out[:-1], out=new[1:])
+    return out[new]

@@ -1,0 +1,190 @@
+"""Text-store build: the compiled path (JSONL reader, winnowing kernel) writes the same files as
+the Python reader and the numpy fallback, on real wiki text and crafted edge-case lines."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_readers import CRAFTED, PYTHON_LINES
+
+from tcqa_data.decontam import kernel, textstore
+from tcqa_data.decontam.build import build_index
+from tcqa_data.decontam.textstore import STORE_DIR, TextStore, build_text_store
+from tcqa_data.errors import TcqaError
+
+N_ARTICLES = 60
+
+
+@pytest.fixture(scope="module")
+def wiki_lines(wiki_sample: Path) -> list[bytes]:
+    """Real articles as JSONL lines, half of them with non-ASCII written as \\u escapes."""
+    out = []
+    with open(wiki_sample, encoding="utf-8") as fh:
+        for k, line in enumerate(fh):
+            if k == N_ARTICLES:
+                break
+            row = json.loads(line)
+            row = {"title": row["title"], "text": row["text"]}
+            out.append(json.dumps(row, ensure_ascii=k % 2 == 0).encode())
+    return out
+
+
+def _corpus(wiki_lines: list[bytes], extra: list[bytes]) -> bytes:
+    lines = [b'\xef\xbb\xbf{"title": "bom", "text": "bom on line one a b c d e f g h"}']
+    for k, line in enumerate(extra):
+        lines += [line, wiki_lines[k % len(wiki_lines)]]
+    lines += wiki_lines[len(extra):]
+    return b"\n".join(lines) + b'\n{"title": "end", "text": "no newline at the end a b c d e f"}'
+
+
+def _store_files(index: Path) -> dict[str, bytes]:
+    return {f.name: f.read_bytes() for f in sorted((index / STORE_DIR).iterdir())}
+
+
+def _build_store_each_way(index: Path, monkeypatch, python_reads: list[str]) -> dict[str, dict[str, bytes]]:
+    """The store's files from the compiled reader, the Python reader with the kernel, and numpy;
+    ``python_reads`` gets the name of each way that read the input with the Python reader."""
+    out = {}
+    real_fast, real_texts = textstore._fast_anchors, textstore._input_texts
+    for name, env, fast in (("compiled", "numba", True), ("python-reader", "numba", False),
+                            ("numpy", "numpy", True)):
+        monkeypatch.setenv(kernel.ENV, env)
+        monkeypatch.setattr(textstore, "_fast_anchors", real_fast if fast else lambda e, m: False)
+        monkeypatch.setattr(textstore, "_input_texts",
+                            lambda *a, name=name: python_reads.append(name) or real_texts(*a))
+        shutil.rmtree(index / STORE_DIR, ignore_errors=True)
+        build_text_store(index)
+        out[name] = _store_files(index)
+    return out
+
+
+@pytest.mark.parametrize("run_entries, batch_chars", [(textstore.ANCHOR_RUN, textstore._ANCHOR_BATCH_CHARS),
+                                                      (20_000, 60_000)])
+def test_compiled_store_writes_the_python_readers_files(tmp_path, wiki_lines, monkeypatch, run_entries,
+                                                        batch_chars):
+    pytest.importorskip("numba")
+    monkeypatch.setattr(textstore, "ANCHOR_RUN", run_entries)  # small: several batches and runs
+    monkeypatch.setattr(textstore, "_ANCHOR_BATCH_CHARS", batch_chars)
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(_corpus(wiki_lines, CRAFTED + PYTHON_LINES))
+    index = tmp_path / "idx"
+    build_index([str(path)], index, minhash=False, quiet=True, workers=1, on_error="skip", text_store="none")
+    fast_reads = []
+    real = textstore._winnowed_jsonl
+    monkeypatch.setattr(textstore, "_winnowed_jsonl", lambda *a: fast_reads.append(1) or real(*a))
+    python_reads: list[str] = []
+    files = _build_store_each_way(index, monkeypatch, python_reads)
+    assert len(fast_reads) == 1  # the compiled reader ran once (numpy: no kernels, no compiled reader)
+    assert python_reads == ["python-reader", "numpy"]
+    anchors = [f for f in files["compiled"] if ".anchors-" in f]
+    assert len(anchors) >= (6 if run_entries < 100_000 else 2)
+    assert files["compiled"] == files["python-reader"] == files["numpy"]
+    meta = json.loads(files["compiled"]["meta.json"])
+    (rec,) = meta["inputs"].values()
+    assert rec["kind"] == "offsets" and rec["anchor_entries"] > 0.3 * sum(
+        len(t.split()) for t in TextStore.open(index).texts(range(rec["id"]["docs"])))
+
+
+def test_compiled_store_leaves_docs_the_index_skipped_to_the_python_reader(tmp_path, wiki_lines, monkeypatch):
+    """With an id field, the index skips docs without one; the compiled reader (which reads no id)
+    sees more docs than the index and hands the input to the Python reader: same files."""
+    pytest.importorskip("numba")
+    no_id = [b'{"text": "no title here so the index skips it a b c d e f g h"}',
+             b'{"title": null, "text": "a null title is skipped too a b c d e f g h i j"}']
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(_corpus(wiki_lines, no_id + CRAFTED[:3]))
+    index = tmp_path / "idx"
+    build_index([str(path)], index, id_field="title", minhash=False, quiet=True, workers=1, on_error="skip",
+                text_store="none")
+    python_reads: list[str] = []
+    files = _build_store_each_way(index, monkeypatch, python_reads)
+    assert python_reads == ["compiled", "python-reader", "numpy"]  # the compiled reader gave up
+    assert files["compiled"] == files["python-reader"] == files["numpy"]
+    texts = TextStore.open(index).texts([1, 2])
+    assert texts[0].startswith(json.loads(wiki_lines[0])["text"][:50]) and "skipped" not in texts[1]
+
+
+def test_compiled_store_still_refuses_a_changed_input(tmp_path, wiki_lines, monkeypatch):
+    monkeypatch.setenv(kernel.ENV, "numba")
+    pytest.importorskip("numba")
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(b"\n".join(wiki_lines[:5]) + b"\n")
+    index = tmp_path / "idx"
+    build_index([str(path)], index, minhash=False, quiet=True, workers=1, text_store="none")
+    with open(path, "ab") as fh:
+        fh.write(wiki_lines[6] + b"\n")
+    with pytest.raises(TcqaError, match=r"read 6 documents for the text store, the index has 5"):
+        build_text_store(index)
+
+
+def _random_kgrams(rng: np.random.Generator, lengths: list[int], alphabet: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    # few distinct values: windows with tied minima (the first one is kept); high bits set too
+    values = rng.integers(0, alphabet, sum(lengths), dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    owner = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+    return values, owner
+
+
+@pytest.mark.parametrize("alphabet", [3, 1 << 40])
+def test_winnow_kernel_equals_numpy(monkeypatch, alphabet):
+    pytest.importorskip("numba")
+    rng = np.random.default_rng(alphabet)
+    cases = [[], [1], [2], [3], [2, 0, 5, 1, 3, 7], [0, 0, 4], list(rng.integers(0, 40, 300))]
+    for lengths in cases:
+        flat, owner = _random_kgrams(rng, [int(x) for x in lengths], alphabet)
+        got = {}
+        for mode in ("numba", "numpy"):
+            monkeypatch.setenv(kernel.ENV, mode)
+            got[mode] = textstore.winnow_hashes(flat, owner)
+        (hk, dk), (hn, dn) = got["numba"], got["numpy"]
+        assert hk.dtype == hn.dtype == np.uint32 and dk.dtype == dn.dtype == np.int64
+        assert np.array_equal(hk, hn) and np.array_equal(dk, dn), lengths
+        # every window of ANCHOR_W k-grams of a doc holds a kept one (the winnowing guarantee)
+        kept = set(zip(dk.tolist(), hk.tolist(), strict=True))
+        for d in range(len(lengths)):
+            hs = (flat[owner == d] >> np.uint64(32)).astype(np.uint32).tolist()
+            if len(hs) < textstore.ANCHOR_W:
+                assert all((d, h) in kept for h in hs)
+            for i in range(len(hs) - textstore.ANCHOR_W + 1):
+                assert any((d, h) in kept for h in hs[i:i + textstore.ANCHOR_W])
+
+
+@pytest.mark.parametrize("width", [1, 17, 33, 47, 63, 64])
+def test_pack_kernel_equals_numpy(monkeypatch, width):
+    """``packed.pack`` (anchor and MinHash band tables): the kernel's words equal numpy's, and
+    ``unpack`` reads the values back."""
+    pytest.importorskip("numba")
+    from tcqa_data.decontam import packed
+
+    rng = np.random.default_rng(width)
+    for n in (0, 64, 64 * 37):
+        top = np.uint64((1 << width) - 1)
+        values = rng.integers(0, 2**63, n, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+        values &= top
+        values[: n // 8] = top  # all bits set: spills into the next word
+        words = {}
+        for mode in ("numba", "numpy"):
+            monkeypatch.setenv(kernel.ENV, mode)
+            words[mode] = packed.pack(values, width)
+        assert words["numba"].dtype == words["numpy"].dtype == np.uint64
+        assert np.array_equal(words["numba"], words["numpy"]) and len(words["numba"]) == n * width // 64
+        padded = np.r_[words["numba"], np.zeros(1, np.uint64)]  # the spare word of a table
+        assert np.array_equal(packed.unpack(padded, np.arange(n), width), values)
+
+
+def test_anchor_table_written_in_blocks_equals_one_block(tmp_path, monkeypatch):
+    rng = np.random.default_rng(5)
+    hashes = rng.integers(0, 2**32, 50_000, dtype=np.uint64) >> rng.integers(0, 20, 50_000, dtype=np.uint64)
+    entries = np.unique((hashes << np.uint64(32)) | rng.integers(0, 3000, 50_000, dtype=np.uint64))
+    files = {}
+    for block in (1 << 20, 333, 64):
+        monkeypatch.setattr(textstore, "_TABLE_BLOCK", block)
+        out = tmp_path / str(block)
+        out.mkdir()
+        meta = textstore._write_anchor_table(out, "t", entries, 12)
+        files[block] = (meta, {f.name: f.read_bytes() for f in sorted(out.iterdir())})
+    assert files[1 << 20] == files[333] == files[64] and files[64][0]["entries"] == len(entries)
