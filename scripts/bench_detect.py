@@ -672,8 +672,9 @@ def speed(args: argparse.Namespace) -> None:
         t_gen = t_build = float("nan")
         measured = {}
     man = json.loads((idx / "manifest.json").read_text())
-    files = {"mc_taco": {"test": str(DATA / "mc_taco" / "test_9442.tsv"),
-                         "validation": str(DATA / "mc_taco" / "dev_3783.tsv")},
+    mc_taco = {"test": str(DATA / "mc_taco" / "test_9442.tsv"),
+               "validation": str(DATA / "mc_taco" / "dev_3783.tsv")}
+    files = {"mc_taco": {k: mc_taco[k] for k in args.mc_taco_splits.split(",")},
              "squad_completion": {"validation": str(DATA / "based_squad" / "validation.jsonl")}}
     results = []
     for rule in args.rules.split(","):
@@ -765,6 +766,8 @@ def main() -> None:
     s.add_argument("--repeat", type=int, default=2)
     s.add_argument("--keep", action="store_true")
     s.add_argument("--resume", action="store_true", help="finish an interrupted build of --work's index")
+    s.add_argument("--mc-taco-splits", default="test,validation",
+                   help="MC-TACO splits to flag (issue 10 names test only)")
     s.add_argument("--cold", action="store_true", help="evict the index and corpus from the page cache "
                    "before every run")
     s.add_argument("--profile", help="folder: a cProfile dump per rule and run, top costs printed "
