@@ -48,11 +48,12 @@ def anon_pss(pid: int) -> int | None:
     return None
 
 
-def tree_memory(proc: psutil.Process) -> tuple[int, int, int]:
+def tree_memory(proc: psutil.Process, per_process: list | None = None) -> tuple[int, int, int]:
     """(sum of RSS, sum of PSS, sum of anonymous PSS) over a process and its children. RSS counts
     the pages forked workers share with their parent once per process; PSS splits shared pages
     fairly, so its sum is the memory the tree really holds; anonymous PSS leaves out file pages
-    (mapped files, shared libraries), which count in RSS/PSS but are reclaimable page cache."""
+    (mapped files, shared libraries), which count in RSS/PSS but are reclaimable page cache.
+    ``per_process``: if given, ``[pid, pss]`` of each process is appended to it."""
     rss = pss = anon = 0
     for p in [proc, *proc.children(recursive=True)]:
         try:
@@ -61,6 +62,8 @@ def tree_memory(proc: psutil.Process) -> tuple[int, int, int]:
             pss += getattr(info, "pss", info.rss)
             a = anon_pss(p.pid)
             anon += a if a is not None else getattr(info, "uss", info.rss)
+            if per_process is not None:
+                per_process.append([p.pid, getattr(info, "pss", info.rss)])
         except psutil.Error:
             pass
     return rss, pss, anon
@@ -97,30 +100,28 @@ def timed_build(inputs: list[str], out: Path, workers: int, minhash: bool, extra
     log = open(memlog, "w") if memlog else None  # noqa: SIM115 (closed after the sampler stops)
     last_log = [0.0]
 
-    def log_line(mem: tuple[int, int, int]) -> None:
+    def log_due() -> bool:
         now = time.perf_counter()
-        if now - last_log[0] < 1.0:
-            return
+        if log is None or now - last_log[0] < 1.0:
+            return False
         last_log[0] = now
-        procs = []
-        for p in [ps, *ps.children(recursive=True)]:
-            try:
-                procs.append([p.pid, getattr(p.memory_full_info(), "pss", 0)])
-            except psutil.Error:
-                pass
+        return True
+
+    def log_line(mem: tuple[int, int, int], procs: list) -> None:
         phase = ("text store" if (out / "textstore").exists() and (out / "manifest.json").exists()
                  else "reduce" if stage.exists() else "map")
         writing = sorted(x.name for x in stage.iterdir())[:12] if stage.exists() else []
-        log.write(json.dumps({"t": round(now - t0, 1), "phase": phase, "pss_tree": mem[1],
+        log.write(json.dumps({"t": round(last_log[0] - t0, 1), "phase": phase, "pss_tree": mem[1],
                               "anon_pss_tree": mem[2], "procs": procs, "stage": writing}) + "\n")
         log.flush()
 
     def sample() -> None:
         while not stop.is_set():
             try:
-                mem = tree_memory(ps)
-                if log:
-                    log_line(mem)
+                procs: list | None = [] if log_due() else None
+                mem = tree_memory(ps, procs)
+                if procs is not None:
+                    log_line(mem, procs)
                 peak[:] = [max(a, b) for a, b in zip(peak, mem, strict=True)]
                 ph = phase_peak["reduce" if stage.exists() else "map"]
                 ph[:] = [max(ph[0], mem[1]), max(ph[1], mem[2])]

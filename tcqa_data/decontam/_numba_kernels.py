@@ -598,14 +598,7 @@ def _decode_text(buf, i, end, out, o, amap, plain):
             nonspace |= ns
         elif c < 0x20:
             return -1, o, chars, nonspace
-        elif c < 0x80:
-            m = amap[c]
-            if m >= 0:
-                out[o] = m
-                o += 1
-            nonspace |= m != 32
-            i += 1
-        else:
+        else:  # printable ASCII took the ``plain`` path above: a UTF-8 sequence
             n = _utf8_seq_len(buf, i, end)
             if n == 0:
                 return -1, o, chars, nonspace
@@ -678,15 +671,16 @@ def _scan_line(buf, a, b, key, out, o, amap, plain):
 
 
 @njit(cache=True, nogil=True)
-def jsonl_scan(buf, pos, end, key, amap, out, o, doc_pos, doc_line, doc_chars, ndocs, line,
+def jsonl_scan(buf, pos, end, key, amap, out, o, doc_pos, doc_line, ndocs, line,
                chars, limit, counts):
     """Read JSONL lines from ``buf[pos:end]`` (whole lines; the last may lack its newline) into
     one hashing batch: each document's normalized text goes to ``out[o:]`` followed by a space,
-    with its start in ``doc_pos``, its line number and char count. Blank lines and empty texts
-    are counted in ``counts[0]``/``counts[1]``. Stops at the end (``SCAN_END``), when the batch
-    reaches ``limit`` chars (``SCAN_BATCH_FULL``), before a line Python's reader must handle
-    (``SCAN_DEFER``: it starts at the returned pos) or when ``out``/the doc arrays may be too
-    small for the next line (``SCAN_ROOM``). Returns (status, pos, o, ndocs, line, chars)."""
+    with its start in ``doc_pos`` and its line number in ``doc_line``; ``chars`` sums their chars.
+    Blank lines and empty texts are counted in ``counts[0]``/``counts[1]``. Stops at the end
+    (``SCAN_END``), when the batch reaches ``limit`` chars (``SCAN_BATCH_FULL``), before a line
+    Python's reader must handle (``SCAN_DEFER``: it starts at the returned pos) or when
+    ``out``/the doc arrays may be too small for the next line (``SCAN_ROOM``). Returns (status,
+    pos, o, ndocs, line, chars)."""
     plain = np.full(256, -2, dtype=np.int16)
     for c in range(32, 128):
         if c != 34 and c != 92:
@@ -718,7 +712,6 @@ def jsonl_scan(buf, pos, end, key, amap, out, o, doc_pos, doc_line, doc_chars, n
             continue
         doc_pos[ndocs] = o
         doc_line[ndocs] = line
-        doc_chars[ndocs] = c
         ndocs += 1
         out[o2] = 32
         o = o2 + 1
@@ -1144,12 +1137,8 @@ def sentence_windows(text, doc_start, space, closer, mark, wstart, nstart, nend,
                 want = max(pos, wstart[c])
                 if want != used_start[c]:
                     if ncf == len(conflicts):
-                        cf2 = np.empty(2 * ncf, dtype=np.int64)
-                        cf2[:ncf] = conflicts
-                        conflicts = cf2
-                        cp2 = np.empty(2 * ncf, dtype=np.int64)
-                        cp2[:ncf] = conflict_pos
-                        conflict_pos = cp2
+                        conflicts = _grown(conflicts, ncf, 2 * ncf)
+                        conflict_pos = _grown(conflict_pos, ncf, 2 * ncf)
                     conflicts[ncf] = c
                     conflict_pos[ncf] = want
                     ncf += 1

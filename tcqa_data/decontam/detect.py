@@ -528,11 +528,9 @@ def _ngram_candidates(docs: Sequence[QueryDoc], idx: Any, n: int, doc_cols: np.n
         if other_sizes else {}
     for m, (flat, owner) in by_size.items():
         owner = np.asarray(owner, dtype=np.int64)
-        for lo in range(0, len(flat), LOOKUP_BATCH):
-            hit = idx.lookup(np.asarray(flat[lo:lo + LOOKUP_BATCH], dtype=np.uint64), m)
-            hd = np.asarray(hit.docs, dtype=np.int64).reshape(len(hit.found), -1)
-            for j in np.flatnonzero(np.asarray(hit.found)):
-                counts[int(owner[lo + j])].update(o for o in hd[j].tolist() if o >= 0)
+        found, _, hd = _lookup_distinct(idx, np.asarray(flat, dtype=np.uint64), m)
+        for j in np.flatnonzero(found):
+            counts[int(owner[j])].update(o for o in hd[j].tolist() if o >= 0)
     return [[o for o, _ in sorted(c.items(), key=lambda t: (-t[1], t[0]))] for c in counts]
 
 

@@ -29,6 +29,7 @@ from tcqa_data.decontam.normalize import (
     JANITOR_BYTES_DELETE,
     JANITOR_BYTES_TABLE,
     check_scheme,
+    janitor_bytes,
     normalize,
 )
 
@@ -124,7 +125,7 @@ def encode_normalized(text: str, scheme: str = "janitor") -> bytes:
     """UTF-8 of the normalized text, split by ``bytes.split()`` into exactly ``tokenize``'s tokens."""
     if scheme == "janitor":
         # non-ASCII whitespace is turned into spaces later, vectorized over the whole batch
-        return text.encode("utf-8", "surrogatepass").translate(JANITOR_BYTES_TABLE, JANITOR_BYTES_DELETE)
+        return janitor_bytes(text)
     check_scheme(scheme)
     return " ".join(normalize(text, scheme).split()).encode("utf-8", "surrogatepass")
 
@@ -194,13 +195,12 @@ def hash_normalized(arr: np.ndarray, doc_start: np.ndarray, ns: Sequence[int], s
             raise ValueError(f"n-gram size must be >= 1, got {n}")
     if kernel.enabled():
         return _hash_parts_compiled(arr, doc_start, ns, salt_tok, salt_ng)
-    data = arr
     edge = np.diff((arr != 32).view(np.int8))
     starts = np.flatnonzero(edge == 1) + 1
     ends = np.flatnonzero(edge == -1) + 1
     del edge
     ntok = len(starts)
-    tok = _token_hashes(data, starts, ends, salt_tok)
+    tok = _token_hashes(arr, starts, ends, salt_tok)
 
     # token offsets of each doc
     doc_tok = np.searchsorted(starts, doc_start)

@@ -59,13 +59,19 @@ def normalize(text: str, scheme: str = "janitor") -> str:
     return unicodedata.normalize("NFKC", text).casefold().translate(_unicode_punct_table())
 
 
+def janitor_bytes(text: str) -> bytes:
+    """``normalize(text, "janitor")`` on the UTF-8 bytes (surrogatepass), ASCII whitespace as
+    spaces: ``bytes.split()`` gives the same tokens up to non-ASCII whitespace, which the hashing
+    turns into spaces later; ~15x faster than ``str.translate``."""
+    return text.encode("utf-8", "surrogatepass").translate(JANITOR_BYTES_TABLE, JANITOR_BYTES_DELETE)
+
+
 def tokenize(text: str, scheme: str = "janitor") -> list[str]:
     """Word tokens of ``normalize(text, scheme)``; n-grams are built over these."""
     if scheme == "janitor":
-        # the same tokens from the UTF-8 bytes (module comment above), ~15x faster than str.translate;
+        # str.split() of the decoded bytes also splits on non-ASCII whitespace: the same tokens;
         # alignment tokenizes every candidate corpus doc
-        raw = text.encode("utf-8", "surrogatepass").translate(JANITOR_BYTES_TABLE, JANITOR_BYTES_DELETE)
-        return raw.decode("utf-8", "surrogatepass").split()
+        return janitor_bytes(text).decode("utf-8", "surrogatepass").split()
     return normalize(text, scheme).split()
 
 

@@ -661,10 +661,14 @@ def iter_normalized_batches(inp: CorpusInput | InputShard, text_field: str = "te
     counts = np.zeros(2, dtype=np.int64)  # blank lines, empty texts
     pad = 9  # spaces after the last document: hashing reads 8 bytes at a time
 
-    def new_batch(cap: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        out = np.empty(cap + pad, dtype=np.uint8)
+    first_cap = min(2 * batch_chars, 1 << 24) + (1 << 16)
+
+    def new_batch() -> None:
+        nonlocal out, doc_pos, doc_line, o, ndocs, chars
+        out = np.empty(first_cap + pad, dtype=np.uint8)
         out[0] = 32
-        return out, np.empty(1024, np.int64), np.empty(1024, np.int64), np.empty(1024, np.int64)
+        doc_pos, doc_line = np.empty(1024, np.int64), np.empty(1024, np.int64)
+        o, ndocs, chars = 1, 0, 0
 
     def grow(a: np.ndarray, size: int) -> np.ndarray:
         b = np.empty(size, dtype=a.dtype)
@@ -677,15 +681,15 @@ def iter_normalized_batches(inp: CorpusInput | InputShard, text_field: str = "te
                                chars)
 
     def room(need_bytes: int) -> None:
-        nonlocal out, doc_pos, doc_line, doc_chars
+        nonlocal out, doc_pos, doc_line
         if ndocs == len(doc_pos):
-            doc_pos, doc_line, doc_chars = (grow(a, 2 * ndocs) for a in (doc_pos, doc_line, doc_chars))
+            doc_pos, doc_line = grow(doc_pos, 2 * ndocs), grow(doc_line, 2 * ndocs)
         if o + need_bytes > len(out) - pad:
             out = grow(out, 2 * (o + need_bytes) + pad)
 
-    first_cap = min(2 * batch_chars, 1 << 24) + (1 << 16)
-    out, doc_pos, doc_line, doc_chars = new_batch(first_cap)
-    o, ndocs, chars = 1, 0, 0
+    out = doc_pos = doc_line = None  # the batch's arrays and counters, (re)set by new_batch()
+    o = ndocs = chars = 0
+    new_batch()
     with open(corpus_input.path, "rb") as fh:
         lines, offset, end, line, compressed = _jsonl_source(fh, corpus_input, shard)
         try:
@@ -695,13 +699,12 @@ def iter_normalized_batches(inp: CorpusInput | InputShard, text_field: str = "te
                 while pos < len(buf):
                     status, pos, o, ndocs, line, chars = scan(
                         buf, pos, len(buf), key, JANITOR_ASCII_MAP, out[:len(out) - pad], o, doc_pos,
-                        doc_line, doc_chars, ndocs, line, chars, batch_chars, counts)
+                        doc_line, ndocs, line, chars, batch_chars, counts)
                     if status == SCAN_END:
                         break
                     if status == SCAN_BATCH_FULL:
                         yield finish()
-                        out, doc_pos, doc_line, doc_chars = new_batch(first_cap)
-                        o, ndocs, chars = 1, 0, 0
+                        new_batch()
                         continue
                     nl = block.find(b"\n", pos)
                     stop = len(block) if nl < 0 else nl + 1
@@ -720,14 +723,13 @@ def iter_normalized_batches(inp: CorpusInput | InputShard, text_field: str = "te
                     out[o + len(part)] = 32
                     if not part.isascii():
                         _blank_unicode_whitespace(out[o:o + len(part) + 2])
-                    doc_pos[ndocs], doc_line[ndocs], doc_chars[ndocs] = o, doc.row, len(doc.text)
+                    doc_pos[ndocs], doc_line[ndocs] = o, doc.row
                     ndocs += 1
                     o += len(part) + 1
                     chars += len(doc.text)
                     if chars >= batch_chars:
                         yield finish()
-                        out, doc_pos, doc_line, doc_chars = new_batch(first_cap)
-                        o, ndocs, chars = 1, 0, 0
+                        new_batch()
         except _Truncated as e:
             _truncated(ctx, corpus_input, e, line)
         finally:
