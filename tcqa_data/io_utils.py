@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,6 +13,8 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+NPY_HEADER_LEN = 128  # .npy headers of NpyStream (numpy pads headers to 64/128 bytes)
 
 
 def _default_file_mode() -> int:
@@ -61,6 +64,45 @@ def write_npy_atomic(path: str | os.PathLike, array) -> None:
         with open(tmp, "wb") as fh:
             # Always C order: readers slice rows by offset (a transposed view would save as Fortran).
             np.save(fh, np.ascontiguousarray(array), allow_pickle=False)
+
+
+class NpyStream:
+    """Write a 1-D or 2-D C-order .npy of unknown length in chunks, atomically (``atomic_path``):
+    a fixed ``NPY_HEADER_LEN``-byte header is patched in at ``close``."""
+
+    def __init__(self, path: str | os.PathLike, dtype, cols: int | None = None) -> None:
+        import numpy as np
+
+        self.dtype = np.dtype(dtype)
+        self.cols = cols
+        self.rows = 0
+        self._ctx = atomic_path(path)
+        tmp = self._ctx.__enter__()
+        self._fh = open(tmp, "wb")
+        self._fh.write(b"\0" * NPY_HEADER_LEN)
+
+    def write(self, arr) -> None:
+        import numpy as np
+
+        arr = np.ascontiguousarray(arr, dtype=self.dtype)
+        self._fh.write(arr.tobytes())
+        self.rows += arr.shape[0]
+
+    def close(self) -> None:
+        shape = f"({self.rows},)" if self.cols is None else f"({self.rows}, {self.cols})"
+        d = f"{{'descr': '{self.dtype.str}', 'fortran_order': False, 'shape': {shape}, }}"
+        d = d.ljust(NPY_HEADER_LEN - 10 - 1) + "\n"
+        self._fh.seek(0)
+        self._fh.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(d)) + d.encode("latin1"))
+        self._fh.close()
+        self._ctx.__exit__(None, None, None)
+
+    def abort(self, exc: BaseException) -> None:
+        """Drop the temporary file (nothing to do once closed)."""
+        if self._fh.closed:
+            return
+        self._fh.close()
+        self._ctx.__exit__(type(exc), exc, exc.__traceback__)
 
 
 class NpyRowReader:

@@ -37,12 +37,11 @@ import numpy as np
 
 from tcqa_data.decontam.hashing import HASH_NAME
 from tcqa_data.errors import IndexMismatchError, TcqaError
-from tcqa_data.io_utils import read_json
+from tcqa_data.io_utils import NPY_HEADER_LEN, read_json
 
 MANIFEST = "manifest.json"
 DEFAULT_NUM_BUCKETS = 64
 DEFAULT_PROVENANCE = 2
-NPY_HEADER_LEN = 128  # .npy headers written by the reduce (numpy pads to 64/128)
 # Provenance doc ordinals on disk: uint32, this value = no doc (lookup returns int64, -1 = none).
 DOC_DTYPE = np.dtype(np.uint32)
 DOC_NONE = 0xFFFFFFFF

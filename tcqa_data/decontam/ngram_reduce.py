@@ -9,7 +9,6 @@ in :mod:`ngram_index`.
 from __future__ import annotations
 
 import os
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -27,7 +26,6 @@ from tcqa_data.decontam.ngram_index import (
     DF_OVERFLOW,
     DOC_DTYPE,
     DOC_NONE,
-    NPY_HEADER_LEN,
     ROW_LIMIT,
     SUFFIX_BITS,
     _bucket_range,
@@ -36,44 +34,13 @@ from tcqa_data.decontam.ngram_index import (
 )
 from tcqa_data.decontam.ngram_runs import _sort_by_hash, _sort_by_hash_compiled, run_file
 from tcqa_data.errors import TcqaError
-from tcqa_data.io_utils import NpyRowReader, atomic_path
+from tcqa_data.io_utils import NpyRowReader, NpyStream
 
 # Pairs per reduce chunk: bounds the reduce's memory whatever the corpus size.
 DEFAULT_CHUNK_PAIRS = 1_000_000
 
 
 # --------------------------------------------------------------------------- reduce side
-
-
-class _NpyStream:
-    """Write a 1-D or 2-D C-order .npy in chunks (fixed 128-byte header patched at the end)."""
-
-    def __init__(self, path: Path, dtype: np.dtype, cols: int | None = None) -> None:
-        self.dtype = np.dtype(dtype)
-        self.cols = cols
-        self.rows = 0
-        self._ctx = atomic_path(path)
-        tmp = self._ctx.__enter__()
-        self._fh = open(tmp, "wb")
-        self._fh.write(b"\0" * NPY_HEADER_LEN)
-
-    def write(self, arr: np.ndarray) -> None:
-        arr = np.ascontiguousarray(arr, dtype=self.dtype)
-        self._fh.write(arr.tobytes())
-        self.rows += arr.shape[0]
-
-    def close(self) -> None:
-        shape = f"({self.rows},)" if self.cols is None else f"({self.rows}, {self.cols})"
-        d = f"{{'descr': '{self.dtype.str}', 'fortran_order': False, 'shape': {shape}, }}"
-        d = d.ljust(NPY_HEADER_LEN - 10 - 1) + "\n"
-        self._fh.seek(0)
-        self._fh.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(d)) + d.encode("latin1"))
-        self._fh.close()
-        self._ctx.__exit__(None, None, None)
-
-    def abort(self, exc: BaseException) -> None:
-        self._fh.close()
-        self._ctx.__exit__(type(exc), exc, exc.__traceback__)
 
 
 class _Cursor:
@@ -151,9 +118,9 @@ class _BucketWriter:
         u32 = np.dtype(np.uint32)
         dtypes = {"keys": u32, "dir": u32, "df": np.dtype(np.uint8), "df_over_rows": u32, "df_over": u32,
                   "docs": doc_dtype, "docs_more_rows": u32, "docs_more": doc_dtype}
-        self.streams: dict[str, _NpyStream] = {}
+        self.streams: dict[str, NpyStream] = {}
         for k in BUCKET_FILES:
-            self.streams[k] = _NpyStream(paths[k], dtypes[k], provenance - 1 if k == "docs_more" else None)
+            self.streams[k] = NpyStream(paths[k], dtypes[k], provenance - 1 if k == "docs_more" else None)
         self.rows = 0
         self.next_cell = 0  # first directory entry not yet written
         self.last_offset = 0
@@ -194,8 +161,7 @@ class _BucketWriter:
 
     def abort(self, exc: BaseException) -> None:
         for w in self.streams.values():
-            if not w._fh.closed:
-                w.abort(exc)
+            w.abort(exc)
 
 
 class _OldBucket:

@@ -16,7 +16,7 @@ from tcqa_data.decontam.arrays import sorted_unique
 from tcqa_data.decontam.minhash.params import INDEX_STORAGE_FORMAT, MinHashParams, index_storage_info
 from tcqa_data.decontam.minhash.sketch import STORAGE_FORMAT as RUN_STORAGE_FORMAT
 from tcqa_data.errors import IndexMismatchError, TcqaError
-from tcqa_data.io_utils import NpyRowReader, atomic_path, read_json, write_json_atomic
+from tcqa_data.io_utils import NpyRowReader, NpyStream, atomic_path, read_json, write_json_atomic
 
 _MERGE_BLOCK = 1 << 16  # rows copied at a time when concatenating runs
 # (key, doc) entries read ahead over all runs in the band merge, shared among the runs so the
@@ -292,20 +292,6 @@ def _entries_name(band: int) -> str:
     return f"band_entries_{band:03d}"
 
 
-_HEADER_BYTES = 128  # .npy header of a 1-D uint64 array, whatever its length (rewritten at the end)
-
-
-def _npy_header(n: int) -> bytes:
-    import io
-
-    buf = io.BytesIO()
-    np.lib.format.write_array_header_1_0(buf, {"descr": "<u8", "fortran_order": False, "shape": (n,)})
-    head = buf.getvalue()
-    if len(head) != _HEADER_BYTES:
-        raise RuntimeError(f"unexpected .npy header length {len(head)}")
-    return head
-
-
 def start_minhash_merge(plan: dict[str, Any], out_dir: str | os.PathLike, params: MinHashParams) -> None:
     """Reduce, first step: mark ``out_dir`` incomplete and create the band directories
     (``band_cells``) at full size under a temporary name (header written, rows filled in place by
@@ -365,26 +351,23 @@ def merge_minhash_band(plan: dict[str, Any], out_dir: str | os.PathLike, params:
     Returns the band number."""
     out, runs, lay = Path(out_dir), _runs_of(plan), plan["layout"]
     cshape, cdt = _cells_shape(plan, params), np.dtype(lay["cell_dtype"])
-    entries = out / f"{_entries_name(band)}{_PARTIAL}"
-    with open(out / f"band_cells{_PARTIAL}", "r+b") as fc, open(entries, "wb") as fe:
-        np.lib.format.read_magic(fc)
-        np.lib.format.read_array_header_1_0(fc) if _header_fits_v1(cshape) else \
-            np.lib.format.read_array_header_2_0(fc)
-        fc.seek(fc.tell() + band * cshape[1] * cdt.itemsize)
-        wc = _NpyWriter(fc, cdt, (cshape[1],), header=False)
-        fe.write(b"\0" * _HEADER_BYTES)  # the header, once the length is known
-        words = [0]
-
-        def write_words(arr: np.ndarray) -> None:
-            words[0] += len(arr)
-            fe.write(np.ascontiguousarray(arr, dtype=_U64).tobytes())
-
-        table = packed.TableWriter(wc.write, write_words, None, lay["dir_bits"], lay["id_bits"])
-        _merge_band(runs, band, table, lay)
-        table.close()
-        wc.close()
-        fe.seek(0)
-        fe.write(_npy_header(words[0]))
+    # the entries' count is known only at the end: a stream whose header is written last
+    entries = NpyStream(out / f"{_entries_name(band)}{_PARTIAL}", _U64)
+    try:
+        with open(out / f"band_cells{_PARTIAL}", "r+b") as fc:
+            np.lib.format.read_magic(fc)
+            np.lib.format.read_array_header_1_0(fc) if _header_fits_v1(cshape) else \
+                np.lib.format.read_array_header_2_0(fc)
+            fc.seek(fc.tell() + band * cshape[1] * cdt.itemsize)
+            wc = _NpyWriter(fc, cdt, (cshape[1],), header=False)
+            table = packed.TableWriter(wc.write, entries.write, None, lay["dir_bits"], lay["id_bits"])
+            _merge_band(runs, band, table, lay)
+            table.close()
+            wc.close()
+    except BaseException as exc:
+        entries.abort(exc)
+        raise
+    entries.close()
     return band
 
 

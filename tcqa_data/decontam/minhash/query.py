@@ -187,14 +187,14 @@ class MinHashIndex:
             return best_sim, best_win
         code = sorted_unique(np.concatenate(pair_d) * len(sigs) + np.concatenate(pair_q), in_place=True)
         ds, qs = np.divmod(code, len(sigs))  # sorted by doc, then query
-        cand_docs = sorted_unique(ds)
+        bounds = np.flatnonzero(np.r_[True, ds[1:] != ds[:-1], True])  # each candidate doc's pairs
+        cand_docs = ds[bounds[:-1]]
         for b0 in range(0, len(cand_docs), _VERIFY_DOCS):
             batch = cand_docs[b0:b0 + _VERIFY_DOCS]
             doc_sigs = self.doc_signatures(batch)
             first = np.asarray(self.doc_windows[batch], dtype=np.int64)
-            lo, hi = np.searchsorted(ds, batch[0], "left"), np.searchsorted(ds, batch[-1], "right")
-            for j, d in enumerate(batch.tolist()):
-                a, b = np.searchsorted(ds[lo:hi], d, "left") + lo, np.searchsorted(ds[lo:hi], d, "right") + lo
+            for j in range(len(batch)):
+                a, b = int(bounds[b0 + j]), int(bounds[b0 + j + 1])
                 ws = doc_sigs[j]
                 if not len(ws):
                     continue
