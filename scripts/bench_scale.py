@@ -159,12 +159,14 @@ def phase_timed_engine(engine: str, n: int):
 
 
 class PeakMemory:
-    """Samples the summed PSS (RSS where PSS is unreadable) of this process and its descendants."""
+    """Samples the summed PSS (RSS where PSS is unreadable) of this process and its descendants,
+    and the bytes under ``watch_dir`` (the index folder with its build scratch: peak disk)."""
 
-    def __init__(self, every_s: float = 0.5) -> None:
+    def __init__(self, every_s: float = 0.5, watch_dir: Path | None = None) -> None:
         import threading
 
         self.peak, self.every_s = 0, every_s
+        self.watch_dir, self.peak_disk = watch_dir, 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -181,6 +183,11 @@ class PeakMemory:
                 except psutil.Error:
                     pass
             self.peak = max(self.peak, total)
+            if self.watch_dir is not None:
+                try:
+                    self.peak_disk = max(self.peak_disk, du(self.watch_dir))
+                except OSError:  # a file renamed or removed while walking
+                    pass
             self._stop.wait(self.every_s)
 
     def __enter__(self) -> PeakMemory:
@@ -201,7 +208,7 @@ def run_build(corpus: list[Path], out: Path, engine: str, n: int, minhash: bool,
         shutil.rmtree(out)
     load0 = os.getloadavg()[0]
     start_s = 0.0
-    with PeakMemory() as mem:
+    with PeakMemory(watch_dir=out) as mem:
         t0 = time.perf_counter()
         eng = phase_timed_engine(engine, n)
         if engine == "ray":
@@ -220,7 +227,7 @@ def run_build(corpus: list[Path], out: Path, engine: str, n: int, minhash: bool,
            "mb_per_s": round(size / 1e6 / wall, 2), "mb_per_cpu_s": round(size / 1e6 / cpu, 2),
            "index_bytes": du(out), "index_bytes_per_corpus_byte": round(du(out) / size, 3),
            "docs": manifest["counts"]["docs"], "digest": index_digest(out),
-           "peak_tree_mem_bytes": mem.peak, "phases": eng.phases,
+           "peak_tree_mem_bytes": mem.peak, "peak_disk_bytes": mem.peak_disk, "phases": eng.phases,
            "load_avg_before": round(load0, 2), "load_avg_after": round(os.getloadavg()[0], 2)}
     shutil.rmtree(out)
     return row
@@ -302,15 +309,17 @@ def main() -> None:
         b["speedup_vs_local_1"] = round(base["wall_s"] / b["wall_s"], 2)
     res["identical_indexes"] = len({b["digest"] for b in builds}) == 1
     # The model behind the projection, from the Ray build on the most CPUs. CPU time, not wall
-    # time, so other load on this shared machine does not inflate the rates. Map: checksum, split
-    # and map tasks; reduce: bucket merges; serial: everything outside the engine's steps, when
-    # only the driver works (planning, docs table, MinHash merge, commit).
+    # time, so other load on this shared machine does not inflate the rates. Map: checksum, split,
+    # map tasks and the text store (one task per input); reduce: bucket merges and MinHash band
+    # merges; serial: everything outside the engine's steps, when only the driver works
+    # (planning, docs table, commit; Ray's daemons count here too).
     ray_builds = [b for b in builds if b["engine"] == "ray"]
     if ray_builds:
         ref = max(ray_builds, key=lambda b: b["workers"])
         mb = res["corpus_bytes"] / 1e6
         ph = ref["phases"]
-        map_cpu = sum(ph.get(k, {}).get("cpu_s", 0.0) for k in ("index-checksum", "index-split", "index-map"))
+        map_cpu = sum(ph.get(k, {}).get("cpu_s", 0.0)
+                      for k in ("index-checksum", "index-split", "index-map", "index-textstore"))
         ngram_cpu = ph.get("index-reduce", {}).get("cpu_s", 0.0)
         mh = ph.get("index-minhash-reduce", {"cpu_s": 0.0, "tasks": 1})  # 1 + bands tasks, any corpus size
         reduce_cpu = ngram_cpu + mh["cpu_s"]
@@ -330,12 +339,15 @@ def main() -> None:
     args.json.write_text(json.dumps(res, indent=2) + "\n")
 
     print("\n| engine | workers/CPUs | wall (s) | MB/s | speedup vs local 1 | CPU s | MB per CPU s "
-          "| load avg before/after |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| peak PSS (GB) | peak disk (GB) | load avg before/after |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for b in builds:
         print(f"| {b['engine']} | {b['workers']} | {b['wall_s']} | {b['mb_per_s']} | "
               f"{b['speedup_vs_local_1']} | {b['cpu_s']} | {b['mb_per_cpu_s']} | "
+              f"{b['peak_tree_mem_bytes'] / 1e9:.2f} | {b['peak_disk_bytes'] / 1e9:.2f} | "
               f"{b['load_avg_before']}/{b['load_avg_after']} |")
+        print("  steps: " + ", ".join(f"{k} {v['tasks']} tasks {v['cpu_s']} CPU-s / {v['wall_s']} s"
+                                      for k, v in b["phases"].items()))
     print(f"\nall builds byte-identical: {res['identical_indexes']}")
     print(f"\nprojection inputs: {res.get('projection_inputs')}")
     print("\n| text | cores | map (h) | reduce (h) | serial driver part (h) | wall (h) | index (TB) |")

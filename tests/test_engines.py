@@ -371,13 +371,15 @@ def test_cli_builds_the_same_index_with_local_and_ray(ray_cluster, wiki_corpus, 
 
 def test_build_on_a_local_engine_object_equals_the_default_pool(wiki_corpus, local2: LocalEngine,
                                                                tmp_path: Path) -> None:
-    """The engine path (checksum, split, map, reduce as engine tasks) without Ray."""
+    """The engine path (checksum, split, map, reduce and the text store as engine tasks) without Ray."""
     from tcqa_data.decontam.build import build_index
 
     build_index(wiki_corpus, tmp_path / "pool", workers=2, minhash=False, quiet=True)
     build_index(wiki_corpus, tmp_path / "engine", engine=local2, shard_bytes=200_000, minhash=False,
                 quiet=True)
     assert_identical(tmp_path / "pool", tmp_path / "engine")
+    # one anchor table per input, written by the engine's tasks
+    assert len([p for p in (tmp_path / "engine" / "textstore").iterdir() if "anchor" in p.name]) >= len(wiki_corpus)
 
 
 class WorkerKiller(threading.Thread):

@@ -116,6 +116,14 @@ def test_resolve_inputs_files_globs_folders(tmp_path):
         resolve_inputs([str(tmp_path / "empty")])
 
 
+def test_resolve_inputs_names_a_broken_link_in_a_folder(tmp_path):
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "ok.jsonl").write_bytes(b"")
+    (tmp_path / "c" / "gone.jsonl").symlink_to(tmp_path / "missing.jsonl")
+    with pytest.raises(InputError, match=r"gone\.jsonl: cannot read it: .*symbolic link to a missing file"):
+        resolve_inputs([str(tmp_path / "c")])
+
+
 # --- bad input --------------------------------------------------------------------------------
 
 

@@ -239,8 +239,13 @@ def build_index(
             _commit(out, read_json(work / "commit.json"), ns)
             old_manifest = read_json(mpath)
 
+    def close_engine() -> None:
+        if eng is not None and eng is not engine:
+            eng.close()  # ours: stops a local Ray instance
+
     # ---- inputs
     pool = q = None
+    reduced = False
     if eng is None and workers > 1:
         import multiprocessing as mp
 
@@ -282,7 +287,7 @@ def build_index(
             if not append:
                 if not entries and requested == set(old_by_sum):
                     # a text store pass cut short is finished now
-                    _finish_text_store(out, text_store, hf_dataset, hf_config, hf_split, workers)
+                    _finish_text_store(out, text_store, hf_dataset, hf_config, hf_split, workers, eng)
                     return old_manifest  # same inputs, same parameters: already built
                 raise IndexMismatchError(
                     f"{out}: an index of other inputs exists; pass --append to add inputs "
@@ -336,11 +341,12 @@ def build_index(
         # ---- reduce
         manifest = _reduce(out, work, params, cfg, ns, entries, old_manifest, pool, chunk_pairs, quiet,
                            engine=eng)
+        reduced = True
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
-        if eng is not None and eng is not engine:
-            eng.close()  # ours: stops a local Ray instance
+        if not reduced:
+            close_engine()
 
     # ---- manifest
     total_skip = SkipStats()
@@ -358,20 +364,24 @@ def build_index(
         "appended_inputs": [e["path"] for e in entries] if old_manifest else [],
         "tcqa_data_version": __version__,
     }
-    write_json_atomic(work / "commit.json", manifest)
-    _commit(out, manifest, ns)
-    _finish_text_store(out, text_store, hf_dataset, hf_config, hf_split, workers)
+    try:
+        write_json_atomic(work / "commit.json", manifest)
+        _commit(out, manifest, ns)
+        _finish_text_store(out, text_store, hf_dataset, hf_config, hf_split, workers, eng)
+    finally:
+        close_engine()
     return manifest
 
 
 def _finish_text_store(out: Path, mode: str, hf_dataset: str | None, hf_config: str | None,
-                       hf_split: str, workers: int) -> None:
+                       hf_split: str, workers: int, engine: Engine | None) -> None:
     """Corpus text for alignment (decontam/textstore.py): a pass after the commit, with its own
-    meta written last; a rerun redoes only what is missing."""
+    meta written last; a rerun redoes only what is missing. On the build's engine when it has one
+    (one task per input, as the map), else on ``workers`` local processes."""
     from tcqa_data.decontam.textstore import build_text_store
 
     build_text_store(out, mode, hf={"name": hf_dataset, "config": hf_config, "split": hf_split}
-                     if hf_dataset else None, workers=workers)
+                     if hf_dataset else None, workers=workers, engine=engine)
 
 
 def index_info(index_dir: str | os.PathLike) -> dict[str, Any]:

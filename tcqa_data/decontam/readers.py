@@ -199,7 +199,13 @@ def resolve_inputs(specs: list[str]) -> list[CorpusInput]:
     for p in sorted(chosen.values()):
         fmt = _format_of(p)
         assert fmt is not None
-        out.append(CorpusInput(path=p, format=fmt, size=os.path.getsize(p)))
+        try:
+            size = os.path.getsize(p)
+        except OSError as exc:  # e.g. a broken symbolic link in a folder, or a file removed meanwhile
+            raise InputError(f"cannot read it: {exc.strerror}"
+                             + (" (a symbolic link to a missing file)" if os.path.islink(p) else ""),
+                             path=p) from None
+        out.append(CorpusInput(path=p, format=fmt, size=size))
     return out
 
 

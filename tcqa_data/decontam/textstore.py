@@ -53,7 +53,7 @@ import os
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -63,6 +63,9 @@ from tcqa_data.decontam import packed
 from tcqa_data.decontam.arrays import sorted_unique
 from tcqa_data.errors import ConfigError, TcqaError
 from tcqa_data.io_utils import atomic_path, read_json, write_json_atomic, write_npy_atomic
+
+if TYPE_CHECKING:
+    from tcqa_data.decontam.engines import Engine
 
 STORE_DIR = "textstore"
 META = "meta.json"
@@ -409,11 +412,13 @@ class AnchorIndex:
 
 
 def build_text_store(index_dir: str | os.PathLike, mode: str = "auto", *,
-                     hf: dict[str, Any] | None = None, workers: int = 1) -> dict[str, Any]:
+                     hf: dict[str, Any] | None = None, workers: int = 1,
+                     engine: Engine | None = None) -> dict[str, Any]:
     """Build (or complete) ``INDEX_DIR/textstore`` for a finished index; returns its meta.
 
     ``hf``: ``{"name", "config", "split"}`` of the index's Hugging Face input, if any.
-    ``workers``: processes, one input each (the files do not depend on it).
+    ``workers``: processes, one input each (the files do not depend on it). ``engine``: run the
+    inputs as its tasks instead (Ray: spread over the cluster like the map; the same files).
     """
     check_mode(mode)
     root = Path(index_dir)
@@ -437,7 +442,10 @@ def build_text_store(index_dir: str | os.PathLike, mode: str = "auto", *,
     if todo:
         store.mkdir(parents=True, exist_ok=True)
     calls = [(str(root), e, manifest, mode, hf) for e in todo]
-    if workers > 1 and len(todo) > 1:
+    if engine is not None and todo:
+        recs = engine.map(_store_input, [{"e": e} for e in todo], desc="index-textstore",
+                          shared={"root_dir": str(root), "manifest": manifest, "mode": mode, "hf": hf})
+    elif workers > 1 and len(todo) > 1:
         # inputs are independent: one task per input (the pass reads and hashes every doc)
         from concurrent.futures import ProcessPoolExecutor
 
