@@ -288,7 +288,7 @@ from tcqa_data.decontam.minhash import MinHashParams, merge
 params = MinHashParams(**json.loads(sys.argv[2]))
 if kernel.enabled():  # numba's own memory (cache load) before the baseline
     kernel.kernels(); packed.pack(np.zeros(64, np.uint64), 40)
-plan = merge.plan_minhash_merge([sys.argv[1] + "/minhash-0"], params)
+plan = merge.plan_minhash_merge([sys.argv[1] + "/minhash-0"], params, group_runs=int(sys.argv[3]) or None)
 merge.start_minhash_merge(plan, sys.argv[1] + "/out", params)
 def rss():
     with open("/proc/self/statm") as fh:
@@ -302,20 +302,24 @@ rss0 = rss()
 th = threading.Thread(target=sample)
 th.start()
 cpu0 = time.process_time()
+for g in range(len(plan["groups"])):  # two levels: the band's run groups first, as a build does
+    merge.merge_minhash_group(plan, sys.argv[1] + "/out", params, 0, g)
 merge.merge_minhash_band(plan, sys.argv[1] + "/out", params, 0)
 cpu = time.process_time() - cpu0
 done.set()
 th.join()
-print(json.dumps([max(peak[0], rss()) - rss0, cpu]))
+print(json.dumps([max(peak[0], rss()) - rss0, cpu, len(plan["groups"])]))
 """
 
 
-def band_merge_memory(run_counts: list[int], windows: int, folder: Path) -> list[dict]:
+def band_merge_memory(run_counts: list[int], windows: int, folder: Path, group_runs: int = 0
+                      ) -> list[dict]:
     """The MinHash band merge alone as its run count grows (a big corpus has ~3 runs per 20 MB
     input: ~1,460 at 10 GB): synthetic map runs of random signatures, ``windows`` each (more
     than one read block per run), one band merged in a fresh process. Reports the peak RSS
     growth over the process's RSS before the merge (sampled every 5 ms) and its CPU seconds
-    (the sampler's included)."""
+    (the sampler's included). Past ``group_runs`` runs (0: the merge's default, ``GROUP_RUNS``)
+    the band is merged in two levels, run groups first, as a build does."""
     from tcqa_data.decontam.minhash import MinHashParams
     from tcqa_data.decontam.minhash.shards import _write_run
     from tcqa_data.decontam.minhash.sketch import STORAGE_FORMAT
@@ -338,11 +342,11 @@ def band_merge_memory(run_counts: list[int], windows: int, folder: Path) -> list
         (shard / "shard.json").write_text(json.dumps({
             "kind": "tcqa-minhash-shard", "storage_format": STORAGE_FORMAT, "params": params.to_dict(),
             "n_docs": doc, "n_windows": runs * windows, "n_windows_without_tokens": 0, "parts": parts}))
-        out = subprocess.run([sys.executable, "-c", _BAND_MERGE_CODE, str(d), json.dumps(
-            {k: v for k, v in params.to_dict().items() if k in ("num_perm", "bands", "rows")})],
-            check=True, capture_output=True, text=True, cwd=REPO)
-        grow, cpu = json.loads(out.stdout.strip().splitlines()[-1])
-        row = {"runs": runs, "windows_per_run": windows, "entries": runs * windows,
+        lsh = {k: v for k, v in params.to_dict().items() if k in ("num_perm", "bands", "rows")}
+        cmd = [sys.executable, "-c", _BAND_MERGE_CODE, str(d), json.dumps(lsh), str(group_runs)]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=REPO)
+        grow, cpu, groups = json.loads(out.stdout.strip().splitlines()[-1])
+        row = {"runs": runs, "groups": groups, "windows_per_run": windows, "entries": runs * windows,
                "peak_rss_growth_mb": round(grow / 2**20, 1), "cpu_seconds": round(cpu, 2)}
         print("band merge", row, flush=True)
         rows.append(row)
@@ -392,13 +396,15 @@ def main() -> None:
     ap.add_argument("--band-merge-runs", default="",
                     help="only measure the MinHash band merge's memory at these run counts, e.g. 400,1600")
     ap.add_argument("--band-merge-windows", type=int, default=8192, help="windows per synthetic run")
+    ap.add_argument("--band-merge-group-runs", type=int, default=0,
+                    help="runs per group of the two-level band merge (0: the default, 4,096)")
     args = ap.parse_args()
     bench = args.work_dir
     bench.mkdir(parents=True, exist_ok=True)
     res: dict = {"cpu_count": os.cpu_count(), "load_avg_start": os.getloadavg()}
     if args.band_merge_runs:
         res["band_merge"] = band_merge_memory([int(x) for x in args.band_merge_runs.split(",")],
-                                              args.band_merge_windows, bench)
+                                              args.band_merge_windows, bench, args.band_merge_group_runs)
         res["load_avg_end"] = os.getloadavg()
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(res, indent=2))

@@ -379,7 +379,32 @@ def test_build_on_a_local_engine_object_equals_the_default_pool(wiki_corpus, loc
                 quiet=True)
     assert_identical(tmp_path / "pool", tmp_path / "engine")
     # one anchor table per input, written by the engine's tasks
-    assert len([p for p in (tmp_path / "engine" / "textstore").iterdir() if "anchor" in p.name]) >= len(wiki_corpus)
+    anchors = [p for p in (tmp_path / "engine" / "textstore").iterdir() if "anchor" in p.name]
+    assert len(anchors) >= len(wiki_corpus)
+
+
+def test_two_level_minhash_reduce_on_an_engine_equals_one_level(wiki_corpus, local2: LocalEngine,
+                                                                 tmp_path: Path, monkeypatch) -> None:
+    """With more MinHash runs than GROUP_RUNS, the build runs each band's run groups as tasks of
+    their own before the bands: the same index as the one-level merge (default pool)."""
+    from tcqa_data.decontam.build import build_index
+    from tcqa_data.decontam.minhash import merge as mh_merge
+
+    build_index(wiki_corpus, tmp_path / "one", workers=2, quiet=True)
+    monkeypatch.setattr(mh_merge, "GROUP_RUNS", 2)
+    steps: dict[str, int] = {}
+    run_tasks = local2.map
+
+    def counting_map(fn, calls, **kw):
+        steps[kw.get("desc", "")] = steps.get(kw.get("desc", ""), 0) + len(calls)
+        return run_tasks(fn, calls, **kw)
+
+    monkeypatch.setattr(local2, "map", counting_map)
+    build_index(wiki_corpus, tmp_path / "two", engine=local2, quiet=True)
+    assert_identical(tmp_path / "one", tmp_path / "two")
+    bands = json.loads((tmp_path / "two" / "minhash" / "params.json").read_text())["params"]["bands"]
+    assert steps["index-minhash-groups"] == 2 * bands  # 3 runs (one per input) in 2 groups, per band
+    assert steps["index-minhash-reduce"] == 1 + bands
 
 
 class WorkerKiller(threading.Thread):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from packed_fixtures import packed_table
 
 from tcqa_data.decontam import hashing, kernel
 from tcqa_data.decontam import ngram_index as ni
@@ -172,20 +173,7 @@ def test_kernel_packed_lookup_equals_numpy(monkeypatch, tmp_path):
     rng = np.random.default_rng(1)
     for n, key_range, id_bits in ((0, 2**32, 1), (7, 2**32, 3), (20_000, 2**32, 21), (20_000, 2**10, 9),
                                   (3000, 2**32, 32 + packed.dir_bits_for(3000))):  # 64-bit entries
-        keys = rng.integers(0, key_range, n, dtype=np.uint64)
-        ids = rng.integers(0, 2**id_bits, n, dtype=np.uint64)
-        pairs = np.unique(np.stack([keys, ids]), axis=1)  # a table holds distinct (key, id) pairs
-        keys, ids = pairs[0], pairs[1].astype(np.int64)
-        dir_bits = packed.dir_bits_for(len(keys))
-        cells: list[np.ndarray] = []
-        words: list[np.ndarray] = []
-        table = packed.TableWriter(cells.append, words.append, None, dir_bits, id_bits)
-        table.add(keys, ids)
-        table.close()
-        np.save(tmp_path / "c.npy", np.concatenate(cells).astype(np.uint32))
-        np.save(tmp_path / "w.npy", np.concatenate(words) if words else np.zeros(1, np.uint64))
-        c = np.load(tmp_path / "c.npy", mmap_mode="r")
-        w = np.load(tmp_path / "w.npy", mmap_mode="r")
+        keys, ids, c, w, dir_bits = packed_table(tmp_path, rng, n, key_range, id_bits)
         queries = np.r_[keys[::3], keys[:50], rng.integers(0, key_range, 500, dtype=np.uint64)]
         rng.shuffle(queries)
         for cap in (None, 1, 3):

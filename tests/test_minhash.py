@@ -596,10 +596,34 @@ def test_band_merge_with_small_blocks_and_many_runs_is_identical(wiki_sample, tm
     monkeypatch.setattr(mh_merge, "_MERGE_ENTRIES", 64)
     small = _build(texts, tmp_path / "small", shards=4)
     files = sorted(p.name for p in (big / "minhash").iterdir())
-    assert len(list((big / "_work").rglob("part*.band_keys.npy"))) > 8  # many runs
+    assert len(list((big / "_work").rglob("part*.band_pairs.npy"))) > 8  # many runs
     assert files == sorted(p.name for p in (small / "minhash").iterdir())
     for f in files:
         assert (big / "minhash" / f).read_bytes() == (small / "minhash" / f).read_bytes(), f
+
+
+def test_two_level_band_merge_of_run_groups_is_identical(wiki_sample, tmp_path, monkeypatch):
+    """Past GROUP_RUNS runs each band's run groups are merged first (their own tasks), then the
+    groups' runs: the same files as one merge of every run, also when appending to an index
+    (whose tables are a run of the first group), and no group scratch left behind."""
+    texts = _wiki(wiki_sample, range(0, 600, 20))
+    monkeypatch.setattr(mh_shards, "PART_WINDOWS", 200)
+    one = _bytes(_build(texts, tmp_path / "one", shards=4))
+    monkeypatch.setattr(mh_merge, "GROUP_RUNS", 3)
+    dirs = [write_minhash_shard(list(enumerate(texts))[a:b], tmp_path / "g" / "_work", i, P)
+            for i, (a, b) in enumerate([(0, 8), (8, 15), (15, 22), (22, 30)])]
+    plan = mh_merge.plan_minhash_merge(dirs, P)
+    assert len(plan["runs"]) > 6 and len(plan["groups"]) >= 3  # a real two-level merge
+    merge_minhash_shards(dirs, tmp_path / "g" / "minhash", P)
+    assert _bytes(tmp_path / "g") == one
+    assert not (tmp_path / "g" / "minhash" / mh_merge.GROUPS_DIR).exists()
+
+    base = _build(texts[:12], tmp_path / "app", shards=2)
+    new = [write_minhash_shard(list(enumerate(texts))[a:b], tmp_path / "app" / "_work", f"n{i}", P)
+           for i, (a, b) in enumerate([(12, 20), (20, 30)])]
+    assert len(mh_merge.plan_minhash_merge(new, P, base_dir=base / "minhash")["groups"]) >= 2
+    merge_minhash_shards(new, base / "minhash", P, base_dir=base / "minhash")
+    assert _bytes(base) == one
 
 
 def test_band_merge_pair_sort_packed_and_wide_docs_agree():

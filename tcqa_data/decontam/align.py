@@ -189,9 +189,18 @@ def align_tokens(query: Sequence[str], doc: Sequence[str], params: AlignParams) 
 class _DocText:
     text: str
     tokens: list[str]
-    ids: np.ndarray  # int64 id of each token (Python's str hash: only compared within this process)
+    hashes: set[int]  # the distinct token ids: most candidate docs are rejected with this set alone
+    _ids: np.ndarray | None = None
     _unique: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
     _spans: list[tuple[int, int]] | None = None
+
+    @property
+    def ids(self) -> np.ndarray:
+        """int64 id of each token (Python's str hash: only compared within this process); built
+        for docs a field is located in (most candidates fail ``shared_tokens`` first)."""
+        if self._ids is None:
+            self._ids = np.fromiter(map(hash, self.tokens), dtype=np.int64, count=len(self.tokens))
+        return self._ids
 
     def _distinct(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(sorted distinct ids, each token's place among them, each distinct id's count), once per doc."""
@@ -216,8 +225,10 @@ class _DocText:
     def shared_tokens(self, ids: np.ndarray) -> int:
         """How many of ``ids`` (with repeats) occur anywhere in this doc: an upper bound of those in
         any window of it. Most candidates (chance band-key or anchor matches) share few words, so
-        this rejects them without locating the field."""
-        return int(self._present(ids)[0].sum())
+        this rejects them without locating the field (a set lookup per field token, no sort of the
+        doc's ids)."""
+        h = self.hashes
+        return sum(1 for i in ids.tolist() if i in h)
 
     def holds(self, ids: np.ndarray) -> np.ndarray:
         """``np.isin(self.ids, ids)`` from the doc's distinct ids (a doc is tested against many fields)."""
@@ -245,7 +256,7 @@ def _doc_text(text: str, scheme: str) -> _DocText:
     from tcqa_data.decontam.normalize import tokenize
 
     toks = tokenize(text, scheme)
-    return _DocText(text, toks, np.fromiter(map(hash, toks), dtype=np.int64, count=len(toks)))
+    return _DocText(text, toks, set(map(hash, toks)))
 
 
 def locate(field_tokens: Sequence[str], doc: _DocText) -> tuple[int, int]:

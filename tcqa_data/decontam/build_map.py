@@ -40,9 +40,13 @@ BATCH_CHARS = 4_000_000
 
 def sha256_file(path: str) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 22):
-            h.update(chunk)
+    # one buffer read into again and again: a fresh 4 MB bytes object per read costs page faults
+    # (about half the CPU time of hashing the file)
+    buf = bytearray(1 << 22)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as fh:
+        while n := fh.readinto(buf):
+            h.update(view[:n])
     return h.hexdigest()
 
 
@@ -188,8 +192,12 @@ def map_shard(task: dict[str, Any], work_dir: str, cfg: dict[str, Any],
             mh_summary = None
             if cfg.get("minhash") is not None:
                 mh = _minhash_module()
-                shard_dir = mh.write_minhash_shard(docs_with_ordinals(), out, "0",
-                                                   mh.MinHashParams.from_dict(cfg["minhash"]))
+                mh_params = mh.MinHashParams.from_dict(cfg["minhash"])
+                if _minhash_codepoints_ok(task, cfg, mh_params):
+                    shard_dir, text_bytes = _map_minhash_jsonl(shard, cfg, mh_params, writer, pw, out, stats,
+                                                               report)
+                else:
+                    shard_dir = mh.write_minhash_shard(docs_with_ordinals(), out, "0", mh_params)
                 meta = read_json(shard_dir / "shard.json")
                 mh_summary = {"dir": shard_dir.name, "n_docs": meta["n_docs"], "n_windows": meta["n_windows"]}
             elif fast:
@@ -212,6 +220,40 @@ def map_shard(task: dict[str, Any], work_dir: str, cfg: dict[str, Any],
         summary["content_sha256"] = content.hexdigest()
     write_json_atomic(done, summary)
     return summary
+
+
+def _minhash_codepoints_ok(task: dict[str, Any], cfg: dict[str, Any], params: Any) -> bool:
+    """Whether the MinHash map reads this shard as code points (``minhash/feed.py``): JSONL the
+    compiled reader takes, compiled ``punkt-fast`` windows, Janitor signatures."""
+    return (not task.get("hf") and params.sentence_splitter == "punkt-fast"
+            and params.normalization == "janitor"
+            and normalized_batches_supported(task["format"], cfg["text_field"], cfg["id_field"],
+                                             cfg["normalization"]))
+
+
+def _map_minhash_jsonl(shard: InputShard, cfg: dict[str, Any], params: Any, writer: nruns.RunWriter,
+                       pw: pq.ParquetWriter, out: Path, stats: SkipStats,
+                       report: Callable[[int, int], None]) -> tuple[Path, int]:
+    """The map of a JSONL shard with MinHash: one compiled decode per document into code points
+    (the windows), their normalized bytes (the n-gram hashes and the window signatures, the
+    same bytes ``iter_normalized_batches`` gives), docs, refs and batches as ``iter_documents``
+    gives them. Returns the MinHash shard folder and the chars read."""
+    from tcqa_data.decontam.minhash.feed import iter_codepoint_batches
+    from tcqa_data.decontam.minhash.shards import ShardWriter
+
+    mhw = ShardWriter(out, "0", params)
+    chars = 0
+    path = shard.input.path
+    for b in iter_codepoint_batches(shard, cfg["text_field"], cfg["on_error"], stats,
+                                    cfg.get("batch_chars", BATCH_CHARS)):
+        first = writer.docs
+        data, doc_start = mhw.add_codepoints(np.arange(first, first + len(b.rows)), b.cps, b.doc_start)
+        writer.add_normalized(data, doc_start)
+        # refs "path:line", as iter_documents makes them without an id field
+        pw.write_table(_docs_table([f"{path}:{r}" for r in b.rows.tolist()], b.rows))
+        chars += b.chars
+        report(b.chars, len(b.rows))
+    return mhw.close(), chars
 
 
 def _map_shard_task(task: dict[str, Any], work_dir: str, cfg: dict[str, Any]) -> dict[str, Any]:

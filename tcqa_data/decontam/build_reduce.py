@@ -209,18 +209,22 @@ class _RowStream:
             yield t
 
 
-def _minhash_merge_task(part: str | int, plan: dict, out_dir: str, mh_params: dict) -> str | int:
-    """One task of the MinHash reduce: ``"columns"`` (the per-window files) or a band number."""
+def _minhash_merge_task(part: str | int | list[int], plan: dict, out_dir: str, mh_params: dict
+                        ) -> str | int | list[int]:
+    """One task of the MinHash reduce: ``"columns"`` (the per-window files), a band number, or
+    ``[band, group]`` (a run group's first-level merge, before the bands)."""
     from tcqa_data.decontam import minhash as mh
 
     params = mh.MinHashParams.from_dict(mh_params)
     if part == "columns":
         mh.write_minhash_columns(plan, out_dir, params)
         return part
+    if isinstance(part, list):
+        return mh.merge_minhash_group(plan, out_dir, params, *part)
     return mh.merge_minhash_band(plan, out_dir, params, int(part))
 
 
-def _minhash_merge_pool_task(args: tuple) -> str | int:
+def _minhash_merge_pool_task(args: tuple) -> str | int | list[int]:
     return _minhash_merge_task(*args)
 
 
@@ -244,15 +248,22 @@ def _reduce_minhash(stage: Path, all_inputs: list[dict], out: Path, maps: Path, 
     mparams = mh.MinHashParams.from_dict(params["minhash"])
     plan = mh.plan_minhash_merge(dirs, mparams, base_dir=base, doc_offsets=offsets)
     mh.start_minhash_merge(plan, stage, mparams)
-    parts: list[str | int] = ["columns", *range(mparams.bands)]
-    if engine is not None:
-        engine.map(_minhash_merge_task, [{"part": p} for p in parts], desc="index-minhash-reduce",
-                   shared={"plan": plan, "out_dir": str(stage), "mh_params": params["minhash"]})
-    elif pool is not None:
-        list(pool.map(_minhash_merge_pool_task, [(p, plan, str(stage), params["minhash"]) for p in parts]))
-    else:
-        for p in parts:
-            _minhash_merge_task(p, plan, str(stage), params["minhash"])
+    # many runs: each band's run groups are merged first (tasks of their own), then the bands
+    groups: list[str | int | list[int]] = [[b, g] for b in range(mparams.bands)
+                                           for g in range(len(plan["groups"]))]
+    for desc, parts in (("index-minhash-groups", groups),
+                        ("index-minhash-reduce", ["columns", *range(mparams.bands)])):
+        if not parts:
+            continue
+        if engine is not None:
+            engine.map(_minhash_merge_task, [{"part": p} for p in parts], desc=desc,
+                       shared={"plan": plan, "out_dir": str(stage), "mh_params": params["minhash"]})
+        elif pool is not None:
+            list(pool.map(_minhash_merge_pool_task,
+                          [(p, plan, str(stage), params["minhash"]) for p in parts]))
+        else:
+            for p in parts:
+                _minhash_merge_task(p, plan, str(stage), params["minhash"])
     summary = mh.finish_minhash_merge(plan, stage, mparams)
     # "storage": the lossy parts of the MinHash files and their computed error rates (index-info)
     return {k: v for k, v in summary.items()

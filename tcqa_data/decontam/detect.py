@@ -32,7 +32,9 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -311,6 +313,9 @@ def _score_unique(docs: Sequence[QueryDoc], index_dir: str, n: int, *, max_corpu
     def tok(text: str) -> list[str]:
         return tokenize(text, scheme)
 
+    # MinHash query windows and signatures first: their band-table pages are requested early
+    mh_pre = _minhash_prepare(docs, index_dir, tok) if use_minhash else None
+
     # 1) hash every query in one vectorized batch, then look all hashes up at once
     all_tokens = [tok(d.query) for d in docs]
     flat, owner_doc = batch_ngram_hashes([d.query for d in docs], [n], scheme, seed)[n]
@@ -318,6 +323,10 @@ def _score_unique(docs: Sequence[QueryDoc], index_dir: str, n: int, *, max_corpu
     offsets = np.zeros(len(docs) + 1, dtype=np.int64)
     offsets[1:] = np.cumsum(np.bincount(np.asarray(owner_doc, dtype=np.int64), minlength=len(docs)))
     found, dfreq, doc_cols = _lookup_distinct(idx, flat, n)
+    if mh_pre is not None:
+        # cold page cache: the band-table pages are read while the per-doc columns below are built
+        # (after the n-gram lookups, so the two tables' pages need not fit in the page cache at once)
+        mh_pre.start_prefetch()
     common = found & (dfreq > max_corpus_freq) if max_corpus_freq is not None else np.zeros_like(found)
     counted = found & ~common
 
@@ -380,7 +389,7 @@ def _score_unique(docs: Sequence[QueryDoc], index_dir: str, n: int, *, max_corpu
     cols["matched_doc_refs"] = [[str(ref_of[o]) for o in refs] for refs in pending_refs]
 
     mh_cands: list[list[int]] | None = [[] for _ in docs] if align else None
-    sims, wins, wrefs, nwin = _minhash_scores(docs, index_dir, tok, mh_cands) if use_minhash else (None,) * 4
+    sims, wins, wrefs, nwin = _minhash_scores(mh_pre, index_dir, mh_cands) if mh_pre else (None,) * 4
     k = len(docs)
     if align:
         from tcqa_data.decontam.align import alignment_columns
@@ -435,18 +444,29 @@ def has_minhash(index_dir: str) -> bool:
     return bool(manifest.get("minhash"))
 
 
-def _minhash_scores(docs: Sequence[QueryDoc], index_dir: str, tok: Callable[[str], list[str]],
-                    candidates: list[list[int]] | None = None) -> tuple[Any, Any, Any, Any]:
-    """Best verified MinHash similarity of any query window (whole query, and each field alone),
-    its window text, the corpus doc of the best window, and the number of windows queried.
+@dataclass
+class _MinHashQueries:
+    mh: Any  # MinHashIndex
+    docs: int
+    texts: list[str]  # the query windows
+    owner: list[int]  # each window's doc
+    sigs: np.ndarray | None
+    prefetch: Future | None  # the band-table pages of the windows' lookups, requested in the background
 
-    ``candidates``: when given, each doc's list gets the corpus doc of every query window's best
-    candidate window, most similar first (alignment candidates)."""
+    def start_prefetch(self) -> None:
+        if self.sigs is not None and self.prefetch is None:
+            self.prefetch = _background().submit(self.mh.prefetch, self.sigs)
+
+
+def _minhash_prepare(docs: Sequence[QueryDoc], index_dir: str, tok: Callable[[str], list[str]]
+                     ) -> _MinHashQueries | None:
+    """The MinHash query windows (whole query, and each field alone) and their signatures (their
+    band-table pages can then be requested early: ``start_prefetch``). None when the index has no
+    MinHash part."""
     if not has_minhash(index_dir):
-        return None, None, None, None
+        return None
     from tcqa_data.decontam.minhash import MinHashIndex, signatures
     from tcqa_data.decontam.minhash.windows import window_spans
-    from tcqa_data.decontam.ngram_index import NgramIndex
 
     mh = MinHashIndex.open(index_dir)
     params = mh.params
@@ -486,12 +506,33 @@ def _minhash_scores(docs: Sequence[QueryDoc], index_dir: str, tok: Callable[[str
                 seen.add(w)
                 texts.append(w)
                 owner.append(i)
-    nwin = np.bincount(np.asarray(owner, dtype=np.int64), minlength=len(docs)).tolist()
-    best = [-1.0] * len(docs)
-    best_text: list[str | None] = [None] * len(docs)
-    best_win = [-1] * len(docs)
+    return _MinHashQueries(mh, len(docs), texts, owner, signatures(texts, params) if texts else None, None)
+
+
+@lru_cache(maxsize=1)
+def _background() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(1, thread_name_prefix="tcqa-mh-prefetch")
+
+
+def _minhash_scores(pre: _MinHashQueries, index_dir: str, candidates: list[list[int]] | None = None
+                    ) -> tuple[Any, Any, Any, Any]:
+    """Best verified MinHash similarity of any query window (whole query, and each field alone),
+    its window text, the corpus doc of the best window, and the number of windows queried.
+
+    ``candidates``: when given, each doc's list gets the corpus doc of every query window's best
+    candidate window, most similar first (alignment candidates)."""
+    from tcqa_data.decontam.ngram_index import NgramIndex
+
+    mh, texts, owner = pre.mh, pre.texts, pre.owner
+    n_docs = pre.docs
+    if pre.prefetch is not None:
+        pre.prefetch.result()  # its requests are queued (an error there is raised here)
+    nwin = np.bincount(np.asarray(owner, dtype=np.int64), minlength=n_docs).tolist()
+    best = [-1.0] * n_docs
+    best_text: list[str | None] = [None] * n_docs
+    best_win = [-1] * n_docs
     if texts:
-        sims, wins = mh.query(signatures(texts, params))
+        sims, wins = mh.query(pre.sigs)
         for j, (s, w) in enumerate(zip(np.asarray(sims, dtype=np.float64), np.asarray(wins), strict=False)):
             i = owner[j]
             if int(w) >= 0 and s > best[i]:
@@ -503,7 +544,7 @@ def _minhash_scores(docs: Sequence[QueryDoc], index_dir: str, tok: Callable[[str
                 order = sorted(range(len(hit)), key=lambda t: -float(sims[hit[t]]))
                 for t in order:
                     candidates[owner[int(hit[t])]].append(int(hit_docs[t]))
-    refs: list[str | None] = [None] * len(docs)
+    refs: list[str | None] = [None] * n_docs
     have = [i for i, w in enumerate(best_win) if w >= 0]
     if have:
         ords = np.asarray(mh.window_docs(np.asarray([best_win[i] for i in have], dtype=np.int64)))

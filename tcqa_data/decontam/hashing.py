@@ -19,7 +19,7 @@ the token strings, never on whitespace or document layout, and n-grams never cro
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import xxhash
@@ -237,20 +237,58 @@ def _hash_parts_compiled(arr: np.ndarray, doc_start: np.ndarray, ns: Sequence[in
                          salt_ng: np.uint64) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """``_hash_parts`` with the numba kernels (same values: see ``kernel``)."""
     k = kernel.kernels()
-    words = np.ndarray((len(arr) - 7,), dtype="<u8", buffer=arr, offset=0, strides=(1,))
-    tok, doc_tok, huge, starts, ends = k["token_hashes"](arr, words, doc_start[:-1], salt_tok, _MAX_WORDS * 8)
-    doc_tok = np.append(doc_tok, len(tok))
-    if len(huge):
-        raw = arr.tobytes()
-        x = np.array([xxhash.xxh3_64_intdigest(raw[starts[i]:ends[i]], int(salt_tok)) for i in huge.tolist()],
-                     dtype=np.uint64)
-        tok[huge] = _fmix_inplace(x)
+    tok, doc_tok = _tokens_compiled(k, arr, doc_start, salt_tok)
     inv = np.uint64(_P2.inv)
     out = {}
     for n in ns:
         add = np.uint64((n * int(_K_N) + int(salt_ng)) & _M64)
         out[n] = k["ngram_hashes"](tok, doc_tok, n, np.uint64(_B2), inv, add)
     return out
+
+
+def hash_normalized_into(arr: np.ndarray, doc_start: np.ndarray, ns: Sequence[int], seed: int,
+                         reserve: Callable[[int, int], tuple[np.ndarray, np.ndarray, int]], doc_base: int
+                         ) -> dict[int, int]:
+    """``hash_normalized`` with the kernels, written into the caller's buffers (no arrays per
+    batch): for each n, ``reserve(n, count)`` returns ``(hashes, docs, pos)`` with room for
+    ``count`` pairs from ``pos``; docs are ``doc_base`` + the doc's index. Returns the counts."""
+    for n in ns:
+        if n < 1:
+            raise ValueError(f"n-gram size must be >= 1, got {n}")
+    salt_tok, salt_ng = _salts(seed)
+    k = kernel.kernels()
+    tok, doc_tok = _tokens_compiled(k, arr, doc_start, salt_tok)
+    per_doc = np.diff(doc_tok)
+    inv = np.uint64(_P2.inv)
+    counts = {}
+    for n in ns:
+        m = int(np.maximum(per_doc - (n - 1), 0).sum())
+        hb, db, pos = reserve(n, m)
+        add = np.uint64((n * int(_K_N) + int(salt_ng)) & _M64)
+        end = k["ngram_hashes_into"](tok, doc_tok, n, np.uint64(_B2), inv, add, hb, db, pos, doc_base)
+        assert end == pos + m
+        counts[n] = m
+    return counts
+
+
+def _tokens_compiled(k: dict, arr: np.ndarray, doc_start: np.ndarray, salt_tok: np.uint64
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """Token hashes of a normalized batch and each doc's first token (plus the end), compiled."""
+    words = np.ndarray((len(arr) - 7,), dtype="<u8", buffer=arr, offset=0, strides=(1,))
+    # one pass into buffers with room for every token (a token and its space take 2+ bytes):
+    # only the pages the tokens fill are touched
+    tok = np.empty(len(arr) // 2 + 1, dtype=np.uint64)
+    huge = np.empty((len(arr) // (_MAX_WORDS * 8 + 1) + 1, 3), dtype=np.int64)  # token, start, end
+    ntok, doc_tok, nhuge = k["token_hashes_1p"](arr, words, doc_start[:-1], salt_tok, _MAX_WORDS * 8,
+                                                tok, huge)
+    tok = tok[:ntok]
+    doc_tok = np.append(doc_tok, ntok)
+    if nhuge:
+        raw = arr.tobytes()
+        spans = huge[:nhuge, 1:].tolist()
+        x = np.array([xxhash.xxh3_64_intdigest(raw[s:e], int(salt_tok)) for s, e in spans], dtype=np.uint64)
+        tok[huge[:nhuge, 0]] = _fmix_inplace(x)
+    return tok, doc_tok
 
 
 def batch_ngram_hashes(texts: Sequence[str], ns: Sequence[int], scheme: str = "janitor", seed: int = 0

@@ -30,12 +30,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from tcqa_data.decontam.hashing import HASH_NAME
+from tcqa_data.decontam.pagein import page_in
 from tcqa_data.errors import IndexMismatchError, TcqaError
 from tcqa_data.io_utils import NPY_HEADER_LEN, read_json
 
@@ -45,6 +47,7 @@ DEFAULT_PROVENANCE = 2
 # Provenance doc ordinals on disk: uint32, this value = no doc (lookup returns int64, -1 = none).
 DOC_DTYPE = np.dtype(np.uint32)
 DOC_NONE = 0xFFFFFFFF
+_OPEN_THREADS = 16  # buckets opened at once by a lookup
 
 
 def _shift(num_buckets: int) -> int:
@@ -226,9 +229,27 @@ class NgramIndex:
         bk = bucket_of(q, self.num_buckets)
         order = np.argsort(bk, kind="stable")
         bounds = np.flatnonzero(np.diff(bk[order])) + 1
-        find = self._find_v1 if self.layout == 1 else self._find_v2
-        for grp in np.split(order, bounds):
-            hit, f_df, f_docs = find(self._bucket(n, int(bk[grp[0]])), q[grp])
+        split = np.split(order, bounds)
+        new = [int(bk[grp[0]]) for grp in split if (n, int(bk[grp[0]])) not in self._buckets]
+        if len(new) > 1:  # cold page cache: each file's header is a disk read; many at once
+            with ThreadPoolExecutor(_OPEN_THREADS) as pool:
+                list(pool.map(lambda b: self._bucket(n, b), new))
+        groups = [(self._bucket(n, int(bk[grp[0]])), grp) for grp in split]
+        if self.layout == 1:
+            for f, grp in groups:
+                hit, f_df, f_docs = self._find_v1(f, q[grp])
+                found[grp[hit]] = True
+                dfreq[grp[hit]] = f_df
+                docs[grp[hit]] = f_docs
+            return LookupResult(found, dfreq, docs)
+        # format 2 in stages (directory, keys, then the hits' df and docs), each stage reading the
+        # pages of every bucket at once: on a cold page cache the disk serves them in parallel
+        rows = self._search_v2(groups, q)
+        page_in([(f[name], r, r + 1) for (f, _), r in zip(groups, rows, strict=True)
+                 for name in ("df", "docs")])
+        for (f, grp), r in zip(groups, rows, strict=True):
+            hit = r >= 0
+            f_df, f_docs = self._fetch_v2(f, r[hit])
             found[grp[hit]] = True
             dfreq[grp[hit]] = f_df
             docs[grp[hit]] = f_docs
@@ -246,26 +267,39 @@ class NgramIndex:
             got = np.where(got == DOC_NONE, np.int64(-1), got.astype(np.int64))
         return ok, np.asarray(f["df"][pos[ok]], dtype=np.uint32), got
 
-    def _find_v2(self, f: dict[str, np.ndarray], qq: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        keys = f["keys"]
-        span = 1 << (self.dir_bits + SUFFIX_BITS)
-        local = stored_keys(qq, self.num_buckets, self.dir_bits) & np.uint64(span - 1)
-        cell = (local >> np.uint64(SUFFIX_BITS)).astype(np.int64)
-        suffix = (local & _M32).astype(np.uint32)
-        lo = np.asarray(f["dir"][cell], dtype=np.int64)
-        end = np.asarray(f["dir"][cell + 1], dtype=np.int64)
-        hi = end.copy()
-        while True:  # vectorized binary search of each suffix in its cell (sorted there)
-            act = np.flatnonzero(lo < hi)
-            if not len(act):
-                break
-            mid = (lo[act] + hi[act]) >> 1
-            less = np.asarray(keys[mid]) < suffix[act]
-            lo[act[less]] = mid[less] + 1
-            hi[act[~less]] = mid[~less]
-        ok = lo < end
-        ok[ok] = np.asarray(keys[lo[ok]]) == suffix[ok]
-        rows = lo[ok]
+    def _search_v2(self, groups: list[tuple[dict[str, np.ndarray], np.ndarray]], q: np.ndarray
+                   ) -> list[np.ndarray]:
+        """Per bucket group, the row of each query's stored key (-1: not found)."""
+        span = np.uint64((1 << (self.dir_bits + SUFFIX_BITS)) - 1)
+        cells, suffixes = [], []
+        for _, grp in groups:
+            local = stored_keys(q[grp], self.num_buckets, self.dir_bits) & span
+            cells.append((local >> np.uint64(SUFFIX_BITS)).astype(np.int64))
+            suffixes.append((local & _M32).astype(np.uint32))
+        page_in([(f["dir"], c, c + 2) for (f, _), c in zip(groups, cells, strict=True)])
+        ranges = [(np.asarray(f["dir"][c], dtype=np.int64), np.asarray(f["dir"][c + 1], dtype=np.int64))
+                  for (f, _), c in zip(groups, cells, strict=True)]
+        page_in([(f["keys"], lo, end) for (f, _), (lo, end) in zip(groups, ranges, strict=True)])
+        out = []
+        for (f, _), (lo, end), suffix in zip(groups, ranges, suffixes, strict=True):
+            keys = f["keys"]
+            lo = lo.copy()
+            hi = end.copy()
+            while True:  # vectorized binary search of each suffix in its cell (sorted there)
+                act = np.flatnonzero(lo < hi)
+                if not len(act):
+                    break
+                mid = (lo[act] + hi[act]) >> 1
+                less = np.asarray(keys[mid]) < suffix[act]
+                lo[act[less]] = mid[less] + 1
+                hi[act[~less]] = mid[~less]
+            ok = lo < end
+            ok[ok] = np.asarray(keys[lo[ok]]) == suffix[ok]
+            out.append(np.where(ok, lo, -1))
+        return out
+
+    def _fetch_v2(self, f: dict[str, np.ndarray], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(doc freq uint32, docs int64[k, P]) of found rows."""
         df = np.asarray(f["df"][rows], dtype=np.uint32)
         big = np.flatnonzero(df == DF_OVERFLOW)
         if len(big):
@@ -281,7 +315,7 @@ class NgramIndex:
             got = np.asarray(f["docs_more"][j[has]])
             none = DOC_NONE if got.dtype == DOC_DTYPE else -1
             out[has, 1:] = np.where(got == none, np.int64(-1), got.astype(np.int64))
-        return ok, df, out
+        return df, out
 
     def all_keys(self, n: int) -> tuple[np.ndarray, int]:
         """Every stored key of size ``n`` (sorted) and its width in bits: format 2 keys are the

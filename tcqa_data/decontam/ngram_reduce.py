@@ -32,7 +32,7 @@ from tcqa_data.decontam.ngram_index import (
     bucket_paths,
     key_bits,
 )
-from tcqa_data.decontam.ngram_runs import _sort_by_hash, _sort_by_hash_compiled, run_file
+from tcqa_data.decontam.ngram_runs import _sort_by_hash, _sort_by_hash_compiled, run_doc_base, run_file
 from tcqa_data.errors import TcqaError
 from tcqa_data.io_utils import NpyRowReader, NpyStream
 
@@ -134,6 +134,9 @@ class _BucketWriter:
             raise TcqaError(f"an n-gram bucket holds more than {ROW_LIMIT:,} n-grams; "
                             "rebuild with more buckets (--num-buckets)")
         last_cell = key_end >> SUFFIX_BITS
+        if k and kernel.enabled():
+            self._write_compiled(local, df, docs, last_cell)
+            return
         if last_cell >= self.next_cell:
             starts = np.arange(self.next_cell, last_cell + 1, dtype=np.uint64) << np.uint64(SUFFIX_BITS)
             offsets = base + np.searchsorted(local, starts).astype(np.int64)
@@ -153,6 +156,33 @@ class _BucketWriter:
         more = np.flatnonzero(docs[:, 1] != self.none) if self.provenance > 1 else np.empty(0, np.int64)
         s["docs_more_rows"].write(base + more)
         s["docs_more"].write(docs[more, 1:])
+        self.rows += k
+
+    def _write_compiled(self, local: np.ndarray, df: np.ndarray, docs: np.ndarray, last_cell: int) -> None:
+        """``write`` with one kernel pass making every column (same bytes)."""
+        base, k = self.rows, len(local)
+        u32 = np.uint32
+        cols = [np.empty(k, docs.dtype), np.empty(k, u32), np.empty(k, np.uint8), np.empty(k, u32),
+                np.empty(k, u32), np.empty(k, u32)]
+        offsets = np.empty(max(0, last_cell + 1 - self.next_cell), np.int64)
+        doc0, keys, df8, over_rows, over, more_rows = cols
+        no, nm = kernel.kernels()["bucket_columns"](
+            np.ascontiguousarray(local, np.uint64), np.ascontiguousarray(df, np.uint32), docs, base,
+            self.next_cell, last_cell, self.none, DF_OVERFLOW, doc0, keys, df8, over_rows, over, more_rows,
+            offsets)
+        if len(offsets):
+            self.max_cell = max(self.max_cell, int(np.diff(offsets, prepend=self.last_offset).max()))
+            self.last_offset = int(offsets[-1])
+            self.next_cell = last_cell + 1
+            self.streams["dir"].write(offsets)
+        s = self.streams
+        s["keys"].write(keys)
+        s["df"].write(df8)
+        s["df_over_rows"].write(over_rows[:no])
+        s["df_over"].write(over[:no])
+        s["docs"].write(doc0)
+        s["docs_more_rows"].write(more_rows[:nm])
+        s["docs_more"].write(docs[more_rows[:nm].astype(np.int64) - base, 1:])
         self.rows += k
 
     def close(self) -> None:
@@ -226,7 +256,7 @@ def _run_files(run_dir: str, n: int, run: int) -> tuple[NpyRowReader, NpyRowRead
     return _run_files_cached(run_dir, n, run, (st.st_ino, st.st_mtime_ns, st.st_size))
 
 
-@lru_cache(maxsize=8192)  # ~2 KB per run (two readers, 65 offsets by default)
+@lru_cache(maxsize=8192)  # ~2 KB per run (two readers, 66 offsets by default)
 def _run_files_cached(run_dir: str, n: int, run: int, stamp: tuple) -> tuple[NpyRowReader, NpyRowReader,
                                                                              np.ndarray]:
     offsets = np.load(run_file(run_dir, n, run, "offsets"), allow_pickle=False)
@@ -257,7 +287,7 @@ def reduce_bucket(out_root: str | os.PathLike, n: int, bucket: int, sources: Seq
         hashes, docs, off = _run_files(src.run_dir, n, src.run)
         a, b = int(off[bucket]), int(off[bucket + 1])
         if b > a:
-            runs.append((hashes, docs, a, b, src.doc_offset))
+            runs.append((hashes, docs, a, b, src.doc_offset + run_doc_base(off, num_buckets)))
             total += b - a
     old_rows = 0
     if old is not None:
@@ -280,6 +310,9 @@ def reduce_bucket(out_root: str | os.PathLike, n: int, bucket: int, sources: Seq
         old_bucket = _OldBucket(old.root, n, bucket, dir_bits, step(old_rows)) if old_rows else None
         curs = [(_Cursor(rh, a, b, step(b - a)), rd, doff) for rh, rd, a, b, doff in runs]
         mask = np.uint64(span - 1)
+        # new runs only, with the kernels: one in-place sort of the hashes by key and one merge
+        # pass (the runs are distinct (hash, doc) pairs: see _merge_pairs)
+        fast = old_bucket is None and kernel.enabled()
         for c in range(nchunks):
             key_end = cuts[c + 1]
             bound = lo + (key_end << int(drop))
@@ -291,10 +324,16 @@ def reduce_bucket(out_root: str | os.PathLike, n: int, bucket: int, sources: Seq
             for cur, rd, doff in curs:
                 a, b, h = cur.take(bound)
                 if b > a:
-                    ts.append(h >> drop)
+                    ts.append(h if fast else h >> drop)
                     ds.append(rd.read(a, b).astype(np.int64, copy=False) + doff)
-                    ws.append(np.ones(b - a, dtype=np.int64))
-            if ts:
+                    if not fast:
+                        ws.append(np.ones(b - a, dtype=np.int64))
+            if ts and fast:
+                t_u, df, docs = _merge_pairs(ts, ds, int(drop), provenance, ddtype)
+                del ts, ds
+                writer.write(t_u & mask, df, docs, key_end)
+                del t_u, df, docs
+            elif ts:
                 t_all, d_all, w_all = np.concatenate(ts), np.concatenate(ds), np.concatenate(ws)
                 del ts, ds, ws
                 t_u, df, docs = _merge_keys(t_all, d_all, w_all, provenance, ddtype)
@@ -309,6 +348,27 @@ def reduce_bucket(out_root: str | os.PathLike, n: int, bucket: int, sources: Seq
         writer.abort(exc)
         raise
     return BucketStats(writer.rows, writer.max_cell)
+
+
+def _merge_pairs(hs: list[np.ndarray], ds: list[np.ndarray], drop: int, provenance: int,
+                 doc_dtype: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_merge_keys` of runs' pairs, with the kernels: ``hs`` the runs' sorted hashes (keys
+    ``h >> drop``), ``ds`` their docs. The pairs are distinct (each run is deduplicated and a
+    doc's pairs are in one run), so a key's df is its number of pairs; with the runs in doc
+    order (as the build lists them) a stable sort by key leaves each key's docs in order, and
+    the merge kernel sorts the docs of the rare key that is not (two hashes of one key in one
+    run, or runs out of order)."""
+    k = kernel.kernels()
+    h = np.concatenate(hs) if len(hs) > 1 else np.array(hs[0], dtype=np.uint64, copy=True)
+    d = np.concatenate(ds) if len(ds) > 1 else ds[0]  # ds[0] is this chunk's own (shifted) array
+    doc_dtype = np.dtype(doc_dtype)
+    none = DOC_NONE if doc_dtype == DOC_DTYPE else -1
+    if doc_dtype == DOC_DTYPE and len(d) and int(d.max()) >= DOC_NONE:
+        raise TcqaError(f"doc ordinal {int(d.max())} does not fit the index's uint32 provenance "
+                        f"(at most {DOC_NONE - 1}); build with doc_dtype=int64")
+    k["msd_sort"](h, d, np.empty_like(h), np.empty_like(d), drop)
+    out = np.empty((len(h), provenance), dtype=doc_dtype)
+    return k["merge_sorted_keys"](h, d, drop, provenance, none, out)
 
 
 def _merge_keys(t: np.ndarray, d: np.ndarray, w: np.ndarray, provenance: int, doc_dtype: np.dtype

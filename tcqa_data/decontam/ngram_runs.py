@@ -3,7 +3,8 @@
 A :class:`RunWriter` hashes batches of one input's documents and spills *runs* (pairs sorted by
 hash then doc, deduplicated, with per-bucket row offsets) to ``run_dir``; the reduce
 (:mod:`ngram_reduce`) merges one bucket of every run. The run files are build scratch, not index
-format: local doc ordinals are stored as uint32 when they fit.
+format: local doc ordinals are stored relative to the run's first doc, as uint16 or uint32
+when they fit (:func:`write_run`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 
 from tcqa_data.decontam import kernel
 from tcqa_data.decontam.arrays import narrow_ordinals
-from tcqa_data.decontam.hashing import batch_ngram_hashes, hash_normalized
+from tcqa_data.decontam.hashing import batch_ngram_hashes, hash_normalized, hash_normalized_into
 from tcqa_data.decontam.ngram_index import DEFAULT_NUM_BUCKETS, _bucket_range
 from tcqa_data.io_utils import write_npy_atomic
 
@@ -87,20 +88,36 @@ def _sort_by_hash_compiled(h: np.ndarray, d: np.ndarray, *rest: np.ndarray) -> l
 
 
 def _radix_sort_pairs(k: dict, h: np.ndarray, payload: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The kernel's stable radix sort of ``h`` (uint64, contiguous) with ``payload``, on the low
-    bytes where the hashes differ."""
-    shift = max(0, (int(h.min()) ^ int(h.max())).bit_length() - 8) if len(h) else 0
-    return k["sort_pairs"](h, payload, shift)
+    """The kernel's stable radix sort of ``h`` (uint64) with ``payload`` (int64), as new arrays."""
+    hs = np.array(h, dtype=np.uint64, copy=True)
+    ps = np.array(payload, dtype=np.int64, copy=True)
+    k["msd_sort"](hs, ps, np.empty_like(hs), np.empty_like(ps), 0)
+    return hs, ps
+
+
+def _sort_dedupe_in_place(k: dict, h: np.ndarray, d: np.ndarray, scratch: list | None = None,
+                          docs_in_order: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """``sort_pairs`` of uint64 ``h`` and int64 ``d`` that it may overwrite (views of them are
+    returned). ``scratch``: a list holding the sort's two scratch arrays, grown and kept there
+    for the next call (a map's runs reuse them: fresh arrays are page-faulted in again).
+    ``docs_in_order``: ``d`` is non-decreasing, so the stable sort leaves equal hashes' docs
+    in order (no tie pass)."""
+    n = len(h)
+    if scratch is None:
+        scratch = []
+    if not scratch or len(scratch[0]) < n:
+        scratch[:] = [np.empty(n, dtype=np.uint64), np.empty(n, dtype=np.int64)]
+    k["msd_sort"](h, d, scratch[0][:n], scratch[1][:n], 0)
+    if not docs_in_order:
+        k["order_ties"](h, d, np.empty(0, dtype=np.int64))
+    return k["dedupe_pairs"](h, d)
 
 
 def sort_pairs(h: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Sort ``(hash, doc)`` pairs by hash then doc and drop repeated pairs."""
     if kernel.enabled():
-        k = kernel.kernels()
-        hs, ds = _radix_sort_pairs(k, np.ascontiguousarray(h, dtype=np.uint64),
-                                   np.ascontiguousarray(d, dtype=np.int64))
-        k["order_ties"](hs, ds, np.empty(0, dtype=np.int64))
-        return k["dedupe_pairs"](hs, ds)
+        return _sort_dedupe_in_place(kernel.kernels(), np.array(h, dtype=np.uint64, copy=True),
+                                     np.array(d, dtype=np.int64, copy=True))
     hs, ds = _sort_by_hash(h, d)
     if len(hs) > 1:
         keep = np.ones(len(hs), dtype=bool)
@@ -131,20 +148,38 @@ def list_runs(run_dir: str | os.PathLike, n: int) -> list[int]:
 
 
 def write_run(run_dir: str | os.PathLike, n: int, run: int, h: np.ndarray, d: np.ndarray,
-              num_buckets: int) -> int:
-    """Sort, dedupe and write one run; returns its number of pairs. ``offsets.npy`` is last."""
-    hs, ds = sort_pairs(h, d)
+              num_buckets: int, *, scratch: list | None = None) -> int:
+    """Sort, dedupe and write one run; returns its number of pairs. ``offsets.npy`` is last.
+    ``scratch``: with the kernels, ``h`` (uint64) and ``d`` (int64, non-decreasing: a map's
+    pairs) are sorted in place, with the sort's scratch arrays kept in this list (see
+    ``_sort_dedupe_in_place``)."""
+    if scratch is not None and kernel.enabled():
+        # a map's pairs come doc by doc: their docs are in order
+        hs, ds = _sort_dedupe_in_place(kernel.kernels(), h, d, scratch, docs_in_order=True)
+    else:
+        hs, ds = sort_pairs(h, d)
     lo = np.array([_bucket_range(b, num_buckets)[0] for b in range(num_buckets)], dtype=np.uint64)
-    offsets = np.empty(num_buckets + 1, dtype=np.int64)
-    offsets[:-1] = np.searchsorted(hs, lo)
-    offsets[-1] = len(hs)
+    # the bucket offsets, then the run's first doc (``run_doc_base``): docs are stored relative
+    # to it, as uint16 where the run spans under 65536 docs (10 instead of 12 bytes per pair on
+    # the build's scratch disk; page-cache writes cost ~3 ns a byte), else uint32, else int64;
+    # the reduce widens them to int64 whatever the width
+    offsets = np.empty(num_buckets + 2, dtype=np.int64)
+    offsets[:num_buckets] = np.searchsorted(hs, lo)
+    offsets[num_buckets] = len(hs)
+    base = int(ds.min()) if len(ds) else 0
+    offsets[num_buckets + 1] = base
+    rel = ds - base if base else ds
+    rel = rel.astype(np.uint16) if len(rel) and int(rel.max()) < 1 << 16 else narrow_ordinals(rel)
     p = run_paths(run_dir, n, run)
     write_npy_atomic(p["hashes"], hs)
-    # local doc ordinals as uint32 (12 instead of 16 bytes per pair on the build's scratch disk);
-    # the reduce widens them to int64 whatever the width
-    write_npy_atomic(p["docs"], narrow_ordinals(ds))
+    write_npy_atomic(p["docs"], rel)
     write_npy_atomic(p["offsets"], offsets)
     return len(hs)
+
+
+def run_doc_base(offsets: np.ndarray, num_buckets: int) -> int:
+    """The doc ordinal a run's stored docs are relative to (0 for runs written without one)."""
+    return int(offsets[num_buckets + 1]) if len(offsets) > num_buckets + 1 else 0
 
 
 @dataclass
@@ -167,6 +202,13 @@ class RunWriter:
         self._pending: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {n: [] for n in self.ngram_sizes}
         self._pending_len = 0
         self._runs = {n: 0 for n in self.ngram_sizes}
+        # With the kernels, each n's pairs go into one buffer kept across runs and sorted in
+        # place at each spill (the sort's scratch kept too): no per-batch arrays, no
+        # concatenation, and pages faulted in once per map instead of once per run.
+        self._compiled = kernel.enabled()
+        self._buf: dict[int, list] = {n: [np.empty(0, np.uint64), np.empty(0, np.int64), 0]
+                                      for n in self.ngram_sizes}
+        self._scratch: list = []
 
     def add_batch(self, texts: Sequence[str]) -> None:
         self._add(batch_ngram_hashes(texts, self.ngram_sizes, self.scheme, self.seed), len(texts))
@@ -174,20 +216,55 @@ class RunWriter:
     def add_normalized(self, data: np.ndarray, doc_start: np.ndarray) -> None:
         """``add_batch`` for documents already normalized into one buffer (``hash_normalized``'s
         layout, e.g. from ``readers.iter_normalized_batches``)."""
+        if self._compiled:
+            counts = hash_normalized_into(data, doc_start, self.ngram_sizes, self.seed, self._reserve,
+                                          self.docs)
+            for n, m in counts.items():
+                self._buf[n][2] += m
+                self.ngrams[n] += m
+            self._added(len(doc_start) - 1, max(counts.values(), default=0))
+            return
         self._add(hash_normalized(data, doc_start, self.ngram_sizes, self.seed), len(doc_start) - 1)
+
+    def _reserve(self, n: int, m: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """n's buffer (hashes, docs) with room for ``m`` more pairs, and where they go."""
+        buf = self._buf[n]
+        hb, db, used = buf
+        if used + m > len(hb):
+            cap = max(used + m, self.run_pairs + m, len(hb) + len(hb) // 2)
+            h2, d2 = np.empty(cap, np.uint64), np.empty(cap, np.int64)
+            h2[:used], d2[:used] = hb[:used], db[:used]
+            buf[0], buf[1] = h2, d2
+        return buf[0], buf[1], used
 
     def _add(self, res: dict[int, tuple[np.ndarray, np.ndarray]], ndocs: int) -> None:
         for n, (h, d) in res.items():
-            d += self.docs
-            self._pending[n].append((h, d))
+            if self._compiled:
+                hb, db, used = self._reserve(n, len(h))
+                hb[used:used + len(h)] = h
+                np.add(d, self.docs, out=db[used:used + len(h)])
+                self._buf[n][2] += len(h)
+            else:
+                d += self.docs
+                self._pending[n].append((h, d))
             self.ngrams[n] += len(h)
+        self._added(ndocs, max((len(h) for h, _ in res.values()), default=0))
+
+    def _added(self, ndocs: int, pairs: int) -> None:
         self.docs += ndocs
-        self._pending_len += max((len(h) for h, _ in res.values()), default=0)
+        self._pending_len += pairs
         if self._pending_len >= self.run_pairs:
             self.spill()
 
     def spill(self) -> None:
         for n in self.ngram_sizes:
+            buf = self._buf[n]
+            if buf[2]:
+                used, buf[2] = buf[2], 0
+                write_run(self.run_dir, n, self._runs[n], buf[0][:used], buf[1][:used], self.num_buckets,
+                          scratch=self._scratch)
+                self._runs[n] += 1
+                continue
             parts = self._pending[n]
             if not parts:
                 continue

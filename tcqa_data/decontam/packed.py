@@ -20,7 +20,7 @@ sequentially, bounded memory) and read by ``lookup`` from memory maps.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -191,6 +191,26 @@ def _first_at_least(words: np.ndarray, lo: np.ndarray, hi: np.ndarray, target: n
         right = rem <= target[act] if above else rem < target[act]
         lo[act[right]] = mid[right] + 1
         hi[act[~right]] = mid[~right]
+
+
+def page_in_lookups(tables: Sequence[tuple[np.ndarray, np.ndarray]], keys: Sequence[np.ndarray],
+                    dir_bits: int, id_bits: int) -> None:
+    """Before sparse lookups of ``keys[i]`` in table ``tables[i]`` (``(cells, words)`` memory maps):
+    read the directory rows, then the entry words, they will read, every table's pages at once
+    (``pagein``: on a cold page cache the disk serves them in parallel, and only those pages)."""
+    from tcqa_data.decontam.pagein import page_in
+
+    rbits = _U64(KEY_BITS - dir_bits)
+    cell_of = [(np.asarray(k, dtype=_U64) >> rbits).astype(np.int64) for k in keys]
+    page_in([(cells, c, c + 2) for (cells, _), c in zip(tables, cell_of, strict=True)])
+    width = entry_width(dir_bits, id_bits)
+    parts = []
+    for (cells, words), c in zip(tables, cell_of, strict=True):
+        lo = np.asarray(cells[c], dtype=np.int64)
+        hi = np.asarray(cells[c + 1], dtype=np.int64)
+        # entries [lo, hi) lie in words [lo * width // 64, (hi * width - 1) // 64] (empty cells: none)
+        parts.append((words, (lo * width) >> 6, np.where(hi > lo, ((hi * width - 1) >> 6) + 1, 0)))
+    page_in(parts)
 
 
 def lookup(cells: np.ndarray, words: np.ndarray, keys: np.ndarray, dir_bits: int, id_bits: int,

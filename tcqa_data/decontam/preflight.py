@@ -15,19 +15,17 @@ from typing import Any
 from tcqa_data.decontam.readers import CorpusInput
 from tcqa_data.errors import ConfigError, InputError, TcqaError
 
-# Two sentences: enough to make the window splitter load whatever it needs (NLTK Punkt tables).
-_PROBE_TEXT = "The first sentence of the probe is here. A second sentence follows it."
-
 
 def minhash_windows_problem(params: Any) -> str | None:
     """Why MinHash windows cannot be cut here with ``params`` (e.g. NLTK Punkt missing), or None.
 
-    Asks the window splitter itself, so the answer follows whatever the windows need.
+    Asks the window splitter itself, so the answer follows whatever the windows need (it loads
+    their tables without cutting windows: no compiled kernel is loaded for the question).
     """
-    from tcqa_data.decontam.minhash import split_windows
+    from tcqa_data.decontam.minhash.windows import check_splitter
 
     try:
-        split_windows(_PROBE_TEXT, params)
+        check_splitter(params)
     except TcqaError as exc:
         return str(exc)
     return None

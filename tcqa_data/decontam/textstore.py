@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -79,6 +79,7 @@ ANCHOR_W = 3  # winnowing window (k-grams): shared runs of >= ANCHOR_W + ANCHOR_
 ANCHOR_RUN = 1 << 24  # entries per sorted run (128 MiB while held, as uint64)
 ANCHOR_MAX_DF = 64  # a k-gram in more docs is no evidence of a copy
 ANCHOR_MIN_SHARED = 2  # kept k-grams a doc must share with a query to be aligned (cost)
+_ANCHOR_THREADS = 2  # anchor runs looked up at once (query side)
 _ANCHOR_BATCH_CHARS = 4_000_000
 _LOW32 = np.uint64(0xFFFFFFFF)
 _TABLE_BLOCK = 1 << 20  # entries per TableWriter.add (the file does not depend on it)
@@ -104,13 +105,33 @@ def _doc_rows(index_dir: Path, entry: dict[str, Any]) -> np.ndarray:
     """The ``row`` (1-based line/row) of each doc of one input, from docs.parquet (row groups
     outside the input's ordinals are skipped by their statistics)."""
     lo, k = int(entry["doc_offset"]), int(entry["docs"])
-    t = pq.read_table(index_dir / "docs.parquet", columns=["doc_ordinal", "row"],
-                      filters=[("doc_ordinal", ">=", lo), ("doc_ordinal", "<", lo + k)])
-    rows = t.column("row").to_numpy()[np.argsort(t.column("doc_ordinal").to_numpy(), kind="stable")]
+    # row groups read one by one, columns as buffers: ``pq.read_table(filters=...)`` and arrow's
+    # ``to_numpy`` import pandas (~1.5 CPU-s, most of a 20 MB build's text store pass)
+    pf = pq.ParquetFile(index_dir / "docs.parquet")
+    col = pf.schema_arrow.get_field_index("doc_ordinal")
+    ords, rows_ = [], []
+    for g in range(pf.metadata.num_row_groups):
+        st = pf.metadata.row_group(g).column(col).statistics
+        if st is not None and st.has_min_max and (st.max < lo or st.min >= lo + k):
+            continue
+        t = pf.read_row_group(g, columns=["doc_ordinal", "row"])
+        o, r = _int64_column(t.column("doc_ordinal")), _int64_column(t.column("row"))
+        sel = (o >= lo) & (o < lo + k)
+        ords.append(o[sel])
+        rows_.append(r[sel])
+    o = np.concatenate(ords) if ords else np.zeros(0, np.int64)
+    rows = np.concatenate(rows_)[np.argsort(o, kind="stable")] if rows_ else np.zeros(0, np.int64)
     if len(rows) != k:
         raise TcqaError(f"{index_dir}/docs.parquet: {len(rows)} rows for input {entry['path']}, "
                         f"manifest says {k}")
     return rows.astype(np.int64)
+
+
+def _int64_column(col: pa.ChunkedArray) -> np.ndarray:
+    """An int64 column without nulls as numpy, from its buffers (no pandas import)."""
+    parts = [np.frombuffer(c.buffers()[1], dtype=np.int64, count=c.offset + len(c))[c.offset:]
+             for c in col.chunks if len(c)]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
 def jsonl_line_offsets(path: str | os.PathLike, lines: np.ndarray) -> np.ndarray:
@@ -350,10 +371,10 @@ class AnchorIndex:
         uh, inv = np.unique(qh >> np.uint64(32), return_inverse=True)
         df = np.zeros(len(uh), dtype=np.int64)
         hits: list[tuple[np.ndarray, np.ndarray]] = []
-        live = np.arange(len(uh))  # k-grams in at most ANCHOR_MAX_DF docs so far: the rest are dropped
-        for arr, doc_offset in self.runs:
-            if not len(live):
-                break
+        alive = np.ones(len(uh), dtype=bool)  # k-grams in at most ANCHOR_MAX_DF docs so far
+
+        def lookup(arr: Any, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            """(k-gram, doc) of the run's entries for k-grams ``live``, k-grams ascending."""
             lh = uh[live]
             if isinstance(arr, tuple):
                 cells, words, dir_bits, id_bits = arr
@@ -366,14 +387,39 @@ class AnchorIndex:
                 k = np.repeat(np.arange(len(lh)), n)
                 d = (np.asarray(arr[np.repeat(lo, n) + np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)])
                      & _LOW32).astype(np.int64)
-            # k ascends (lookups return hits in query order): count per k-gram without a
-            # table the size of all query k-grams (this loop runs once per run of every input)
-            kk, run_df = np.unique(k, return_counts=True)
-            df[live[kk]] += run_df
-            keep = np.repeat(run_df, run_df) <= ANCHOR_MAX_DF  # more in one run is more in all: no evidence
-            hits.append((live[k[keep]], d[keep] + doc_offset))
-            if len(kk) and (df[live[kk]] > ANCHOR_MAX_DF).any():
-                live = live[df[live] <= ANCHOR_MAX_DF]
+            return live[k], d
+
+        # The runs are looked up by _ANCHOR_THREADS threads (the kernel releases the GIL), a few runs
+        # ahead of the one whose hits are counted: a lookup may still include k-grams that an
+        # earlier run has dropped since; those hits are dropped here, so the result is the same.
+        from concurrent.futures import ThreadPoolExecutor
+
+        runs = iter(self.runs)
+        ahead: deque = deque()
+        with ThreadPoolExecutor(_ANCHOR_THREADS) as pool:
+
+            def more() -> None:
+                for arr, doc_offset in runs:
+                    ahead.append((pool.submit(lookup, arr, np.flatnonzero(alive)), doc_offset))
+                    return
+
+            for _ in range(_ANCHOR_THREADS):  # one thread: each run sees the live set before it (HEAD's loop)
+                if alive.any():
+                    more()
+            while ahead:
+                fut, doc_offset = ahead.popleft()
+                g, d = fut.result()
+                live_now = alive[g]
+                g, d = g[live_now], d[live_now]
+                # g ascends (lookups return hits in query order): count per k-gram without a
+                # table the size of all query k-grams (this loop runs once per run of every input)
+                gg, run_df = np.unique(g, return_counts=True)
+                df[gg] += run_df
+                keep = np.repeat(run_df, run_df) <= ANCHOR_MAX_DF  # more in one run is more in all
+                hits.append((g[keep], d[keep] + doc_offset))
+                alive[gg[df[gg] > ANCHOR_MAX_DF]] = False
+                if alive.any():
+                    more()
         use = (df > 0) & (df <= ANCHOR_MAX_DF)
         idf = np.log1p(self.num_docs / np.maximum(df, 1))
         # per hash, its (hash, doc) hits; then every query holding that hash gets them
@@ -692,9 +738,16 @@ class TextStore:
         ords = sorted_unique(np.asarray(ordinals, dtype=np.int64))
         ords = ords[(ords >= 0) & (ords < int(self._starts[-1]) + int(self._inputs[-1]["docs"]))]
         which = np.searchsorted(self._starts, ords, side="right") - 1
-        for i in sorted_unique(which).tolist():
+        inputs = sorted_unique(which).tolist()
+        recs = [self._meta["inputs"][_key(self._inputs[i])] for i in inputs]
+        new = [r for r in recs if r["kind"] == "offsets" and r["file"] not in self._arrays]
+        if len(new) > 1:  # cold page cache: each offsets file's header is a disk read; many at once
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(16) as pool:
+                list(pool.map(self._array, new))
+        for i, rec in zip(inputs, recs, strict=True):
             e = self._inputs[i]
-            rec = self._meta["inputs"][_key(e)]
             if rec["kind"] != "offsets":
                 continue
             offs = self._array(rec)

@@ -53,10 +53,12 @@ Files (build is map/reduce over paths: pure functions, deterministic, no pickle)
 
 ``write_minhash_shard(docs, work_dir, shard_id, params)`` (map) takes ``(doc_ordinal, text)``
 pairs with strictly increasing ordinals and writes ``work_dir/minhash-<shard_id>/``: runs
-``partNNNNN.{window_doc,band_keys,band_windows}.npy`` (+ ``signatures`` when
-``verify="signatures"``; at most
-``PART_WINDOWS`` windows each, cut between documents; band arrays are ``[bands, m]``, each row
-sorted by (key, part-local window)) and ``shard.json`` last (a shard without it is incomplete).
+``partNNNNN.{window_doc,band_pairs}.npy`` (+ ``signatures`` when ``verify="signatures"``; at
+most ``PART_WINDOWS`` windows each, cut between documents; ``band_pairs`` is uint64
+``[bands, m]``, each row the sorted ``key << 32 | doc - first doc of the run``) and
+``shard.json`` last (a shard without it is incomplete). ``ShardWriter`` is the same map fed in
+batches; the full build feeds it JSONL documents as code points (``feed.py``: one compiled
+decode per document, the normalized bytes shared with the n-gram side).
 
 ``merge_minhash_shards(shard_dirs, out_dir, params, base_dir=None, doc_offsets=None)`` (reduce)
 writes ``out_dir`` (normally ``INDEX_DIR/minhash``), storage format 3::
@@ -75,7 +77,8 @@ are verified by windowing and signing the candidate docs' text again (from the t
 Formats 1 and 2 (per-window signatures and band tables of window ids) are still queried; appending
 to them is refused with a message naming ``--overwrite``. The reduce is also available as separate
 steps an engine runs as tasks (``plan_minhash_merge``, ``start_minhash_merge``, then
-``write_minhash_columns`` and one ``merge_minhash_band`` per band, ``finish_minhash_merge``).
+``write_minhash_columns``, with many runs one ``merge_minhash_group`` per band and run group, one
+``merge_minhash_band`` per band, ``finish_minhash_merge``).
 
 Window ids are ordered by doc ordinal, then window number, so they do not depend on how docs
 were sharded. ``base_dir`` (an existing ``minhash/`` folder) is merged as one more run (its
@@ -96,6 +99,7 @@ public name is re-exported here.
 from tcqa_data.decontam.minhash.merge import (
     finish_minhash_merge,
     merge_minhash_band,
+    merge_minhash_group,
     merge_minhash_shards,
     plan_minhash_merge,
     start_minhash_merge,
@@ -117,7 +121,8 @@ from tcqa_data.decontam.minhash.windows import split_windows
 
 __all__ = [
     "EMPTY_HASH", "PART_WINDOWS", "SCHEME", "SHINGLE_HASH", "MinHashIndex", "MinHashParams", "band_keys",
-    "datasketch_signatures", "finish_minhash_merge", "merge_minhash_band", "merge_minhash_shards",
+    "datasketch_signatures", "finish_minhash_merge", "merge_minhash_band", "merge_minhash_group",
+    "merge_minhash_shards",
     "optimal_bands_rows", "plan_minhash_merge", "shingle_hash", "shingles", "sign", "signatures",
     "split_windows", "start_minhash_merge", "write_minhash_columns", "write_minhash_shard",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -12,7 +13,6 @@ import numpy as np
 
 from tcqa_data import FORMAT_VERSION
 from tcqa_data.decontam import packed
-from tcqa_data.decontam.arrays import sorted_unique
 from tcqa_data.decontam.minhash.params import INDEX_STORAGE_FORMAT, MinHashParams, index_storage_info
 from tcqa_data.decontam.minhash.sketch import STORAGE_FORMAT as RUN_STORAGE_FORMAT
 from tcqa_data.errors import IndexMismatchError, TcqaError
@@ -26,6 +26,11 @@ _MERGE_ENTRIES = 1 << 21
 # entries read from a run at a time, at least (a read costs ~25 us whatever its size up to
 # 16 KB): above _MERGE_ENTRIES / _MIN_BLOCK runs (8,192) the read-ahead grows with the run count
 _MIN_BLOCK = 256
+# above this many runs a band is merged in two levels: groups of this many runs first, each into a
+# sorted run of its own (one task per band and group), then the groups' runs; every merge then
+# reads at most this many runs, so memory stays flat up to GROUP_RUNS**2 runs (~1.2e5 TB of text)
+GROUP_RUNS = _MERGE_ENTRIES // _MIN_BLOCK // 2
+GROUPS_DIR = "band_groups"  # the groups' runs: build scratch inside the staged minhash/ folder
 
 _U32 = np.uint32
 _U64 = np.uint64
@@ -77,6 +82,7 @@ class _Run:
     offset: int = 0  # window id of the run's first window in the output
     doc_shift: int = 0  # added to the run's doc ordinals (maps that numbered docs from 0)
     base: bool = False  # an existing index folder (format 3 files), not a map run
+    pairs: bool = False  # a group's merged run of one band: keys.npy, docs.npy (global doc ordinals)
 
     def reader(self, name: str) -> NpyRowReader:
         return NpyRowReader(Path(self.prefix + name + ".npy"))
@@ -110,6 +116,12 @@ def _check_index_storage(meta: dict[str, Any], where: Path) -> None:
 
 def _run_sources(r: _Run, band: int, block: int, layout: dict[str, Any]):
     """Sorted (key uint64, doc int64) blocks of one band of one run."""
+    if r.pairs:
+        kr, dr = r.reader("keys"), r.reader("docs")
+        for s in range(0, len(kr), block):
+            e = min(s + block, len(kr))
+            yield kr.read(s, e).astype(np.uint64), dr.read(s, e).astype(np.int64)
+        return
     if r.base:
         # an existing format-3 index: decode its band table a range of directory cells at a time
         d, ib = layout["base_dir_bits"], layout["base_id_bits"]
@@ -123,18 +135,19 @@ def _run_sources(r: _Run, band: int, block: int, layout: dict[str, Any]):
             if len(k):
                 yield k, doc
         return
-    wd = r.reader("window_doc").read(0, r.n).astype(np.int64)
-    # runs are in doc order: (distinct doc, its first window) maps a run-local window to its doc
-    docs, first = np.unique(wd, return_index=True)
-    docs = docs + r.doc_shift
-    del wd
-    kr, wr = r.reader("band_keys"), r.reader("band_windows")
+    # a map run: per band, (key << 32 | doc - its first doc) sorted (``shards._write_keyed_run``);
+    # the run's first_doc already includes its doc_shift
+    pr = r.reader("band_pairs")
+    base = np.int64(r.first_doc)
     for s in range(0, r.n, block):
-        e = min(s + block, r.n)
         # no local names for the blocks: a suspended generator would keep them alive, a block
         # more per run on top of what the merge holds
-        yield (kr.read_row_span(band, s, e).astype(np.uint64),
-               docs[np.searchsorted(first, wr.read_row_span(band, s, e).astype(np.int64), side="right") - 1])
+        yield _split_pairs(pr.read_row_span(band, s, min(s + block, r.n)), base)
+
+
+def _split_pairs(pairs: np.ndarray, base: np.int64) -> tuple[np.ndarray, np.ndarray]:
+    """(keys uint64, docs int64) of a map run's ``key << 32 | doc - base`` pairs."""
+    return pairs >> _U64(32), (pairs & _U64(0xFFFFFFFF)).view(np.int64) + base
 
 
 def _merge_band(runs: list[_Run], band: int, out: packed.TableWriter, layout: dict[str, Any]) -> None:
@@ -195,7 +208,9 @@ def _sorted_unique_pairs(k: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.n
     """The distinct (key, doc) pairs of ``k`` (uint64), ``d`` (int64) in (key, doc) order; both
     arrays are consumed (overwritten). Keys are 32-bit (``packed.KEY_BITS``), so while docs fit
     32 bits a pair sorts in place as one uint64 ``key << 32 | doc`` (a third of the time and
-    half the memory of a two-key lexsort); wider docs take the lexsort."""
+    half the memory of a two-key lexsort); wider docs take the lexsort. The input is the
+    concatenation of a few sorted blocks (one per run): numpy's stable sort (a timsort for
+    64-bit keys) merges such runs at ~8 ns a pair, its default sort takes ~20."""
     k, d = np.asarray(k, dtype=_U64), np.asarray(d, dtype=np.int64)
     if not len(k):
         return k, d
@@ -203,7 +218,9 @@ def _sorted_unique_pairs(k: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.n
         pair = np.left_shift(k, _U64(32), out=k)
         np.bitwise_or(pair, d.view(_U64), out=pair)  # docs >= 0: same bits as uint64
         del k, d
-        pair = sorted_unique(pair, in_place=True)
+        pair.sort(kind="stable")
+        if len(pair) > 1:
+            pair = pair[np.r_[True, pair[1:] != pair[:-1]]]
         return pair >> _U64(32), (pair & _U64(0xFFFFFFFF)).view(np.int64)
     order = np.lexsort((d, k))
     k, d = k[order], d[order]
@@ -212,19 +229,17 @@ def _sorted_unique_pairs(k: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.n
     return k[new], d[new]
 
 
-def _window_id_dtype(n_windows: int) -> np.dtype:
-    """uint32 window ids while they fit, int64 beyond 2**32 windows (map runs' band_windows)."""
-    return np.dtype(_U32) if n_windows < 2**32 else np.dtype(np.int64)
-
-
 _PARTIAL = ".npy.partial"
 
 
 def plan_minhash_merge(shard_dirs: Sequence[str | os.PathLike], params: MinHashParams,
                        base_dir: str | os.PathLike | None = None,
-                       doc_offsets: Sequence[int] | None = None) -> dict[str, Any]:
+                       doc_offsets: Sequence[int] | None = None,
+                       group_runs: int | None = None) -> dict[str, Any]:
     """The merge's inputs, checked and ordered (a JSON-able plan the merge steps share): runs in
-    doc-ordinal order with their window-id offsets, the totals and the output layout."""
+    doc-ordinal order with their window-id offsets, the totals, the output layout and, with more
+    than ``group_runs`` runs (default ``GROUP_RUNS``), the run groups merged first
+    (``merge_minhash_group``)."""
     if doc_offsets is not None and len(doc_offsets) != len(shard_dirs):
         raise ValueError("doc_offsets must have one entry per shard dir")
     runs: list[_Run] = []
@@ -271,7 +286,10 @@ def plan_minhash_merge(shard_dirs: Sequence[str | os.PathLike], params: MinHashP
     dir_bits = packed.dir_bits_for(total)
     id_bits = packed.id_bits_for(max(0, doc_span - 1))
     width = packed.entry_width(dir_bits, id_bits)
-    return {"runs": [asdict(r) for r in runs], "n_windows": total, "n_docs": n_docs,
+    group_runs = GROUP_RUNS if group_runs is None else max(2, int(group_runs))
+    groups = [[a, min(a + group_runs, len(runs))] for a in range(0, len(runs), group_runs)] \
+        if len(runs) > group_runs else []
+    return {"runs": [asdict(r) for r in runs], "groups": groups, "n_windows": total, "n_docs": n_docs,
             "n_windows_without_tokens": n_empty,
             "layout": {"doc_span": doc_span, "dir_bits": dir_bits, "id_bits": id_bits, "entry_bits": width,
                        "cell_dtype": "uint32" if total < 2**32 else "uint64",
@@ -349,7 +367,7 @@ def merge_minhash_band(plan: dict[str, Any], out_dir: str | os.PathLike, params:
     """Reduce, one task per band: k-way merge of that band's sorted runs into its row of
     ``band_cells`` (``start_minhash_merge`` created it) and its own ``band_entries_NNN`` file.
     Returns the band number."""
-    out, runs, lay = Path(out_dir), _runs_of(plan), plan["layout"]
+    out, runs, lay = Path(out_dir), band_runs(plan, out_dir, band), plan["layout"]
     cshape, cdt = _cells_shape(plan, params), np.dtype(lay["cell_dtype"])
     # the entries' count is known only at the end: a stream whose header is written last
     entries = NpyStream(out / f"{_entries_name(band)}{_PARTIAL}", _U64)
@@ -371,6 +389,57 @@ def merge_minhash_band(plan: dict[str, Any], out_dir: str | os.PathLike, params:
     return band
 
 
+def _group_prefix(out_dir: str | os.PathLike, band: int, group: int) -> str:
+    return os.path.join(out_dir, GROUPS_DIR, f"b{band:03d}_g{group:06d}.")
+
+
+class _PairsWriter:
+    """``_merge_band``'s output as a group run: keys (uint32) and docs, streamed."""
+
+    def __init__(self, prefix: str, doc_dtype: np.dtype) -> None:
+        self.keys = NpyStream(prefix + "keys.npy", _U32)
+        self.docs = NpyStream(prefix + "docs.npy", doc_dtype)
+
+    def add(self, k: np.ndarray, d: np.ndarray) -> None:
+        self.keys.write(k)
+        self.docs.write(d)
+
+    def close(self) -> None:
+        self.keys.close()
+        self.docs.close()
+
+    def abort(self, exc: BaseException) -> None:
+        self.keys.abort(exc)
+        self.docs.abort(exc)
+
+
+def merge_minhash_group(plan: dict[str, Any], out_dir: str | os.PathLike, params: MinHashParams,
+                        band: int, group: int) -> list[int]:
+    """Reduce, first level (plans with ``groups``): merge band ``band`` of the runs of group
+    ``group`` into one sorted run of distinct (key, doc) pairs under ``out_dir/band_groups``, which
+    ``merge_minhash_band`` then reads in place of the group's runs. Returns ``[band, group]``."""
+    a, b = plan["groups"][group]
+    os.makedirs(os.path.join(out_dir, GROUPS_DIR), exist_ok=True)
+    span = int(plan["layout"]["doc_span"])
+    out = _PairsWriter(_group_prefix(out_dir, band, group), np.dtype(_U32 if span <= 2**32 else np.int64))
+    try:
+        _merge_band(_runs_of(plan)[a:b], band, out, plan["layout"])
+    except BaseException as exc:
+        out.abort(exc)
+        raise
+    out.close()
+    return [band, group]
+
+
+def band_runs(plan: dict[str, Any], out_dir: str | os.PathLike, band: int) -> list[_Run]:
+    """The runs the merge of band ``band`` reads: the plan's, or its groups' merged runs."""
+    runs = _runs_of(plan)
+    if not plan.get("groups"):
+        return runs
+    return [_Run(_group_prefix(out_dir, band, g), 0, runs[a].first_doc, runs[b - 1].last_doc, pairs=True)
+            for g, (a, b) in enumerate(plan["groups"])]
+
+
 _FILES = ("doc_windows", "signatures", "band_cells")
 
 
@@ -380,6 +449,7 @@ def finish_minhash_merge(plan: dict[str, Any], out_dir: str | os.PathLike, param
     out, total, lay = Path(out_dir), plan["n_windows"], plan["layout"]
     for name in ("band_cells", *map(_entries_name, range(params.bands))):
         os.replace(out / f"{name}{_PARTIAL}", out / f"{name}.npy")
+    shutil.rmtree(out / GROUPS_DIR, ignore_errors=True)
     for name in ("window_doc", "window_shingles", "band_keys", "band_windows") + \
             (("signatures",) if params.verify != "signatures" else ()):
         (out / f"{name}.npy").unlink(missing_ok=True)  # an older layout's files (in-place append)
@@ -398,12 +468,14 @@ def finish_minhash_merge(plan: dict[str, Any], out_dir: str | os.PathLike, param
 
 def merge_minhash_shards(shard_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLike,
                          params: MinHashParams, base_dir: str | os.PathLike | None = None,
-                         doc_offsets: Sequence[int] | None = None) -> dict[str, Any]:
+                         doc_offsets: Sequence[int] | None = None, group_runs: int | None = None
+                         ) -> dict[str, Any]:
     """Reduce step: merge shard runs (and optionally an existing index ``base_dir``) into the
     final ``out_dir`` files. Returns the summary also written to ``out_dir/params.json``.
 
     The same steps an engine runs as tasks (``plan_minhash_merge``, ``start_minhash_merge``,
-    ``write_minhash_columns`` and one ``merge_minhash_band`` per band, ``finish_minhash_merge``),
+    ``write_minhash_columns``, one ``merge_minhash_group`` per band and run group when the runs
+    are more than ``group_runs``, one ``merge_minhash_band`` per band, ``finish_minhash_merge``),
     here one after the other; the bytes are the same either way.
 
     ``doc_offsets[i]`` (optional) is added to the doc ordinals of ``shard_dirs[i]``, for map steps
@@ -411,9 +483,12 @@ def merge_minhash_shards(shard_dirs: Sequence[str | os.PathLike], out_dir: str |
     ``base_dir`` (each file is replaced after it is written), but a crash part-way then leaves a
     folder without ``params.json`` that must be rebuilt; merging into a new folder and swapping it
     in is safer."""
-    plan = plan_minhash_merge(shard_dirs, params, base_dir, doc_offsets)
+    plan = plan_minhash_merge(shard_dirs, params, base_dir, doc_offsets, group_runs)
     start_minhash_merge(plan, out_dir, params)
     write_minhash_columns(plan, out_dir, params)
+    for band in range(params.bands):
+        for group in range(len(plan["groups"])):
+            merge_minhash_group(plan, out_dir, params, band, group)
     for band in range(params.bands):
         merge_minhash_band(plan, out_dir, params, band)
     return finish_minhash_merge(plan, out_dir, params)

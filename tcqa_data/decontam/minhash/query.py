@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from tcqa_data.io_utils import read_json
 
 _U32 = np.uint32
 _VERIFY_DOCS = 256  # candidate docs signed (or read) at a time
+_SIGN_THREADS = 2  # text-verified candidate batches signed at once (the machine's 2 cores)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -48,6 +51,7 @@ class MinHashIndex:
         self.storage = meta.get("storage") or {}
         self.storage_format = int(self.storage.get("storage_format", 1))
         self._doc_texts = doc_texts
+        self._store: Any = None  # the index's own text store, once opened (not with a doc_texts callable)
 
         def load(name: str) -> np.ndarray:
             try:
@@ -103,21 +107,29 @@ class MinHashIndex:
         raise TcqaError(f"no complete MinHash index in {root} (missing minhash/params.json); "
                         f"build one with `tcqa-data index-corpus`")
 
+    def _open_store(self) -> Any:
+        from tcqa_data.decontam.textstore import TextStore, has_text_store
+
+        root = self.folder.parent
+        if not has_text_store(root):
+            raise TcqaError(f"MinHash index {self.folder} verifies candidates against the corpus text "
+                            f"(verify='text') but {root} has no text store: rerun index-corpus on the "
+                            "same inputs to build it")
+        return TextStore.open(root)
+
     def _texts(self, docs: Sequence[int]) -> list[str]:
         if self._doc_texts is None:
-            from tcqa_data.decontam.textstore import TextStore, has_text_store
-
-            root = self.folder.parent
-            if not has_text_store(root):
-                raise TcqaError(f"MinHash index {self.folder} verifies candidates against the corpus text "
-                                f"(verify='text') but {root} has no text store: rerun index-corpus on the "
-                                "same inputs to build it")
-            self._doc_texts = TextStore.open(root).texts
+            self._store = self._open_store()
+            self._doc_texts = self._store.texts
         return self._doc_texts(docs)
 
     def doc_signatures(self, docs: Sequence[int]) -> list[np.ndarray]:
         """Per doc, the signatures of its windows (window id order): the stored 16-bit values, or
         (``verify="text"``) full 32-bit values recomputed from the doc's text."""
+        return self._sign_docs(docs, self._texts)
+
+    def _sign_docs(self, docs: Sequence[int], texts_of: Callable[[Sequence[int]], list[str]]
+                   ) -> list[np.ndarray]:
         docs = [int(d) for d in docs]
         first = np.asarray(self.doc_windows[docs], dtype=np.int64)
         last = np.asarray(self.doc_windows[np.asarray(docs, dtype=np.int64) + 1], dtype=np.int64)
@@ -125,7 +137,7 @@ class MinHashIndex:
             return [np.asarray(self.signatures[a:b])
                     for a, b in zip(first.tolist(), last.tolist(), strict=True)]
         # the whole batch at once, as the build's map cuts and signs windows
-        texts = self._texts(docs)
+        texts = texts_of(docs)
         win_doc, starts, ends = window_spans(texts, self.params)
         sigs, counts = sign_spans(texts, win_doc, starts, ends, self.params)
         keep = counts > 0  # as the map: windows without tokens were not indexed
@@ -178,6 +190,7 @@ class MinHashIndex:
         cmp_sigs = stored_signatures(sigs) if p.verify == "signatures" else sigs
         pair_q, pair_d = [], []
         live = np.flatnonzero(has_shingles)
+        self._page_in(keys[live])
         for band in range(p.bands):  # type: ignore[arg-type]
             owner, docs = packed.lookup(self.band_cells[band], self.band_entries[band], keys[live, band],
                                         self.dir_bits, self.id_bits, cap)
@@ -189,9 +202,10 @@ class MinHashIndex:
         ds, qs = np.divmod(code, len(sigs))  # sorted by doc, then query
         bounds = np.flatnonzero(np.r_[True, ds[1:] != ds[:-1], True])  # each candidate doc's pairs
         cand_docs = ds[bounds[:-1]]
-        for b0 in range(0, len(cand_docs), _VERIFY_DOCS):
+        starts = range(0, len(cand_docs), _VERIFY_DOCS)
+        for b0, doc_sigs in zip(starts, self._signed_batches([cand_docs[b:b + _VERIFY_DOCS] for b in starts]),
+                                strict=True):
             batch = cand_docs[b0:b0 + _VERIFY_DOCS]
-            doc_sigs = self.doc_signatures(batch)
             first = np.asarray(self.doc_windows[batch], dtype=np.int64)
             for j in range(len(batch)):
                 a, b = int(bounds[b0 + j]), int(bounds[b0 + j + 1])
@@ -208,6 +222,52 @@ class MinHashIndex:
                     best_sim[qq[upd]] = s[upd]
                     best_win[qq[upd]] = first[j] + k[upd]
         return best_sim, best_win
+
+    def _page_in(self, keys: np.ndarray) -> None:
+        """Cold page cache: request the band-table pages that lookups of these stored band keys
+        ``[q, bands]`` read, of all bands at once (``decontam/pagein.py``)."""
+        bands = range(self.params.bands)  # type: ignore[arg-type]
+        packed.page_in_lookups([(self.band_cells[b], self.band_entries[b]) for b in bands],
+                               [keys[:, b] for b in bands], self.dir_bits, self.id_bits)
+
+    def prefetch(self, sigs: np.ndarray) -> None:
+        """Request the pages ``query(sigs)`` will read from the band tables (storage format 3; other
+        formats: nothing), so a caller can have them read while it does other work."""
+        sigs = np.asarray(sigs, dtype=_U32)
+        if self.storage_format < INDEX_STORAGE_FORMAT or sigs.ndim != 2 or not len(sigs):
+            return
+        live = ~(sigs == EMPTY_HASH).all(axis=1)
+        self._page_in(stored_band_keys(band_keys(sigs[live], self.params)))
+
+    def _signed_batches(self, batches: list[np.ndarray]) -> Iterator[list[np.ndarray]]:
+        """``doc_signatures`` of each batch, in order. Verified against the index's own text store:
+        every batch's text reads are queued at once (they overlap the signing), and
+        :data:`_SIGN_THREADS` threads sign batches ahead, each with its own store (the window and
+        signature kernels release the GIL)."""
+        custom = self._doc_texts is not None and self._store is None  # a caller's doc_texts: as given
+        if self.params.verify != "text" or len(batches) < 2 or custom:
+            for b in batches:
+                yield self.doc_signatures(b)
+            return
+        if self._store is None:
+            self._store = self._open_store()
+            self._doc_texts = self._store.texts
+        self._store.prefetch(np.concatenate(batches))
+        local = threading.local()
+
+        def sign(batch: np.ndarray) -> list[np.ndarray]:
+            if not hasattr(local, "store"):
+                local.store = self._open_store()
+            return self._sign_docs(batch, local.store.texts)
+
+        with ThreadPoolExecutor(_SIGN_THREADS, thread_name_prefix="tcqa-verify") as pool:
+            ahead = [pool.submit(sign, b) for b in batches[:_SIGN_THREADS + 1]]
+            for i in range(len(batches)):
+                got = ahead[i].result()
+                if i + _SIGN_THREADS + 1 < len(batches):
+                    ahead.append(pool.submit(sign, batches[i + _SIGN_THREADS + 1]))
+                ahead[i] = None  # type: ignore[call-overload]
+                yield got
 
     def _query_windows(self, sigs: np.ndarray, cap: int, best_sim: np.ndarray, best_win: np.ndarray
                        ) -> tuple[np.ndarray, np.ndarray]:

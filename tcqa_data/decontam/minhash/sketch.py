@@ -141,6 +141,15 @@ def sign_spans(texts: Sequence[str], win_doc: np.ndarray, starts: np.ndarray, en
     return k["window_signatures"](arr, offs[first + starts], offs[first + ends], params.shingle_words, a, b)
 
 
+def sign_normalized(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, params: MinHashParams
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """``sign`` of windows given as byte ranges ``data[starts[i]:ends[i]]`` of Janitor-normalized
+    text (non-ASCII whitespace blanked: ``feed.normalized_codepoints``); the kernel path only."""
+    a, b = _permutations(params.num_perm, params.seed)
+    return kernel.kernels()["window_signatures"](data, np.asarray(starts, dtype=np.int64),
+                                                 np.asarray(ends, dtype=np.int64), params.shingle_words, a, b)
+
+
 @lru_cache(maxsize=1)
 def _janitor_deleted() -> np.ndarray:
     from tcqa_data.decontam.normalize import JANITOR_BYTES_DELETE
@@ -180,10 +189,11 @@ def datasketch_signatures(texts: Sequence[str], params: MinHashParams) -> np.nda
     return out
 
 
-# Map runs (storage format 2) keep less than the 32-bit values and 64-bit keys computed here:
-# the low 16 bits of each signature value and the top 32 bits of each band key
-# (``params.SIGNATURE_BITS``/``BAND_KEY_BITS``; ``params.index_storage_info`` gives the costs).
-STORAGE_FORMAT = 2
+# Map runs keep less than the 32-bit values and 64-bit keys computed here: the low 16 bits of
+# each signature value and the top 32 bits of each band key (``params.SIGNATURE_BITS``/
+# ``BAND_KEY_BITS``; ``params.index_storage_info`` gives the costs). Run storage format 3: band
+# tables of (key, doc) pairs (``band_pairs``; 2 had (key, window) and a window -> doc lookup).
+STORAGE_FORMAT = 3
 
 
 def stored_signatures(sigs: np.ndarray) -> np.ndarray:
@@ -218,12 +228,23 @@ def band_keys(sigs: np.ndarray, params: MinHashParams) -> np.ndarray:
     return keys
 
 
-def band_runs(sigs: np.ndarray, params: MinHashParams) -> tuple[np.ndarray, np.ndarray]:
-    """``(keys, order)``, both ``[bands, len(sigs)]``: per band, the stored band keys sorted
-    (stable: equal keys keep ascending window order) and the windows in that order."""
+def stored_band_keys_t(sigs: np.ndarray, params: MinHashParams) -> np.ndarray:
+    """The stored band keys of ``sigs`` by band: uint32 ``[bands, len(sigs)]``."""
     sigs = np.ascontiguousarray(sigs, dtype=_U32)
     if kernel.enabled():
-        return kernel.kernels()["band_runs"](sigs, params.bands, params.rows)
-    keys = stored_band_keys(band_keys(sigs, params))  # [m, bands]
-    order = np.argsort(keys, axis=0, kind="stable")
-    return np.take_along_axis(keys, order, axis=0).T.copy(), order.T
+        return kernel.kernels()["band_keys32"](sigs, params.bands, params.rows)
+    return np.ascontiguousarray(stored_band_keys(band_keys(sigs, params)).T)
+
+
+def band_pairs(keys: np.ndarray, docs: np.ndarray) -> np.ndarray:
+    """uint64 ``[bands, m]``: per band (row of ``keys``, ``stored_band_keys_t``), ``key << 32 |
+    doc`` of every window sorted, ``docs`` being each window's doc, non-decreasing,
+    ``0 <= doc < 2**32`` (a map run's band tables: what the merge reads, no window -> doc lookup)."""
+    keys = np.ascontiguousarray(keys, dtype=_U32)
+    docs = np.ascontiguousarray(docs, dtype=np.int64)
+    if len(docs) and not (int(docs[0]) >= 0 and int(docs[-1]) < 1 << 32):
+        raise ValueError("band_pairs: docs must lie in [0, 2**32)")
+    if kernel.enabled():
+        return kernel.kernels()["band_key_pairs"](keys, docs)
+    order = np.argsort(keys, axis=1, kind="stable")  # equal keys keep window order: doc order
+    return (np.take_along_axis(keys, order, axis=1).astype(_U64) << _U64(32)) | docs[order].astype(_U64)

@@ -1,0 +1,175 @@
+"""The full build's MinHash map fed from the compiled JSONL reader as code points
+(``minhash/feed.py``, ``ShardWriter.add_codepoints``): the same documents, normalized bytes,
+map runs and index files as the ``str`` path."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zstandard
+
+from tcqa_data.decontam import build_map, readers
+from tcqa_data.decontam.minhash import MinHashParams, write_minhash_shard
+from tcqa_data.decontam.minhash import shards as mh_shards
+from tcqa_data.decontam.readers import CorpusInput, SkipStats, iter_documents
+
+pytest.importorskip("numba")
+
+# the crafted lines of the compiled reader's tests: escapes, surrogates, Unicode whitespace,
+# lines only Python's reader takes
+from test_readers import N_ARTICLES, _crafted_corpus  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def wiki_rows(wiki_sample: Path) -> list[dict]:
+    with open(wiki_sample, encoding="utf-8") as fh:
+        return [json.loads(next(fh)) for _ in range(N_ARTICLES)]
+
+
+@pytest.fixture
+def kernels_on(monkeypatch):
+    monkeypatch.setenv("TCQA_KERNEL", "numba")
+
+
+def _inp(path: Path) -> CorpusInput:
+    fmt = "jsonl.gz" if path.name.endswith(".gz") else "jsonl.zst" if path.name.endswith(".zst") else "jsonl"
+    return CorpusInput(str(path), fmt, path.stat().st_size)
+
+
+@pytest.mark.parametrize("suffix, compress", [
+    (".jsonl", lambda b: b), (".jsonl.gz", gzip.compress),
+    (".jsonl.zst", lambda b: zstandard.ZstdCompressor().compress(b)),
+])
+@pytest.mark.parametrize("batch_chars, block_bytes", [(4_000_000, 1 << 22), (20_000, 3000)])
+def test_codepoint_batches_equal_the_python_reader_and_the_normalized_reader(
+        tmp_path, wiki_rows, monkeypatch, kernels_on, suffix, compress, batch_chars, block_bytes):
+    from tcqa_data.decontam.minhash.feed import iter_codepoint_batches, normalized_codepoints
+
+    monkeypatch.setattr(readers, "_BLOCK_BYTES", block_bytes)  # small: lines span blocks
+    path = tmp_path / f"c{suffix}"
+    path.write_bytes(compress(_crafted_corpus(wiki_rows)))
+    inp = _inp(path)
+    slow_stats, fast_stats = SkipStats(), SkipStats()
+    docs = list(iter_documents(inp, on_error="skip", stats=slow_stats))
+    batches = list(iter_codepoint_batches(inp, "text", "skip", fast_stats, batch_chars))
+    normalized = list(readers.iter_normalized_batches(inp, "text", "skip", None, batch_chars))
+    assert fast_stats.to_dict() == slow_stats.to_dict()
+    assert len(batches) == len(normalized)
+    got = []
+    for b, nb in zip(batches, normalized, strict=True):
+        assert b.chars == nb.chars and np.array_equal(b.rows, nb.rows)
+        texts = [b.cps[s:e].tobytes().decode("utf-32-le", "surrogatepass")
+                 for s, e in zip(b.doc_start[:-1].tolist(), b.doc_start[1:].tolist(), strict=True)]
+        got += list(zip(texts, b.rows.tolist(), strict=True))
+        # the n-gram side's bytes, and each doc's start and end as char positions
+        data, nstart, at_s, at_e = normalized_codepoints(b.cps, b.doc_start, b.doc_start[:-1],
+                                                         b.doc_start[1:])
+        assert np.array_equal(data, nb.data) and np.array_equal(nstart, nb.doc_start)
+        assert np.array_equal(at_s, nstart[:-1]) and np.array_equal(at_e, nstart[1:] - 1)
+    assert got == [(d.text, d.row) for d in docs]
+
+
+def _wiki_texts(path: Path, n: int) -> list[str]:
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(next(fh))["text"] for _ in range(n)]
+
+
+EDGE = ["", "   ", "a", "...", "No tokens: !!! ???", "x\u00a0y\u3000z end. Next one\u2028here.",
+        "pair \U0001F600 lone \ud800 surrogate. And \ud83d more.", "Dr. Smith met J. R. R. Tolkien in 1950. "
+        "He said: \"It is late.\" Then left.\n\nA new paragraph starts here. End.:320 of the book."]
+
+
+@pytest.mark.parametrize("params", [MinHashParams(), MinHashParams(verify="text", window_min_words=3,
+                                                                    window_max_words=5)])
+def test_codepoint_shard_equals_text_shard(wiki_sample, tmp_path, monkeypatch, kernels_on, params):
+    """Parts cut inside batches, every file byte for byte."""
+    from tcqa_data.decontam.minhash.feed import normalized_codepoints
+
+    monkeypatch.setattr(mh_shards, "PART_WINDOWS", 900)
+    texts = EDGE + _wiki_texts(wiki_sample, 60) + EDGE
+    texts = [t for t in texts if t.strip()]  # the readers skip empty texts
+    ordinals = list(range(5, 5 + 3 * len(texts), 3))
+    ref = write_minhash_shard(list(zip(ordinals, texts, strict=True)), tmp_path / "str", 0, params)
+    w = mh_shards.ShardWriter(tmp_path / "cps", 0, params)
+    for a, b in ((0, 7), (7, 30), (30, len(texts))):
+        part = texts[a:b]
+        cps = np.frombuffer("".join(part).encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+        doc_start = np.zeros(len(part) + 1, dtype=np.int64)
+        np.cumsum([len(t) for t in part], out=doc_start[1:])
+        data, nstart = w.add_codepoints(ordinals[a:b], cps, doc_start)
+        assert np.array_equal(data, normalized_codepoints(cps, doc_start, [], [])[0])
+    got = w.close()
+    files = sorted(p.name for p in ref.iterdir())
+    assert len([f for f in files if f.endswith(".band_pairs.npy")]) >= 3
+    assert files == sorted(p.name for p in got.iterdir())
+    for f in files:
+        assert (ref / f).read_bytes() == (got / f).read_bytes(), f
+
+
+def test_full_build_codepoint_path_equals_text_path(wiki_sample, tmp_path, monkeypatch, kernels_on):
+    """index-corpus with MinHash on JSONL inputs: the code point map writes the same index as
+    the ``str`` map (every file; the manifest less its timing), several shards and inputs."""
+    from tcqa_data.decontam.build import build_index
+
+    lines = wiki_sample.read_text(encoding="utf-8").splitlines()[:90]
+    inputs = []
+    for k, (a, b) in enumerate(((0, 40), (40, 90))):
+        p = tmp_path / f"in{k}.jsonl"
+        p.write_text("\n".join(lines[a:b] + [json.dumps({"text": t}) for t in EDGE]) + "\n", encoding="utf-8")
+        inputs.append(str(p))
+    used = []
+    real = build_map._map_minhash_jsonl
+
+    def spy(*a, **kw):
+        used.append(1)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(build_map, "_map_minhash_jsonl", spy)
+    kw = {"workers": 1, "quiet": True, "shard_bytes": 60_000, "batch_chars": 30_000, "text_store": "none"}
+    build_index(inputs, tmp_path / "fast", **kw)
+    assert len(used) >= 4  # several shards, all through the code point path
+    monkeypatch.setattr(build_map, "_minhash_codepoints_ok", lambda *a: False)
+    build_index(inputs, tmp_path / "str", **kw)
+    names = sorted(str(p.relative_to(tmp_path / "str")) for p in (tmp_path / "str").rglob("*") if p.is_file())
+    assert names == sorted(str(p.relative_to(tmp_path / "fast")) for p in (tmp_path / "fast").rglob("*")
+                           if p.is_file())
+    for n in names:
+        a, b = (tmp_path / "str" / n).read_bytes(), (tmp_path / "fast" / n).read_bytes()
+        if n == "manifest.json":
+            a, b = ({k: v for k, v in json.loads(x).items() if k != "build"} for x in (a, b))
+        assert a == b, n
+
+
+def test_numbers_decided_by_the_kernel_break_as_punkt_fast(monkeypatch, kernels_on):
+    """A number ending a sentence before a capitalized word is decided in the kernel (Punkt's
+    collocations with ##number## and everything else still go to Python): the same windows
+    as the Python splitter, and fewer candidates left to Python."""
+    from tcqa_data.decontam import kernel
+    from tcqa_data.decontam.minhash import windows as mh_windows
+
+    colloc = sorted(mh_windows._number_collocations(mh_windows._punkt_tables()[1]))
+    assert colloc  # the English tables have some: ("##number##", "business"), ...
+    words = ["The", "It", "Business", colloc[0].capitalize(), "business", "Über", "THE", "(The", "The,",
+             "A", "Mr.", "1990.", "x"]
+    texts = [f"Sales rose by {n}{e} {w} next part of it goes on for a while here."
+             for n in ("12", "1990", "-3", "3.5", "1,000", ".5", "2-3") for e in (".", "..")
+             for w in words]
+    params = MinHashParams(window_min_words=1)
+    got = mh_windows.window_spans(texts, params)
+    monkeypatch.setenv("TCQA_KERNEL", "numpy")
+    want = mh_windows.window_spans(texts, params)
+    assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
+    monkeypatch.setenv("TCQA_KERNEL", "numba")
+    tables = mh_windows._punkt_tables()
+    space, follow, nws, _ = mh_windows._char_tables()
+    cps = np.frombuffer("".join(texts).encode("utf-32-le"), dtype=np.uint32)
+    doc_start = np.zeros(len(texts) + 1, dtype=np.int64)
+    np.cumsum([len(t) for t in texts], out=doc_start[1:])
+    *_, decision = kernel.kernels()["sentence_candidates"](
+        cps, doc_start, space, follow, nws, mh_windows._word_hashes(tables[0]),
+        mh_windows._word_hashes(tables[4]), mh_windows._word_hashes(frozenset(colloc)))
+    assert (decision == 1).sum() > len(texts)  # "1990. The" and the like: no Python needed

@@ -1,0 +1,176 @@
+"""The n-gram build's compiled paths (run sort, reduce merge and columns, one-pass token hashes,
+run buffers) against the numpy fallback: same arrays, same bytes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tcqa_data.decontam import hashing, kernel
+from tcqa_data.decontam import ngram_index as ni
+from tcqa_data.decontam import ngram_reduce as nred
+from tcqa_data.decontam import ngram_runs as nruns
+from tcqa_data.io_utils import write_npy_atomic
+
+pytest.importorskip("numba")
+
+
+def _k():
+    return kernel.kernels()
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 9, 40, 3000, 70_000])
+def test_msd_sort_is_a_stable_sort_by_shifted_key(n):
+    rng = np.random.default_rng(n)
+    keysets = [
+        rng.integers(0, 2**64 - 1, n, dtype=np.uint64),  # random: the build's case
+        rng.integers(0, 50, n).astype(np.uint64) << np.uint64(58),  # few values, top bits only
+        rng.integers(0, 3000, n).astype(np.uint64) * np.uint64(6148914691236517),
+        np.full(n, 7, dtype=np.uint64),
+        rng.integers(0, 2**12, n, dtype=np.uint64),
+        np.sort(rng.integers(0, 2**64 - 1, n, dtype=np.uint64)),  # concatenated sorted runs
+    ]
+    keysets[-1] = np.concatenate([np.sort(x) for x in np.array_split(keysets[-1][::-1].copy(), 5)])
+    d = rng.integers(0, 100, n)
+    for h in keysets:
+        for lo in (0, 3, 20, 40):
+            k, p = h.copy(), d.copy()
+            _k()["msd_sort"](k, p, np.empty_like(k), np.empty_like(p), lo)
+            order = np.argsort(h >> np.uint64(lo), kind="stable")
+            assert np.array_equal(k, h[order]) and np.array_equal(p, d[order])
+
+
+def test_token_hashes_one_pass_equals_the_numpy_path():
+    texts = ["x" * 64 + " " + "y" * 65 + " " + "z" * 8 + " " + "w" * 16 + " a bb ccc", "", "   ",
+             "one two three four five six seven eight nine ten eleven twelve thirteen fourteen",
+             "Ünïcode\u00a0no-break " + "long" * 40]
+    rng = np.random.default_rng(5)
+    words = ["".join(rng.choice(list("abcdefgh"), size=int(s))) for s in rng.integers(1, 30, 3000)]
+    texts.append(" ".join(words))
+    parts = [hashing.encode_normalized(t) for t in texts]
+    data = bytearray(b" ") + b" ".join(parts) + b"         "
+    arr = np.frombuffer(data, dtype=np.uint8).copy()
+    hashing._blank_unicode_whitespace(arr)
+    lens = np.array([len(p) for p in parts])
+    doc_start = np.concatenate([[1], 1 + np.cumsum(lens + 1)])
+    salt = hashing._salts(3)[0]
+    # the numpy path's tokens and hashes (every token; the kernel leaves those over 64 bytes,
+    # which the numpy path hashes with xxh3, to its caller)
+    edge = np.diff((arr != 32).view(np.int8))
+    starts, ends = np.flatnonzero(edge == 1) + 1, np.flatnonzero(edge == -1) + 1
+    tok = hashing._token_hashes(arr, starts, ends, salt)
+    huge = np.flatnonzero(ends - starts > 64)
+    words8 = np.ndarray((len(arr) - 7,), dtype="<u8", buffer=arr, offset=0, strides=(1,))
+    buf = np.empty(len(arr) // 2 + 1, np.uint64)
+    hb = np.empty((len(arr) // 65 + 1, 3), np.int64)
+    ntok, doc_tok, nhuge = _k()["token_hashes_1p"](arr, words8, doc_start[:-1], salt, 64, buf, hb)
+    assert nhuge == len(huge) > 0 and ntok == len(tok)
+    small = np.ones(ntok, dtype=bool)
+    small[huge] = False
+    assert np.array_equal(buf[:ntok][small], tok[small])
+    assert np.array_equal(doc_tok, np.searchsorted(starts, doc_start[:-1]))
+    assert np.array_equal(hb[:nhuge, 0], huge) and np.array_equal(hb[:nhuge, 1], starts[huge])
+    assert np.array_equal(hb[:nhuge, 2], ends[huge])
+
+
+def _runs(tmp_path, rng, nb, colliding):
+    """Runs of three inputs; ``colliding``: few distinct keys, hashes that share stored keys, and
+    n-grams in hundreds of docs (df overflow)."""
+    sources, offset = [], 0
+    for s in range(3):
+        run_dir = tmp_path / f"in{s}"
+        for r in range(2):
+            k = 6000
+            if colliding:
+                top = rng.integers(0, 40, k).astype(np.uint64) << np.uint64(50)
+                h = top | rng.integers(0, 4, k).astype(np.uint64)
+            else:
+                h = rng.integers(0, 2**64 - 1, k, dtype=np.uint64)
+            d = np.sort(rng.integers(r * 300, r * 300 + 300, k))
+            nruns.write_run(run_dir, 13, r, h, d, nb)
+            sources.append(nred.RunSource(str(run_dir), r, offset))
+        offset += 600
+    return sources
+
+
+@pytest.mark.parametrize("colliding", [False, True])
+def test_reduce_compiled_equals_numpy(tmp_path, monkeypatch, colliding):
+    """The kernels' reduce (one sort by key, merge, columns) writes the numpy path's bytes, with
+    colliding keys, df overflow, P = 1 and 3, both doc widths and chunked merges."""
+    rng = np.random.default_rng(2)
+    nb = 2
+    sources = _runs(tmp_path / "runs", rng, nb, colliding)
+    for p, dtype, chunk in ((3, "uint32", 1_000_000), (1, "int64", 2000), (3, "uint32", 700)):
+        roots = {}
+        for mode in ("numba", "numpy"):
+            monkeypatch.setenv(kernel.ENV, mode)
+            roots[mode] = tmp_path / f"{mode}-{p}-{dtype}-{chunk}"
+            for b in range(nb):
+                nred.reduce_bucket(roots[mode], 13, b, sources, num_buckets=nb, provenance=p, dir_bits=4,
+                                   chunk_pairs=chunk, doc_dtype=dtype)
+        for b in range(nb):
+            for kind in ni.BUCKET_FILES:
+                a = ni.bucket_paths(roots["numba"], 13, b)[kind].read_bytes()
+                assert a == ni.bucket_paths(roots["numpy"], 13, b)[kind].read_bytes(), (b, kind)
+        if colliding:
+            assert len(np.load(ni.bucket_paths(roots["numba"], 13, 0)["df_over"])) > 0
+
+
+def test_run_docs_relative_and_runs_of_the_earlier_layout_read(tmp_path):
+    """Runs store docs relative to their first doc (uint16 when the span fits); runs written in
+    the earlier layout (absolute uint32 docs, no base) reduce to the same bytes."""
+    rng = np.random.default_rng(4)
+    nb = 2
+    h = rng.integers(0, 2**64 - 1, 5000, dtype=np.uint64)
+    d = np.sort(rng.integers(100_000, 100_900, 5000))
+    nruns.write_run(tmp_path / "new", 13, 0, h, d, nb)
+    p = nruns.run_paths(tmp_path / "new", 13, 0)
+    off = np.load(p["offsets"])
+    assert np.load(p["docs"]).dtype == np.uint16 and nruns.run_doc_base(off, nb) == int(d.min())
+    hs, ds = nruns.sort_pairs(h, d)
+    q = nruns.run_paths(tmp_path / "old", 13, 0)
+    write_npy_atomic(q["hashes"], hs)
+    write_npy_atomic(q["docs"], ds.astype(np.uint32))
+    write_npy_atomic(q["offsets"], off[:nb + 1])
+    for b in range(nb):
+        for layout in ("new", "old"):
+            src = [nred.RunSource(str(tmp_path / layout), 0, 7)]
+            nred.reduce_bucket(tmp_path / f"idx-{layout}", 13, b, src, num_buckets=nb, dir_bits=3)
+        for kind in ni.BUCKET_FILES:
+            assert ni.bucket_paths(tmp_path / "idx-new", 13, b)[kind].read_bytes() == \
+                ni.bucket_paths(tmp_path / "idx-old", 13, b)[kind].read_bytes(), kind
+    docs = np.load(ni.bucket_paths(tmp_path / "idx-new", 13, 0)["docs"])
+    assert docs.min() >= 100_007
+
+
+def test_run_writer_buffers_write_the_lists_runs(tmp_path, monkeypatch, wiki_sample):
+    """The compiled map (batches hashed straight into one buffer per n, sorted in place) spills
+    the same runs as the numpy path, mixing normalized batches and text batches."""
+    import json
+
+    texts = []
+    with open(wiki_sample, encoding="utf-8") as fh:
+        for line in fh:
+            texts.append(json.loads(line)["text"])
+            if len(texts) == 60:
+                break
+    out = {}
+    for mode in ("numba", "numpy"):
+        monkeypatch.setenv(kernel.ENV, mode)
+        w = nruns.RunWriter(str(tmp_path / mode), (5, 13), run_pairs=15_000)
+        for i in range(0, 60, 10):
+            if i % 20:
+                w.add_batch(texts[i:i + 10])
+            else:
+                parts = [hashing.encode_normalized(t) for t in texts[i:i + 10]]
+                data = bytearray(b" ") + b" ".join(parts) + b"         "
+                arr = np.frombuffer(data, dtype=np.uint8).copy()
+                hashing._blank_unicode_whitespace(arr)
+                lens = np.array([len(x) for x in parts])
+                w.add_normalized(arr, np.concatenate([[1], 1 + np.cumsum(lens + 1)]))
+        out[mode] = w.close()
+    assert out["numba"] == out["numpy"] and out["numba"]["runs"]["13"] > 2
+    for n in (5, 13):
+        for r in range(out["numba"]["runs"][str(n)]):
+            for kind, a in nruns.run_paths(tmp_path / "numba", n, r).items():
+                assert a.read_bytes() == nruns.run_paths(tmp_path / "numpy", n, r)[kind].read_bytes(), (n, r)
