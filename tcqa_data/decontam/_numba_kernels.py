@@ -487,10 +487,11 @@ def _decode_text(buf, i, end, out, o, amap, plain):
 
 
 @njit(cache=True, nogil=True)
-def _scan_line(buf, a, b, key, out, o, amap, plain):
+def _scan_line(buf, a, b, key, out, out_cps, o, amap, plain, cps):
     """One JSONL line ``buf[a:b]`` (no newline): a JSON object whose top-level ``key`` field is
-    a string, decoded and normalized into ``out[o:]``. Returns (new o, chars, non-space), or
-    new o = -1 when Python's reader must handle the line (anything else, valid or not)."""
+    a string, decoded and normalized into ``out[o:]`` (bytes), or with ``cps`` decoded into code
+    points in ``out_cps[o:]``. Returns (new o, chars, non-space), or new o = -1 when Python's
+    reader must handle the line (anything else, valid or not)."""
     i = _skip_ws(buf, a, b)
     if i >= b or buf[i] != 123:
         return -1, 0, False
@@ -524,7 +525,11 @@ def _scan_line(buf, a, b, key, out, o, amap, plain):
             if found or i >= b or buf[i] != 34:
                 return -1, 0, False  # repeated key (last wins) or not a string
             found = True
-            i, o_end, chars, nonspace = _decode_text(buf, i + 1, b, out, o, amap, plain)
+            if cps:
+                i, o_end, nonspace = _decode_text_cps(buf, i + 1, b, out_cps, o, amap, plain)
+                chars = o_end - o
+            else:
+                i, o_end, chars, nonspace = _decode_text(buf, i + 1, b, out, o, amap, plain)
         else:
             i = _skip_value(buf, i, b)
         if i < 0:
@@ -543,6 +548,30 @@ def _scan_line(buf, a, b, key, out, o, amap, plain):
 
 
 @njit(cache=True, nogil=True)
+def _plain_bytes(amap):
+    """Per byte: ``amap``'s mapping for printable ASCII that needs no decoding, -2 otherwise."""
+    plain = np.full(256, -2, dtype=np.int16)
+    for c in range(32, 128):
+        if c != 34 and c != 92:
+            plain[c] = amap[c]
+    return plain
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _next_line(buf, pos, end):
+    """(index of the newline ending the line at ``pos``, or ``end``; whether the line is blank:
+    only ``bytes.strip()`` whitespace)."""
+    nl = pos
+    while nl < end and buf[nl] != 10:
+        nl += 1
+    for q in range(pos, nl):
+        c = buf[q]
+        if not (c == 32 or 9 <= c <= 13):
+            return nl, False
+    return nl, True
+
+
+@njit(cache=True, nogil=True)
 def jsonl_scan(buf, pos, end, key, amap, out, o, doc_pos, doc_line, ndocs, line,
                chars, limit, counts):
     """Read JSONL lines from ``buf[pos:end]`` (whole lines; the last may lack its newline) into
@@ -553,20 +582,10 @@ def jsonl_scan(buf, pos, end, key, amap, out, o, doc_pos, doc_line, ndocs, line,
     Python's reader must handle (``SCAN_DEFER``: it starts at the returned pos) or when
     ``out``/the doc arrays may be too small for the next line (``SCAN_ROOM``). Returns (status,
     pos, o, ndocs, line, chars)."""
-    plain = np.full(256, -2, dtype=np.int16)
-    for c in range(32, 128):
-        if c != 34 and c != 92:
-            plain[c] = amap[c]
+    plain = _plain_bytes(amap)
+    no_cps = np.empty(0, dtype=np.uint32)
     while pos < end:
-        nl = pos
-        while nl < end and buf[nl] != 10:
-            nl += 1
-        blank = True
-        for q in range(pos, nl):
-            c = buf[q]
-            if not (c == 32 or 9 <= c <= 13):  # bytes.strip() whitespace
-                blank = False
-                break
+        nl, blank = _next_line(buf, pos, end)
         if blank:
             counts[0] += 1
             line += 1
@@ -574,7 +593,7 @@ def jsonl_scan(buf, pos, end, key, amap, out, o, doc_pos, doc_line, ndocs, line,
             continue
         if ndocs == len(doc_pos) or o + (nl - pos) + 2 > len(out):
             return SCAN_ROOM, pos, o, ndocs, line, chars
-        o2, c, nonspace = _scan_line(buf, pos, nl, key, out, o, amap, plain)
+        o2, c, nonspace = _scan_line(buf, pos, nl, key, out, no_cps, o, amap, plain, False)
         if o2 < 0:
             return SCAN_DEFER, pos, o, ndocs, line, chars
         line += 1
@@ -1301,77 +1320,14 @@ def _decode_text_cps(buf, i, end, out, o, amap, plain):
 
 
 @njit(cache=True, nogil=True)
-def _scan_line_cps(buf, a, b, key, out, o, amap, plain):
-    """``_scan_line`` decoding the text field into code points: (new o or -1, non-space)."""
-    i = _skip_ws(buf, a, b)
-    if i >= b or buf[i] != 123:
-        return -1, False
-    i = _skip_ws(buf, i + 1, b)
-    found = False
-    nonspace = False
-    o_end = o
-    if i < b and buf[i] == 125:
-        return -1, False
-    while True:
-        if i >= b or buf[i] != 34:
-            return -1, False
-        k0 = i + 1
-        i = _skip_string(buf, k0, b)
-        if i < 0:
-            return -1, False
-        klen = i - 1 - k0
-        is_key = klen == len(key)
-        for k in range(klen):
-            c = buf[k0 + k]
-            if c == 92:
-                return -1, False
-            if is_key and c != key[k]:
-                is_key = False
-        i = _skip_ws(buf, i, b)
-        if i >= b or buf[i] != 58:
-            return -1, False
-        i = _skip_ws(buf, i + 1, b)
-        if is_key:
-            if found or i >= b or buf[i] != 34:
-                return -1, False
-            found = True
-            i, o_end, nonspace = _decode_text_cps(buf, i + 1, b, out, o, amap, plain)
-        else:
-            i = _skip_value(buf, i, b)
-        if i < 0:
-            return -1, False
-        i = _skip_ws(buf, i, b)
-        if i >= b:
-            return -1, False
-        if buf[i] == 125:
-            break
-        if buf[i] != 44:
-            return -1, False
-        i = _skip_ws(buf, i + 1, b)
-    if not found or _skip_ws(buf, i + 1, b) != b:
-        return -1, False
-    return o_end, nonspace
-
-
-@njit(cache=True, nogil=True)
 def jsonl_scan_cps(buf, pos, end, key, amap, out, o, doc_start, doc_line, ndocs, line, limit, counts):
     """``jsonl_scan`` with each document's text as code points: doc ``k`` is
     ``out[doc_start[k]:doc_start[k + 1]]`` (no separators; chars = code points). The same
     documents, statuses and counts as ``jsonl_scan``. Returns (status, pos, o, ndocs, line)."""
-    plain = np.full(256, -2, dtype=np.int16)
-    for c in range(32, 128):
-        if c != 34 and c != 92:
-            plain[c] = amap[c]
+    plain = _plain_bytes(amap)
+    no_bytes = np.empty(0, dtype=np.uint8)
     while pos < end:
-        nl = pos
-        while nl < end and buf[nl] != 10:
-            nl += 1
-        blank = True
-        for q in range(pos, nl):
-            c = buf[q]
-            if not (c == 32 or 9 <= c <= 13):
-                blank = False
-                break
+        nl, blank = _next_line(buf, pos, end)
         if blank:
             counts[0] += 1
             line += 1
@@ -1379,7 +1335,7 @@ def jsonl_scan_cps(buf, pos, end, key, amap, out, o, doc_start, doc_line, ndocs,
             continue
         if ndocs + 1 >= len(doc_start) or o + (nl - pos) + 2 > len(out):
             return SCAN_ROOM, pos, o, ndocs, line
-        o2, nonspace = _scan_line_cps(buf, pos, nl, key, out, o, amap, plain)
+        o2, _, nonspace = _scan_line(buf, pos, nl, key, no_bytes, out, o, amap, plain, True)
         if o2 < 0:
             return SCAN_DEFER, pos, o, ndocs, line
         line += 1

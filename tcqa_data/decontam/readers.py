@@ -638,6 +638,134 @@ def _jsonl_blocks(fh, inp: CorpusInput, lines: Iterable[bytes], offset: int, end
         carry = data[cut + 1:]
 
 
+def scan_jsonl_batches(inp: CorpusInput | InputShard, text_field: str, on_error: str, stats: SkipStats | None,
+                       batch: Any) -> Iterator[Any]:
+    """Drive a compiled JSONL scan kernel over one input or shard, yielding ``batch.finish()`` for
+    each full batch and the last one. ``batch`` (``_NormalizedBatchBuilder``,
+    ``minhash.feed._CodepointBatchBuilder``) holds the kernel and the batch's arrays:
+    ``scan(buf, pos, line, key, counts) -> (status, pos, line)`` runs the kernel on whole lines,
+    ``room(nbytes)`` grows the arrays for the next line, ``add(doc) -> full`` appends a document
+    the Python line reader (``_jsonl_document``) read, for the lines the kernel defers. Errors,
+    refs and skip counts are those of ``iter_documents``."""
+    import numpy as np
+
+    from tcqa_data.decontam._numba_kernels import SCAN_BATCH_FULL, SCAN_DEFER, SCAN_END, SCAN_ROOM
+
+    shard = inp if isinstance(inp, InputShard) else None
+    corpus_input = shard.input if shard is not None else inp
+    assert isinstance(corpus_input, CorpusInput)
+    ctx = _Ctx(corpus_input.path, text_field, None, on_error, stats)
+    key = np.frombuffer(text_field.encode("utf-8"), dtype=np.uint8)
+    counts = np.zeros(2, dtype=np.int64)  # blank lines, empty texts
+    with open(corpus_input.path, "rb") as fh:
+        lines, offset, end, line, compressed = _jsonl_source(fh, corpus_input, shard)
+        try:
+            for block, block_offset in _jsonl_blocks(fh, corpus_input, lines, offset, end):
+                buf = np.frombuffer(block, dtype=np.uint8)
+                pos = 0
+                while pos < len(buf):
+                    status, pos, line = batch.scan(buf, pos, line, key, counts)
+                    if status == SCAN_END:
+                        break
+                    if status == SCAN_BATCH_FULL:
+                        yield batch.finish()
+                        continue
+                    nl = block.find(b"\n", pos)
+                    stop = len(block) if nl < 0 else nl + 1
+                    if status == SCAN_ROOM:
+                        batch.room(stop - pos + 2)
+                        continue
+                    assert status == SCAN_DEFER
+                    line += 1
+                    doc = _jsonl_document(ctx, block[pos:stop], line, block_offset + pos, compressed)
+                    pos = stop
+                    if doc is not None and batch.add(doc):
+                        yield batch.finish()
+        except _Truncated as e:
+            _truncated(ctx, corpus_input, e, line)
+        finally:
+            for reason, n in zip((BLANK_LINE, EMPTY_TEXT), counts.tolist(), strict=True):
+                if n:
+                    ctx.count(reason, n)
+    if batch.ndocs:
+        yield batch.finish()
+
+
+def grown_array(a: Any, size: int) -> Any:
+    """``a`` (numpy) copied into a new array of ``size`` elements (the rest uninitialized)."""
+    import numpy as np
+
+    b = np.empty(size, dtype=a.dtype)
+    b[:len(a)] = a
+    return b
+
+
+class _NormalizedBatchBuilder:
+    """One hashing batch (``NormalizedBatch``) built by ``jsonl_scan``: a space, then each
+    document's normalized bytes and a space, then padding."""
+
+    PAD = 9  # spaces after the last document: hashing reads 8 bytes at a time
+
+    def __init__(self, batch_chars: int) -> None:
+        from tcqa_data.decontam import kernel
+
+        self.kernel = kernel.kernels()["jsonl_scan"]
+        self.batch_chars = batch_chars
+        self.first_cap = min(2 * batch_chars, 1 << 24) + (1 << 16)
+        self._reset()
+
+    def _reset(self) -> None:
+        import numpy as np
+
+        self.out = np.empty(self.first_cap + self.PAD, dtype=np.uint8)
+        self.out[0] = 32
+        self.doc_pos, self.doc_line = np.empty(1024, np.int64), np.empty(1024, np.int64)
+        self.o, self.ndocs, self.chars = 1, 0, 0
+
+    def scan(self, buf: Any, pos: int, line: int, key: Any, counts: Any) -> tuple[int, int, int]:
+        from tcqa_data.decontam.hashing import JANITOR_ASCII_MAP
+
+        status, pos, self.o, self.ndocs, line, self.chars = self.kernel(
+            buf, pos, len(buf), key, JANITOR_ASCII_MAP, self.out[:len(self.out) - self.PAD], self.o,
+            self.doc_pos, self.doc_line, self.ndocs, line, self.chars, self.batch_chars, counts)
+        return status, pos, line
+
+    def room(self, need_bytes: int) -> None:
+        if self.ndocs == len(self.doc_pos):
+            self.doc_pos = grown_array(self.doc_pos, 2 * self.ndocs)
+            self.doc_line = grown_array(self.doc_line, 2 * self.ndocs)
+        if self.o + need_bytes > len(self.out) - self.PAD:
+            self.out = grown_array(self.out, 2 * (self.o + need_bytes) + self.PAD)
+
+    def add(self, doc: Document) -> bool:
+        import numpy as np
+
+        from tcqa_data.decontam.hashing import _blank_unicode_whitespace, encode_normalized
+
+        part = encode_normalized(doc.text)
+        self.room(len(part) + 3)
+        o, out = self.o, self.out
+        out[o:o + len(part)] = np.frombuffer(part, dtype=np.uint8)
+        out[o + len(part)] = 32
+        if not part.isascii():
+            _blank_unicode_whitespace(out[o:o + len(part) + 2])
+        self.doc_pos[self.ndocs], self.doc_line[self.ndocs] = o, doc.row
+        self.ndocs += 1
+        self.o = o + len(part) + 1
+        self.chars += len(doc.text)
+        return self.chars >= self.batch_chars
+
+    def finish(self) -> NormalizedBatch:
+        import numpy as np
+
+        o, out = self.o, self.out
+        out[o:o + self.PAD - 1] = 32
+        batch = NormalizedBatch(out[:o + self.PAD - 1], np.append(self.doc_pos[:self.ndocs], o),
+                                self.doc_line[:self.ndocs].copy(), self.chars)
+        self._reset()
+        return batch
+
+
 def iter_normalized_batches(inp: CorpusInput | InputShard, text_field: str = "text", on_error: str = "raise",
                             stats: SkipStats | None = None, batch_chars: int = 4_000_000
                             ) -> Iterator[NormalizedBatch]:
@@ -652,98 +780,7 @@ def iter_normalized_batches(inp: CorpusInput | InputShard, text_field: str = "te
     a byte order mark) go through ``_jsonl_document``, the line reader of ``iter_documents``.
     Only for inputs ``normalized_batches_supported`` accepts.
     """
-    import numpy as np
-
-    from tcqa_data.decontam import kernel
-    from tcqa_data.decontam._numba_kernels import SCAN_BATCH_FULL, SCAN_DEFER, SCAN_END, SCAN_ROOM
-    from tcqa_data.decontam.hashing import JANITOR_ASCII_MAP, _blank_unicode_whitespace, encode_normalized
-
-    shard = inp if isinstance(inp, InputShard) else None
-    corpus_input = shard.input if shard is not None else inp
-    assert isinstance(corpus_input, CorpusInput)
-    ctx = _Ctx(corpus_input.path, text_field, None, on_error, stats)
-    scan = kernel.kernels()["jsonl_scan"]
-    key = np.frombuffer(text_field.encode("utf-8"), dtype=np.uint8)
-    counts = np.zeros(2, dtype=np.int64)  # blank lines, empty texts
-    pad = 9  # spaces after the last document: hashing reads 8 bytes at a time
-
-    first_cap = min(2 * batch_chars, 1 << 24) + (1 << 16)
-
-    def new_batch() -> None:
-        nonlocal out, doc_pos, doc_line, o, ndocs, chars
-        out = np.empty(first_cap + pad, dtype=np.uint8)
-        out[0] = 32
-        doc_pos, doc_line = np.empty(1024, np.int64), np.empty(1024, np.int64)
-        o, ndocs, chars = 1, 0, 0
-
-    def grow(a: np.ndarray, size: int) -> np.ndarray:
-        b = np.empty(size, dtype=a.dtype)
-        b[:len(a)] = a
-        return b
-
-    def finish() -> NormalizedBatch:
-        out[o:o + pad - 1] = 32
-        return NormalizedBatch(out[:o + pad - 1], np.append(doc_pos[:ndocs], o), doc_line[:ndocs].copy(),
-                               chars)
-
-    def room(need_bytes: int) -> None:
-        nonlocal out, doc_pos, doc_line
-        if ndocs == len(doc_pos):
-            doc_pos, doc_line = grow(doc_pos, 2 * ndocs), grow(doc_line, 2 * ndocs)
-        if o + need_bytes > len(out) - pad:
-            out = grow(out, 2 * (o + need_bytes) + pad)
-
-    out = doc_pos = doc_line = None  # the batch's arrays and counters, (re)set by new_batch()
-    o = ndocs = chars = 0
-    new_batch()
-    with open(corpus_input.path, "rb") as fh:
-        lines, offset, end, line, compressed = _jsonl_source(fh, corpus_input, shard)
-        try:
-            for block, block_offset in _jsonl_blocks(fh, corpus_input, lines, offset, end):
-                buf = np.frombuffer(block, dtype=np.uint8)
-                pos = 0
-                while pos < len(buf):
-                    status, pos, o, ndocs, line, chars = scan(
-                        buf, pos, len(buf), key, JANITOR_ASCII_MAP, out[:len(out) - pad], o, doc_pos,
-                        doc_line, ndocs, line, chars, batch_chars, counts)
-                    if status == SCAN_END:
-                        break
-                    if status == SCAN_BATCH_FULL:
-                        yield finish()
-                        new_batch()
-                        continue
-                    nl = block.find(b"\n", pos)
-                    stop = len(block) if nl < 0 else nl + 1
-                    if status == SCAN_ROOM:
-                        room(stop - pos + 2)
-                        continue
-                    assert status == SCAN_DEFER
-                    line += 1
-                    doc = _jsonl_document(ctx, block[pos:stop], line, block_offset + pos, compressed)
-                    pos = stop
-                    if doc is None:
-                        continue
-                    part = encode_normalized(doc.text)
-                    room(len(part) + 3)
-                    out[o:o + len(part)] = np.frombuffer(part, dtype=np.uint8)
-                    out[o + len(part)] = 32
-                    if not part.isascii():
-                        _blank_unicode_whitespace(out[o:o + len(part) + 2])
-                    doc_pos[ndocs], doc_line[ndocs] = o, doc.row
-                    ndocs += 1
-                    o += len(part) + 1
-                    chars += len(doc.text)
-                    if chars >= batch_chars:
-                        yield finish()
-                        new_batch()
-        except _Truncated as e:
-            _truncated(ctx, corpus_input, e, line)
-        finally:
-            for reason, n in zip((BLANK_LINE, EMPTY_TEXT), counts.tolist(), strict=True):
-                if n:
-                    ctx.count(reason, n)
-    if ndocs:
-        yield finish()
+    return scan_jsonl_batches(inp, text_field, on_error, stats, _NormalizedBatchBuilder(batch_chars))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,24 +14,13 @@ about go through the Python line reader, as there.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import numpy as np
 
 from tcqa_data.decontam import kernel
-from tcqa_data.decontam.readers import (
-    BLANK_LINE,
-    EMPTY_TEXT,
-    CorpusInput,
-    InputShard,
-    SkipStats,
-    _Ctx,
-    _jsonl_blocks,
-    _jsonl_document,
-    _jsonl_source,
-    _Truncated,
-    _truncated,
-)
+from tcqa_data.decontam.readers import CorpusInput, InputShard, SkipStats, grown_array, scan_jsonl_batches
 
 
 class CodepointBatch(NamedTuple):
@@ -44,93 +33,62 @@ class CodepointBatch(NamedTuple):
     chars: int
 
 
+class _CodepointBatchBuilder:
+    """One ``CodepointBatch`` built by ``jsonl_scan_cps`` (``readers.scan_jsonl_batches``' batch)."""
+
+    def __init__(self, batch_chars: int) -> None:
+        self.kernel = kernel.kernels()["jsonl_scan_cps"]
+        self.batch_chars = batch_chars
+        # room for a batch and a long line: uint32 code points, kept under glibc's 32 MiB mmap
+        # threshold (the build fixes it there) so that every batch reuses heap pages instead of
+        # page-faulting a fresh mapping in
+        self.first_cap = min(batch_chars, 1 << 22) + (1 << 20)
+        self._reset()
+
+    def _reset(self) -> None:
+        self.out = np.empty(self.first_cap, dtype=np.uint32)
+        self.doc_start, self.doc_line = np.zeros(1025, np.int64), np.empty(1024, np.int64)
+        self.o = self.ndocs = 0
+
+    def scan(self, buf: np.ndarray, pos: int, line: int, key: np.ndarray, counts: np.ndarray
+             ) -> tuple[int, int, int]:
+        from tcqa_data.decontam.hashing import JANITOR_ASCII_MAP
+
+        status, pos, self.o, self.ndocs, line = self.kernel(
+            buf, pos, len(buf), key, JANITOR_ASCII_MAP, self.out, self.o, self.doc_start, self.doc_line,
+            self.ndocs, line, self.batch_chars, counts)
+        return status, pos, line
+
+    def room(self, need: int) -> None:
+        if self.ndocs + 1 >= len(self.doc_start):
+            self.doc_start = grown_array(self.doc_start, 2 * len(self.doc_start))
+            self.doc_line = grown_array(self.doc_line, 2 * len(self.doc_line))
+        if self.o + need > len(self.out):
+            self.out = grown_array(self.out, 2 * (self.o + need))
+
+    def add(self, doc) -> bool:
+        cp = np.frombuffer(doc.text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+        self.room(len(cp) + 1)
+        self.out[self.o:self.o + len(cp)] = cp
+        self.o += len(cp)
+        self.doc_line[self.ndocs] = doc.row
+        self.ndocs += 1
+        self.doc_start[self.ndocs] = self.o
+        return self.o >= self.batch_chars
+
+    def finish(self) -> CodepointBatch:
+        batch = CodepointBatch(self.out[:self.o], self.doc_start[:self.ndocs + 1].copy(),
+                               self.doc_line[:self.ndocs].copy(), self.o)
+        self._reset()
+        return batch
+
+
 def iter_codepoint_batches(inp: CorpusInput | InputShard, text_field: str = "text", on_error: str = "raise",
-                           stats: SkipStats | None = None, batch_chars: int = 4_000_000):
+                           stats: SkipStats | None = None, batch_chars: int = 4_000_000
+                           ) -> Iterator[CodepointBatch]:
     """``readers.iter_normalized_batches``' documents and batches, as code points (see above).
     Only for inputs ``readers.normalized_batches_supported`` accepts."""
-    from tcqa_data.decontam._numba_kernels import SCAN_BATCH_FULL, SCAN_DEFER, SCAN_END, SCAN_ROOM
-    from tcqa_data.decontam.hashing import JANITOR_ASCII_MAP
-
-    shard = inp if isinstance(inp, InputShard) else None
-    corpus_input = shard.input if shard is not None else inp
-    assert isinstance(corpus_input, CorpusInput)
-    ctx = _Ctx(corpus_input.path, text_field, None, on_error, stats)
-    scan = kernel.kernels()["jsonl_scan_cps"]
-    key = np.frombuffer(text_field.encode("utf-8"), dtype=np.uint8)
-    counts = np.zeros(2, dtype=np.int64)  # blank lines, empty texts
-    # room for a batch and a long line: uint32 code points, kept under glibc's 32 MiB mmap
-    # threshold (the build fixes it there) so that every batch reuses heap pages instead of
-    # page-faulting a fresh mapping in
-    first_cap = min(batch_chars, 1 << 22) + (1 << 20)
-    out = doc_start = doc_line = None
-    o = ndocs = 0
-
-    def new_batch() -> None:
-        nonlocal out, doc_start, doc_line, o, ndocs
-        out = np.empty(first_cap, dtype=np.uint32)
-        doc_start, doc_line = np.zeros(1025, np.int64), np.empty(1024, np.int64)
-        o = ndocs = 0
-
-    def grow(a: np.ndarray, size: int) -> np.ndarray:
-        b = np.empty(size, dtype=a.dtype)
-        b[:len(a)] = a
-        return b
-
-    def finish() -> CodepointBatch:
-        return CodepointBatch(out[:o], doc_start[:ndocs + 1].copy(), doc_line[:ndocs].copy(), o)
-
-    def room(need: int) -> None:
-        nonlocal out, doc_start, doc_line
-        if ndocs + 1 >= len(doc_start):
-            doc_start, doc_line = grow(doc_start, 2 * len(doc_start)), grow(doc_line, 2 * len(doc_line))
-        if o + need > len(out):
-            out = grow(out, 2 * (o + need))
-
-    new_batch()
-    with open(corpus_input.path, "rb") as fh:
-        lines, offset, end, line, compressed = _jsonl_source(fh, corpus_input, shard)
-        try:
-            for block, block_offset in _jsonl_blocks(fh, corpus_input, lines, offset, end):
-                buf = np.frombuffer(block, dtype=np.uint8)
-                pos = 0
-                while pos < len(buf):
-                    status, pos, o, ndocs, line = scan(buf, pos, len(buf), key, JANITOR_ASCII_MAP, out, o,
-                                                       doc_start, doc_line, ndocs, line, batch_chars, counts)
-                    if status == SCAN_END:
-                        break
-                    if status == SCAN_BATCH_FULL:
-                        yield finish()
-                        new_batch()
-                        continue
-                    nl = block.find(b"\n", pos)
-                    stop = len(block) if nl < 0 else nl + 1
-                    if status == SCAN_ROOM:
-                        room(stop - pos + 2)
-                        continue
-                    assert status == SCAN_DEFER
-                    line += 1
-                    doc = _jsonl_document(ctx, block[pos:stop], line, block_offset + pos, compressed)
-                    pos = stop
-                    if doc is None:
-                        continue
-                    cp = np.frombuffer(doc.text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-                    room(len(cp) + 1)
-                    out[o:o + len(cp)] = cp
-                    o += len(cp)
-                    doc_line[ndocs] = doc.row
-                    ndocs += 1
-                    doc_start[ndocs] = o
-                    if o >= batch_chars:
-                        yield finish()
-                        new_batch()
-        except _Truncated as e:
-            _truncated(ctx, corpus_input, e, line)
-        finally:
-            for reason, n in zip((BLANK_LINE, EMPTY_TEXT), counts.tolist(), strict=True):
-                if n:
-                    ctx.count(reason, n)
-    if ndocs:
-        yield finish()
+    return scan_jsonl_batches(inp, text_field, on_error, stats, _CodepointBatchBuilder(batch_chars))
 
 
 def normalized_codepoints(cps: np.ndarray, doc_start: np.ndarray, at_start: np.ndarray, at_end: np.ndarray
