@@ -350,6 +350,15 @@ def reduce_bucket(out_root: str | os.PathLike, n: int, bucket: int, sources: Seq
     return BucketStats(writer.rows, writer.max_cell)
 
 
+def _provenance_dtype(d: np.ndarray, doc_dtype: np.dtype | str) -> tuple[np.dtype, int]:
+    """``doc_dtype`` and its empty-slot value; a TcqaError if a doc of ``d`` does not fit it."""
+    doc_dtype = np.dtype(doc_dtype)
+    if doc_dtype == DOC_DTYPE and len(d) and int(d.max()) >= DOC_NONE:
+        raise TcqaError(f"doc ordinal {int(d.max())} does not fit the index's uint32 provenance "
+                        f"(at most {DOC_NONE - 1}); build with doc_dtype=int64")
+    return doc_dtype, (DOC_NONE if doc_dtype == DOC_DTYPE else -1)
+
+
 def _merge_pairs(hs: list[np.ndarray], ds: list[np.ndarray], drop: int, provenance: int,
                  doc_dtype: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`_merge_keys` of runs' pairs, with the kernels: ``hs`` the runs' sorted hashes (keys
@@ -361,11 +370,7 @@ def _merge_pairs(hs: list[np.ndarray], ds: list[np.ndarray], drop: int, provenan
     k = kernel.kernels()
     h = np.concatenate(hs) if len(hs) > 1 else np.array(hs[0], dtype=np.uint64, copy=True)
     d = np.concatenate(ds) if len(ds) > 1 else ds[0]  # ds[0] is this chunk's own (shifted) array
-    doc_dtype = np.dtype(doc_dtype)
-    none = DOC_NONE if doc_dtype == DOC_DTYPE else -1
-    if doc_dtype == DOC_DTYPE and len(d) and int(d.max()) >= DOC_NONE:
-        raise TcqaError(f"doc ordinal {int(d.max())} does not fit the index's uint32 provenance "
-                        f"(at most {DOC_NONE - 1}); build with doc_dtype=int64")
+    doc_dtype, none = _provenance_dtype(d, doc_dtype)
     k["msd_sort"](h, d, np.empty_like(h), np.empty_like(d), drop)
     out = np.empty((len(h), provenance), dtype=doc_dtype)
     return k["merge_sorted_keys"](h, d, drop, provenance, none, out)
@@ -414,11 +419,7 @@ def _valid_docs(docs: np.ndarray) -> np.ndarray:
 def _merge(h: np.ndarray, d: np.ndarray, w: np.ndarray, provenance: int, doc_dtype: np.dtype = DOC_DTYPE
            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     # Pairs are unique across sources (inputs hold distinct docs), so no pair dedupe is needed.
-    doc_dtype = np.dtype(doc_dtype)
-    none = DOC_NONE if doc_dtype == DOC_DTYPE else -1
-    if doc_dtype == DOC_DTYPE and len(d) and int(d.max()) >= DOC_NONE:
-        raise TcqaError(f"doc ordinal {int(d.max())} does not fit the index's uint32 provenance "
-                        f"(at most {DOC_NONE - 1}); build with doc_dtype=int64")
+    doc_dtype, none = _provenance_dtype(d, doc_dtype)
     if kernel.enabled():
         k = kernel.kernels()
         if len(h) > 1 and not bool(np.all(h[1:] >= h[:-1])):

@@ -117,10 +117,15 @@ class MinHashIndex:
                             "same inputs to build it")
         return TextStore.open(root)
 
-    def _texts(self, docs: Sequence[int]) -> list[str]:
-        if self._doc_texts is None:
+    def _use_own_store(self) -> None:
+        """Verify against the index's own text store, opened once."""
+        if self._store is None:
             self._store = self._open_store()
             self._doc_texts = self._store.texts
+
+    def _texts(self, docs: Sequence[int]) -> list[str]:
+        if self._doc_texts is None:
+            self._use_own_store()
         return self._doc_texts(docs)
 
     def doc_signatures(self, docs: Sequence[int]) -> list[np.ndarray]:
@@ -249,9 +254,7 @@ class MinHashIndex:
             for b in batches:
                 yield self.doc_signatures(b)
             return
-        if self._store is None:
-            self._store = self._open_store()
-            self._doc_texts = self._store.texts
+        self._use_own_store()
         self._store.prefetch(np.concatenate(batches))
         local = threading.local()
 
