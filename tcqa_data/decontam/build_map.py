@@ -132,6 +132,12 @@ def _docs_table(refs: list[str], rows: np.ndarray) -> pa.Table:
     return pa.Table.from_arrays([arrow_strings(refs), arrow_int64(rows)], names=["doc_ref", "row"])
 
 
+def _line_refs_table(path: str, lines: np.ndarray) -> pa.Table:
+    """The docs table part of a compiled reader's batch: refs "path:line", as ``iter_documents``
+    makes them without an id field."""
+    return _docs_table([f"{path}:{r}" for r in lines.tolist()], lines)
+
+
 def map_shard(task: dict[str, Any], work_dir: str, cfg: dict[str, Any],
               progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Map one input shard into ``work_dir/maps/<key>/``: n-gram runs, docs table, MinHash part.
@@ -204,8 +210,7 @@ def map_shard(task: dict[str, Any], work_dir: str, cfg: dict[str, Any],
                 for b in iter_normalized_batches(shard, cfg["text_field"], cfg["on_error"], stats,
                                                  cfg.get("batch_chars", BATCH_CHARS)):
                     writer.add_normalized(b.data, b.doc_start)
-                    # refs "path:line", as iter_documents makes them without an id field
-                    pw.write_table(_docs_table([f"{inp.path}:{r}" for r in b.rows.tolist()], b.rows))
+                    pw.write_table(_line_refs_table(inp.path, b.rows))
                     text_bytes += b.chars
                     report(b.chars, len(b.rows))
             else:
@@ -243,14 +248,12 @@ def _map_minhash_jsonl(shard: InputShard, cfg: dict[str, Any], params: Any, writ
 
     mhw = ShardWriter(out, "0", params)
     chars = 0
-    path = shard.input.path
     for b in iter_codepoint_batches(shard, cfg["text_field"], cfg["on_error"], stats,
                                     cfg.get("batch_chars", BATCH_CHARS)):
         first = writer.docs
         data, doc_start = mhw.add_codepoints(np.arange(first, first + len(b.rows)), b.cps, b.doc_start)
         writer.add_normalized(data, doc_start)
-        # refs "path:line", as iter_documents makes them without an id field
-        pw.write_table(_docs_table([f"{path}:{r}" for r in b.rows.tolist()], b.rows))
+        pw.write_table(_line_refs_table(shard.input.path, b.rows))
         chars += b.chars
         report(b.chars, len(b.rows))
     return mhw.close(), chars
