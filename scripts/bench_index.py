@@ -2,9 +2,11 @@
 """Benchmark of `index-corpus` (not a test): throughput against lm-eval's Janitor and a plain
 datasketch loop, peak RSS of the build process tree, index size per corpus byte.
 
-    .venv/bin/python scripts/bench_index.py                       # wiki sample only
+    .venv/bin/python scripts/bench_index.py                       # wiki sample, Janitor on 0.2 GB too
     .venv/bin/python scripts/bench_index.py --synthetic-gb 1      # + a 1 GB corpus derived from it
+    .venv/bin/python scripts/bench_index.py --janitor-gb 0        # without Janitor on 0.2 GB of fresh text
     .venv/bin/python scripts/bench_index.py --band-merge-runs 400,1600,3200   # MinHash band merge only
+    .venv/bin/python scripts/bench_index.py --bucket-merge-runs 8192,16384    # n-gram bucket merge only
 
 Memory is sampled every 0.1 s over the build's process tree as summed RSS, PSS and anonymous
 PSS (``Pss_Anon``: heap and arrays, without file-backed page cache), overall and per phase
@@ -280,8 +282,32 @@ def minhash_bench(texts: list[str]) -> dict:
             "split_windows_per_cpu_s": round(len(windows) / t_split)}
 
 
+# Run in a fresh process after a merge's set-up code, which defines ``work()`` (the merge,
+# returning extra figures): prints [peak RSS growth over the RSS before ``work``, its CPU seconds,
+# *extra]. ru_maxrss would keep the imports' peak: the current RSS is sampled every 5 ms instead.
+_MEASURE_WORK = """
+import json, resource, threading, time
+def rss():
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * resource.getpagesize()
+peak, done = [0], threading.Event()
+def sample():
+    while not done.is_set():
+        peak[0] = max(peak[0], rss())
+        time.sleep(0.005)
+rss0 = rss()
+th = threading.Thread(target=sample)
+th.start()
+cpu0 = time.process_time()
+extra = work()
+cpu = time.process_time() - cpu0
+done.set()
+th.join()
+print(json.dumps([max(peak[0], rss()) - rss0, cpu, *extra]))
+"""
+
 _BAND_MERGE_CODE = """
-import json, resource, sys, threading, time
+import json, sys
 import numpy as np
 from tcqa_data.decontam import kernel, packed
 from tcqa_data.decontam.minhash import MinHashParams, merge
@@ -290,26 +316,12 @@ if kernel.enabled():  # numba's own memory (cache load) before the baseline
     kernel.kernels(); packed.pack(np.zeros(64, np.uint64), 40)
 plan = merge.plan_minhash_merge([sys.argv[1] + "/minhash-0"], params, group_runs=int(sys.argv[3]) or None)
 merge.start_minhash_merge(plan, sys.argv[1] + "/out", params)
-def rss():
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * resource.getpagesize()
-peak, done = [0], threading.Event()
-def sample():  # ru_maxrss would keep the import's peak: sample the current RSS instead
-    while not done.is_set():
-        peak[0] = max(peak[0], rss())
-        time.sleep(0.005)
-rss0 = rss()
-th = threading.Thread(target=sample)
-th.start()
-cpu0 = time.process_time()
-for g in range(len(plan["groups"])):  # two levels: the band's run groups first, as a build does
-    merge.merge_minhash_group(plan, sys.argv[1] + "/out", params, 0, g)
-merge.merge_minhash_band(plan, sys.argv[1] + "/out", params, 0)
-cpu = time.process_time() - cpu0
-done.set()
-th.join()
-print(json.dumps([max(peak[0], rss()) - rss0, cpu, len(plan["groups"])]))
-"""
+def work():
+    for g in range(len(plan["groups"])):  # two levels: the band's run groups first, as a build does
+        merge.merge_minhash_group(plan, sys.argv[1] + "/out", params, 0, g)
+    merge.merge_minhash_band(plan, sys.argv[1] + "/out", params, 0)
+    return [len(plan["groups"])]
+""" + _MEASURE_WORK
 
 
 def band_merge_memory(run_counts: list[int], windows: int, folder: Path, group_runs: int = 0
@@ -354,6 +366,54 @@ def band_merge_memory(run_counts: list[int], windows: int, folder: Path, group_r
     return rows
 
 
+_BUCKET_MERGE_CODE = """
+import sys
+from tcqa_data.decontam import kernel
+from tcqa_data.decontam import ngram_reduce as nred
+folder, runs, group_runs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+if kernel.enabled():  # numba's own memory (cache load) before the baseline
+    kernel.kernels()
+sources = [nred.RunSource(folder + "/runs", r, 0) for r in range(runs)]
+groups = nred.run_groups(runs, group_runs or None)
+kw = {"num_buckets": 1, "dir_bits": 16}
+def work():
+    src = sources
+    for g, (a, b) in enumerate(groups):  # two levels: the bucket's run groups first, as a build does
+        nred.merge_bucket_group(folder + "/groups", 13, 0, g, sources[a:b], **kw)
+    if groups:
+        src = nred.group_sources(folder + "/groups", 0, len(groups))
+    return [len(groups), nred.reduce_bucket(folder + "/out", 13, 0, src, **kw).rows]
+""" + _MEASURE_WORK
+
+
+def bucket_merge_memory(run_counts: list[int], pairs: int, folder: Path, group_runs: int = 0) -> list[dict]:
+    """The n-gram bucket merge alone as the map's run count grows (a run per 2 M pairs: about
+    100 runs per GB of fresh text, ~1e5 at 1 TB): synthetic runs of ``pairs`` random pairs in one
+    bucket (more than one read block each), merged in a fresh process. Reports the peak RSS growth
+    over the process's RSS before the merge (sampled every 5 ms) and its CPU seconds. Past
+    ``group_runs`` runs (0: the default, ``GROUP_RUNS``) the merge runs in two levels, as a
+    build does."""
+    from tcqa_data.decontam.ngram_runs import write_run
+
+    rows = []
+    for runs in run_counts:
+        d = folder / f"bucket_merge_{runs}"
+        shutil.rmtree(d, ignore_errors=True)
+        rng = np.random.default_rng(runs)
+        for r in range(runs):  # 10 docs per run, in doc order
+            write_run(d / "runs", 13, r, rng.integers(0, 2**64 - 1, pairs, dtype=np.uint64),
+                      r * 10 + rng.integers(0, 10, pairs), 1)
+        cmd = [sys.executable, "-c", _BUCKET_MERGE_CODE, str(d), str(runs), str(group_runs)]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=REPO)
+        grow, cpu, groups, keys = json.loads(out.stdout.strip().splitlines()[-1])
+        row = {"runs": runs, "groups": groups, "pairs_per_run": pairs, "keys": keys,
+               "peak_rss_growth_mb": round(grow / 2**20, 1), "cpu_seconds": round(cpu, 2)}
+        print("bucket merge", row, flush=True)
+        rows.append(row)
+        shutil.rmtree(d)
+    return rows
+
+
 def make_synthetic(target_bytes: int, folder: Path, shard_bytes: int = 128 << 20) -> list[str]:
     """Copies of the wiki sample; copy k renames every 10th word to ``word~k`` so that nearly
     every 13-gram is new (like fresh text, the worst case for index size and memory)."""
@@ -379,6 +439,41 @@ def make_synthetic(target_bytes: int, folder: Path, shard_bytes: int = 128 << 20
     return paths
 
 
+def janitor_side_by_side(gb: float, folder: Path, repeat: int) -> dict:
+    """The n-gram build (1 worker, the whole CLI process) against lm-eval's Janitor on a synthetic
+    corpus of ``gb`` GB (fresh text), alternating the two ``repeat`` times and keeping the best of
+    each; also checks that both find the same 13-gram set."""
+    paths = make_synthetic(int(gb * 1e9), folder / f"janitor_{gb}")
+    texts = [t for p in paths for t in read_texts(Path(p))]
+    text_mb = sum(len(t.encode()) for t in texts) / 1e6
+    size_mb = sum(os.path.getsize(p) for p in paths) / 1e6
+    out = folder / f"janitor_{gb}_idx"
+    jan, builds = [], []
+    for _ in range(repeat):
+        t_jan, grams = janitor_baseline(texts)
+        jan.append(t_jan)
+        if len(jan) < repeat:
+            del grams
+        builds.append(timed_build(paths, out, workers=1, minhash=False))
+    del texts
+    eq, n_theirs, n_ours = same_ngram_set(grams, out)
+    del grams
+    t_jan = min(jan)
+    b = min(builds, key=lambda x: x["cpu_seconds_tree"])
+    row = {"corpus_mb": round(size_mb, 1), "text_mb": round(text_mb, 1), "files": len(paths),
+           "janitor_cpu_seconds": [round(t, 2) for t in jan],
+           "janitor_text_mb_per_cpu_s": round(text_mb / t_jan, 2),
+           "build_cpu_seconds_tree": [round(x["cpu_seconds_tree"], 2) for x in builds],
+           "build_cpu_seconds_build_process": [round(x["cpu_seconds_build_process"], 2) for x in builds],
+           "corpus_mb_per_cpu_s_whole_process": round(size_mb / b["cpu_seconds_tree"], 2),
+           "speedup_vs_janitor_whole_process": round(t_jan / b["cpu_seconds_tree"], 2),
+           "speedup_vs_janitor_build_process": round(t_jan / b["cpu_seconds_build_process"], 2),
+           "same_ngram_set_as_janitor": eq, "unique": [n_theirs, n_ours]}
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(folder / f"janitor_{gb}", ignore_errors=True)
+    return row
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--synthetic-gb", type=float, default=0.0, help="also index a synthetic corpus this big")
@@ -396,15 +491,27 @@ def main() -> None:
     ap.add_argument("--band-merge-runs", default="",
                     help="only measure the MinHash band merge's memory at these run counts, e.g. 400,1600")
     ap.add_argument("--band-merge-windows", type=int, default=8192, help="windows per synthetic run")
+    ap.add_argument("--janitor-gb", type=float, default=0.2,
+                    help="also compare with Janitor side by side on a synthetic corpus this big (0: skip)")
+    ap.add_argument("--bucket-merge-runs", default="",
+                    help="only measure the n-gram bucket merge at these run counts, e.g. 8192,32768")
+    ap.add_argument("--bucket-merge-pairs", type=int, default=2048, help="pairs per synthetic run")
+    ap.add_argument("--bucket-merge-group-runs", type=int, default=0,
+                    help="runs per group of the two-level bucket merge (0: the default, 4,096)")
     ap.add_argument("--band-merge-group-runs", type=int, default=0,
                     help="runs per group of the two-level band merge (0: the default, 4,096)")
     args = ap.parse_args()
     bench = args.work_dir
     bench.mkdir(parents=True, exist_ok=True)
     res: dict = {"cpu_count": os.cpu_count(), "load_avg_start": os.getloadavg()}
-    if args.band_merge_runs:
-        res["band_merge"] = band_merge_memory([int(x) for x in args.band_merge_runs.split(",")],
-                                              args.band_merge_windows, bench, args.band_merge_group_runs)
+    if args.band_merge_runs or args.bucket_merge_runs:
+        if args.band_merge_runs:
+            res["band_merge"] = band_merge_memory([int(x) for x in args.band_merge_runs.split(",")],
+                                                  args.band_merge_windows, bench, args.band_merge_group_runs)
+        if args.bucket_merge_runs:
+            res["bucket_merge"] = bucket_merge_memory([int(x) for x in args.bucket_merge_runs.split(",")],
+                                                      args.bucket_merge_pairs, bench,
+                                                      args.bucket_merge_group_runs)
         res["load_avg_end"] = os.getloadavg()
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(res, indent=2))
@@ -482,7 +589,7 @@ def main() -> None:
                          "minhash_bytes_per_corpus_byte": round(du(out / "minhash") / cbytes, 3)}
             # MinHash storage (verify="signatures" without a text store, "text" with one) and what
             # the text store holds: doc locations, copies, alignment anchors (bytes, chance rates)
-            from tcqa_data.decontam.textstore import store_summary
+            from tcqa_data.decontam.textstore.store import store_summary
 
             mh_storage = json.loads((out / "minhash" / "params.json").read_text())["storage"]
             ts = store_summary(out)
@@ -495,6 +602,10 @@ def main() -> None:
 
     res["minhash"] = minhash_bench(texts[:150])
     print("minhash", res["minhash"], flush=True)
+
+    if args.janitor_gb > 0:
+        res["janitor_side_by_side"] = janitor_side_by_side(args.janitor_gb, bench, args.repeat)
+        print("janitor side by side", res["janitor_side_by_side"], flush=True)
 
     if args.synthetic_gb > 0:
         sizes = [float(x) for x in args.synthetic_steps.split(",") if x] + [args.synthetic_gb]

@@ -101,7 +101,7 @@ def ray_overhead(cpus: int, probe: str, tasks: int = 200) -> dict:
 def driver_passes(corpus: Path) -> dict:
     """The passes over the input the driver makes itself: checksum and line-numbered split."""
     from tcqa_data.decontam.build import SHARD_BYTES, sha256_file
-    from tcqa_data.decontam.readers import resolve_inputs, split_input
+    from tcqa_data.decontam.readers.inputs import resolve_inputs, split_input
 
     size = corpus.stat().st_size
     t0 = time.perf_counter()
@@ -147,11 +147,12 @@ def phase_timed_engine(engine: str, n: int):
             self.phases: dict[str, dict] = {}
 
         def map(self, fn, calls, *, desc="", on_done=None, shared=None):
-            c0, t0 = tree_cpu_s(), time.perf_counter()
+            c0, own0, t0 = tree_cpu_s(), own_cpu_s(), time.perf_counter()
             out = super().map(fn, calls, desc=desc, on_done=on_done, shared=shared)
-            p = self.phases.setdefault(desc, {"tasks": 0, "cpu_s": 0.0, "wall_s": 0.0})
+            p = self.phases.setdefault(desc, {"tasks": 0, "cpu_s": 0.0, "wall_s": 0.0, "driver_cpu_s": 0.0})
             p["tasks"] += len(calls)
             p["cpu_s"] = round(p["cpu_s"] + tree_cpu_s() - c0, 2)
+            p["driver_cpu_s"] = round(p["driver_cpu_s"] + own_cpu_s() - own0, 2)
             p["wall_s"] = round(p["wall_s"] + time.perf_counter() - t0, 2)
             return out
 
@@ -224,6 +225,9 @@ def run_build(corpus: list[Path], out: Path, engine: str, n: int, minhash: bool,
     size = sum(c.stat().st_size for c in corpus)
     row = {"engine": engine, "workers": n, "wall_s": round(wall, 1), "ray_start_s": round(start_s, 1),
            "cpu_s": round(cpu, 2), "driver_cpu_s": round(driver, 2),
+           # the driver's own work outside the engine's steps (planning, docs table, commit);
+           # the rest of the tree's CPU outside them is Ray's daemons, which tick with wall time
+           "driver_serial_cpu_s": round(driver - sum(p["driver_cpu_s"] for p in eng.phases.values()), 2),
            "mb_per_s": round(size / 1e6 / wall, 2), "mb_per_cpu_s": round(size / 1e6 / cpu, 2),
            "index_bytes": du(out), "index_bytes_per_corpus_byte": round(du(out) / size, 3),
            "docs": manifest["counts"]["docs"], "digest": index_digest(out),
@@ -266,7 +270,14 @@ def main() -> None:
                     help="index these files (or every *.jsonl in these folders), not the synthetic corpus")
     ap.add_argument("--text-store", default="auto", help="the build's --text-store (none: no text store)")
     ap.add_argument("--out", type=Path, default=BENCH / "scale_idx", help="scratch index folder")
+    ap.add_argument("--minhash-range-windows", type=int, default=0,
+                    help="split each MinHash band's merge by key range past this many windows per range "
+                         "(0: the default, RANGE_WINDOWS; e.g. 2000000 to measure the split at 1 GB)")
     args = ap.parse_args()
+    if args.minhash_range_windows:
+        from tcqa_data.decontam.minhash import merge as mh_merge
+
+        mh_merge.RANGE_WINDOWS = args.minhash_range_windows  # the plan is made in this process
     if not WIKI.is_file():
         sys.exit(f"needs {WIKI} (the shared real data)")
 
@@ -319,18 +330,25 @@ def main() -> None:
         mb = res["corpus_bytes"] / 1e6
         ph = ref["phases"]
         # (the MinHash run groups' merges, past 4,096 runs: bands x groups tasks, as parallel as the map)
+        # (and the n-gram buckets' run groups, likewise past 4,096 runs: buckets x groups tasks;
+        # and the bands' key ranges, past RANGE_WINDOWS windows a range: bands x ranges tasks, a
+        # range per ~2 GB of text; the band tasks then only pack the ranges' runs)
         map_cpu = sum(ph.get(k, {}).get("cpu_s", 0.0) for k in (
-            "index-checksum", "index-split", "index-map", "index-textstore", "index-minhash-groups"))
+            "index-checksum", "index-split", "index-map", "index-textstore", "index-minhash-groups",
+            "index-reduce-groups", "index-minhash-ranges"))
         ngram_cpu = ph.get("index-reduce", {}).get("cpu_s", 0.0)
         mh = ph.get("index-minhash-reduce", {"cpu_s": 0.0, "tasks": 1})  # 1 + bands tasks, any corpus size
         reduce_cpu = ngram_cpu + mh["cpu_s"]
-        serial_cpu = ref["cpu_s"] - sum(p["cpu_s"] for p in ph.values())
+        # serial: the driver's own work outside the steps, taken as linear in the corpus (an
+        # upper bound); Ray's daemons (the tree's other CPU outside the steps) are reported apart
+        serial_cpu = ref["driver_serial_cpu_s"]
+        daemons_cpu = ref["cpu_s"] - sum(p["cpu_s"] for p in ph.values()) - serial_cpu
         fixed = max((o["start_s"] for o in res.get("ray_overhead", [])), default=0.0)
         res["projection_inputs"] = {
             "from": f"ray:{ref['workers']}", "map_cpu_s_per_mb": round(map_cpu / mb, 4),
             "reduce_cpu_s_per_mb": round(reduce_cpu / mb, 4),
             "minhash_reduce_cpu_s_per_mb": round(mh["cpu_s"] / mb, 4), "minhash_reduce_tasks": mh["tasks"],
-            "serial_s_per_mb": round(serial_cpu / mb, 5),
+            "serial_s_per_mb": round(serial_cpu / mb, 5), "ray_daemons_cpu_s": round(daemons_cpu, 2),
             "reduce_tasks": args.reduce_tasks, "fixed_s": fixed,
             "per_core_mb_s": round(mb / (map_cpu + reduce_cpu), 2),
             "index_bytes_per_corpus_byte": ref["index_bytes_per_corpus_byte"]}

@@ -13,7 +13,8 @@ import pytest
 from tcqa_data.decontam.align import AlignParams, align_tokens, contaminated_spans
 from tcqa_data.decontam.build import build_index
 from tcqa_data.decontam.detect import QueryDoc, Rule, score_docs
-from tcqa_data.decontam.textstore import TextStore, build_text_store, has_text_store
+from tcqa_data.decontam.textstore.build import build_text_store
+from tcqa_data.decontam.textstore.store import TextStore, has_text_store
 from tcqa_data.errors import ConfigError, IndexMismatchError, TcqaError
 
 HOST = 7  # index of the host article in the slice
@@ -168,7 +169,7 @@ def edited_index(wiki_sample, tmp_path_factory):
 
 def test_anchors_find_every_doc_sharing_six_words(edited_index):
     from tcqa_data.decontam.normalize import tokenize
-    from tcqa_data.decontam.textstore import AnchorIndex
+    from tcqa_data.decontam.textstore.anchors import AnchorIndex
 
     idx, docs = edited_index
     anchors = AnchorIndex(idx)
@@ -195,7 +196,7 @@ def test_anchor_kgram_in_more_than_max_df_docs_across_inputs_is_ignored(tmp_path
     """A kept 4-gram counts as evidence while at most ANCHOR_MAX_DF docs hold it, summed over every
     input's runs; once a query k-gram passes that, later runs no longer look it up (same result)."""
     from tcqa_data.decontam.hashing import batch_ngram_hashes
-    from tcqa_data.decontam.textstore import ANCHOR_MAX_DF, AnchorIndex, winnow
+    from tcqa_data.decontam.textstore.anchors import ANCHOR_MAX_DF, AnchorIndex, winnow
 
     rng = np.random.default_rng(0)
     vocab = [f"w{i}x" for i in range(20_000)]
@@ -263,7 +264,8 @@ def test_anchor_tables_are_packed_and_version2_stores_still_read(edited_index, t
     import shutil
 
     from tcqa_data.decontam import packed
-    from tcqa_data.decontam.textstore import AnchorIndex, store_summary
+    from tcqa_data.decontam.textstore.anchors import AnchorIndex
+    from tcqa_data.decontam.textstore.store import store_summary
 
     idx, docs = edited_index
     old = tmp_path / "idx"

@@ -383,15 +383,20 @@ def test_build_on_a_local_engine_object_equals_the_default_pool(wiki_corpus, loc
     assert len(anchors) >= len(wiki_corpus)
 
 
-def test_two_level_minhash_reduce_on_an_engine_equals_one_level(wiki_corpus, local2: LocalEngine,
-                                                                 tmp_path: Path, monkeypatch) -> None:
-    """With more MinHash runs than GROUP_RUNS, the build runs each band's run groups as tasks of
-    their own before the bands: the same index as the one-level merge (default pool)."""
+def test_two_level_reduces_on_an_engine_equal_one_level(wiki_corpus, local2: LocalEngine,
+                                                         tmp_path: Path, monkeypatch) -> None:
+    """With more runs than GROUP_RUNS (n-gram and MinHash), the build merges run groups in tasks
+    of their own (each bucket's, each band's) before the buckets and bands, and with more windows
+    than RANGE_WINDOWS each band's key ranges apart: the same index as the one-level merges
+    (default pool)."""
+    from tcqa_data.decontam import ngram_reduce as nred
     from tcqa_data.decontam.build import build_index
     from tcqa_data.decontam.minhash import merge as mh_merge
 
-    build_index(wiki_corpus, tmp_path / "one", workers=2, quiet=True)
+    build_index(wiki_corpus, tmp_path / "one", workers=2, quiet=True, run_pairs=30_000, batch_chars=50_000)
     monkeypatch.setattr(mh_merge, "GROUP_RUNS", 2)
+    monkeypatch.setattr(mh_merge, "RANGE_WINDOWS", 1000)
+    monkeypatch.setattr(nred, "GROUP_RUNS", 2)
     steps: dict[str, int] = {}
     run_tasks = local2.map
 
@@ -400,11 +405,19 @@ def test_two_level_minhash_reduce_on_an_engine_equals_one_level(wiki_corpus, loc
         return run_tasks(fn, calls, **kw)
 
     monkeypatch.setattr(local2, "map", counting_map)
-    build_index(wiki_corpus, tmp_path / "two", engine=local2, quiet=True)
+    build_index(wiki_corpus, tmp_path / "two", engine=local2, quiet=True, run_pairs=30_000,
+                batch_chars=50_000)
     assert_identical(tmp_path / "one", tmp_path / "two")
     bands = json.loads((tmp_path / "two" / "minhash" / "params.json").read_text())["params"]["bands"]
     assert steps["index-minhash-groups"] == 2 * bands  # 3 runs (one per input) in 2 groups, per band
     assert steps["index-minhash-reduce"] == 1 + bands
+    # over 2,000 windows: each band's key ranges merged apart (a power of two of them), then packed
+    ranges = steps["index-minhash-ranges"] // bands
+    assert ranges >= 2 and ranges & (ranges - 1) == 0 and steps["index-minhash-ranges"] == ranges * bands
+    # batches of 50 k chars, runs of 30 k pairs: several n-gram runs per input, so at least 3
+    # groups of 2, each of 64 buckets
+    assert steps["index-reduce-groups"] >= 3 * 64 and steps["index-reduce-groups"] % 64 == 0
+    assert steps["index-reduce"] == 64
 
 
 class WorkerKiller(threading.Thread):

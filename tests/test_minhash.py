@@ -602,26 +602,37 @@ def test_band_merge_with_small_blocks_and_many_runs_is_identical(wiki_sample, tm
         assert (big / "minhash" / f).read_bytes() == (small / "minhash" / f).read_bytes(), f
 
 
-def test_two_level_band_merge_of_run_groups_is_identical(wiki_sample, tmp_path, monkeypatch):
+@pytest.mark.parametrize(("groups", "ranges"), [(True, False), (False, True), (True, True)],
+                         ids=["groups", "ranges", "both"])
+def test_band_merge_in_run_groups_or_key_ranges_is_identical(wiki_sample, tmp_path, monkeypatch, groups,
+                                                             ranges):
     """Past GROUP_RUNS runs each band's run groups are merged first (their own tasks), then the
-    groups' runs: the same files as one merge of every run, also when appending to an index
-    (whose tables are a run of the first group), and no group scratch left behind."""
+    groups' runs; past RANGE_WINDOWS windows each band's key ranges are merged apart, then the
+    band packs the ranges' runs. Either way, or both: the same files as one merge of every run,
+    also when appending to an index (whose tables are a run of the first group, read by directory
+    cell), and no scratch left behind."""
     texts = _wiki(wiki_sample, range(0, 600, 20))
     monkeypatch.setattr(mh_shards, "PART_WINDOWS", 200)
     one = _bytes(_build(texts, tmp_path / "one", shards=4))
-    monkeypatch.setattr(mh_merge, "GROUP_RUNS", 3)
+    if groups:
+        monkeypatch.setattr(mh_merge, "GROUP_RUNS", 3)
+    if ranges:
+        monkeypatch.setattr(mh_merge, "RANGE_WINDOWS", 150)
     dirs = [write_minhash_shard(list(enumerate(texts))[a:b], tmp_path / "g" / "_work", i, P)
             for i, (a, b) in enumerate([(0, 8), (8, 15), (15, 22), (22, 30)])]
     plan = mh_merge.plan_minhash_merge(dirs, P)
-    assert len(plan["runs"]) > 6 and len(plan["groups"]) >= 3  # a real two-level merge
+    assert len(plan["runs"]) > 6 and (len(plan["groups"]) >= 3) == groups and (plan["ranges"] >= 8) == ranges
     merge_minhash_shards(dirs, tmp_path / "g" / "minhash", P)
     assert _bytes(tmp_path / "g") == one
-    assert not (tmp_path / "g" / "minhash" / mh_merge.GROUPS_DIR).exists()
+    scratch = (mh_merge.GROUPS_DIR, mh_merge.RANGES_DIR)
+    assert not any((tmp_path / "g" / "minhash" / d).exists() for d in scratch)
 
     base = _build(texts[:12], tmp_path / "app", shards=2)
     new = [write_minhash_shard(list(enumerate(texts))[a:b], tmp_path / "app" / "_work", f"n{i}", P)
            for i, (a, b) in enumerate([(12, 20), (20, 30)])]
-    assert len(mh_merge.plan_minhash_merge(new, P, base_dir=base / "minhash")["groups"]) >= 2
+    plan = mh_merge.plan_minhash_merge(new, P, base_dir=base / "minhash")
+    base_cells = 1 << json.loads((base / "minhash" / "params.json").read_text())["storage"]["dir_bits"]
+    assert (len(plan["groups"]) >= 2) == groups and (1 < plan["ranges"] <= base_cells) == ranges
     merge_minhash_shards(new, base / "minhash", P, base_dir=base / "minhash")
     assert _bytes(base) == one
 

@@ -12,10 +12,12 @@ import numpy as np
 import pytest
 import zstandard
 
-from tcqa_data.decontam import build_map, readers
+from tcqa_data.decontam import build_map
 from tcqa_data.decontam.minhash import MinHashParams, write_minhash_shard
 from tcqa_data.decontam.minhash import shards as mh_shards
-from tcqa_data.decontam.readers import CorpusInput, SkipStats, iter_documents
+from tcqa_data.decontam.readers import jsonl_batches
+from tcqa_data.decontam.readers.documents import SkipStats, iter_documents
+from tcqa_data.decontam.readers.inputs import CorpusInput
 
 pytest.importorskip("numba")
 
@@ -49,14 +51,14 @@ def test_codepoint_batches_equal_the_python_reader_and_the_normalized_reader(
         tmp_path, wiki_rows, monkeypatch, kernels_on, suffix, compress, batch_chars, block_bytes):
     from tcqa_data.decontam.minhash.feed import iter_codepoint_batches, normalized_codepoints
 
-    monkeypatch.setattr(readers, "_BLOCK_BYTES", block_bytes)  # small: lines span blocks
+    monkeypatch.setattr(jsonl_batches, "_BLOCK_BYTES", block_bytes)  # small: lines span blocks
     path = tmp_path / f"c{suffix}"
     path.write_bytes(compress(_crafted_corpus(wiki_rows)))
     inp = _inp(path)
     slow_stats, fast_stats = SkipStats(), SkipStats()
     docs = list(iter_documents(inp, on_error="skip", stats=slow_stats))
     batches = list(iter_codepoint_batches(inp, "text", "skip", fast_stats, batch_chars))
-    normalized = list(readers.iter_normalized_batches(inp, "text", "skip", None, batch_chars))
+    normalized = list(jsonl_batches.iter_normalized_batches(inp, "text", "skip", None, batch_chars))
     assert fast_stats.to_dict() == slow_stats.to_dict()
     assert len(batches) == len(normalized)
     got = []

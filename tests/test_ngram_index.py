@@ -174,6 +174,64 @@ def test_reduce_chunking_is_invisible(tmp_path, dir_bits):
         assert arr.shape[1] == 1
 
 
+@pytest.mark.parametrize("kernel_choice", ["auto", "numpy"])
+@pytest.mark.parametrize("dir_bits", [0, 9])
+def test_two_level_reduce_equals_one_level(tmp_path, monkeypatch, kernel_choice, dir_bits):
+    """Past GROUP_RUNS runs, each bucket of each group of runs is merged into one run first, then
+    the groups' runs: the same bucket files as one merge of every run (chunked or not, with the
+    kernels or the numpy fallback, and appending to an old index)."""
+    monkeypatch.setenv("TCQA_KERNEL", kernel_choice)
+    nb = 4
+    sources = _random_runs(tmp_path / "runs", np.random.default_rng(5), nb)
+    groups = nred.run_groups(len(sources), group_runs=2)
+    assert groups == [(0, 2), (2, 4), (4, 6)] and nred.run_groups(len(sources)) == []
+    kw = dict(num_buckets=nb, dir_bits=dir_bits)
+    old = nred.OldIndex(str(tmp_path / "old"), (0,), (0,))
+    for b in range(nb):
+        nred.reduce_bucket(tmp_path / "one", 13, b, sources, provenance=2, **kw)
+        nred.reduce_bucket(tmp_path / "old", 13, b, sources[:2], provenance=2, **kw)
+        for g, (lo, hi) in enumerate(groups):
+            pairs = nred.merge_bucket_group(tmp_path / "groups", 13, b, g, sources[lo:hi], chunk_pairs=300,
+                                            **kw)
+            run = nruns.run_paths(tmp_path / "groups" / f"b{b:05d}", 13, g)
+            h, d = np.load(run["hashes"]), np.load(run["docs"])
+            assert len(h) == pairs and d.dtype == np.uint32
+            # one sorted run of distinct (hash, doc) pairs, holding only this bucket
+            assert np.all((h[1:] > h[:-1]) | ((h[1:] == h[:-1]) & (d[1:] > d[:-1])))
+            off = np.load(run["offsets"])
+            assert off[b] == 0 and off[b + 1] == pairs and off[nb] == pairs
+        grouped = nred.group_sources(tmp_path / "groups", b, len(groups))
+        nred.reduce_bucket(tmp_path / "two", 13, b, grouped, provenance=2, chunk_pairs=700, **kw)
+        app = nred.group_sources(tmp_path / "groups", b, len(groups))[1:]  # inputs 1 and 2 on "old"
+        nred.reduce_bucket(tmp_path / "app", 13, b, app, provenance=2, old=old, **kw)
+        for kind in ni.BUCKET_FILES:
+            want = ni.bucket_paths(tmp_path / "one", 13, b)[kind].read_bytes()
+            assert ni.bucket_paths(tmp_path / "two", 13, b)[kind].read_bytes() == want, kind
+            assert ni.bucket_paths(tmp_path / "app", 13, b)[kind].read_bytes() == want, kind
+
+
+def test_two_level_build_on_the_local_pool_equals_one_level(built, wiki_slice, tmp_path, monkeypatch):
+    """A whole build whose n-gram runs outnumber GROUP_RUNS (a run per 60 k pairs, groups of 2),
+    on the local process pool: the same n-gram files and docs table as the one-level build, and
+    no group scratch left behind."""
+    out, _ = built
+    monkeypatch.setattr(nred, "GROUP_RUNS", 2)
+    planned = []
+    plan_groups = nred.run_groups
+    monkeypatch.setattr(nred, "run_groups", lambda runs: planned.append(plan_groups(runs)) or planned[-1])
+    two = tmp_path / "two"
+    build_index([str(wiki_slice)], two, ngram_sizes=(8, 13), workers=2, minhash=False, quiet=True,
+                num_buckets=16, provenance=P, run_pairs=60_000, chunk_pairs=20_000, text_store="none",
+                batch_chars=100_000)
+    assert len(planned) == 2 and all(len(g) >= 3 for g in planned)  # per n-gram size: 3+ groups
+    files = sorted(p.relative_to(out) for p in (out / "ngrams").rglob("*.npy"))
+    assert len(files) == 2 * 16 * len(ni.BUCKET_FILES)
+    assert files == sorted(p.relative_to(two) for p in (two / "ngrams").rglob("*.npy"))
+    for f in [*files, "docs.parquet"]:
+        assert (two / f).read_bytes() == (out / f).read_bytes(), f
+    assert not (two / "_work").exists()
+
+
 def test_reduce_rereads_a_run_rewritten_in_place(tmp_path):
     """A process keeps each run's offsets and headers across buckets; a run rewritten under the
     same name (a rerun map) is read again, not served from that cache."""

@@ -13,16 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from tcqa_data.decontam import readers
-from tcqa_data.decontam.readers import (
-    CorpusInput,
-    Document,
-    SkipStats,
-    iter_documents,
-    iter_hf_documents,
-    resolve_inputs,
-    split_input,
-)
+from tcqa_data.decontam.readers import jsonl_batches
+from tcqa_data.decontam.readers.documents import Document, SkipStats, iter_documents
+from tcqa_data.decontam.readers.hf_stream import iter_hf_documents
+from tcqa_data.decontam.readers.inputs import FORMATS, CorpusInput, resolve_inputs, split_input
 from tcqa_data.errors import InputError, TcqaError
 
 N_ARTICLES = 40
@@ -326,7 +320,7 @@ def test_hf_streams_a_local_dataset_folder(tmp_path, wiki_rows, monkeypatch):
 
 
 def test_module_lists_formats():
-    assert {fmt for _, fmt in readers.FORMATS} == {"jsonl", "jsonl.gz", "jsonl.zst", "parquet", "txt"}
+    assert {fmt for _, fmt in FORMATS} == {"jsonl", "jsonl.gz", "jsonl.zst", "parquet", "txt"}
 
 
 # --- the compiled JSONL reader (n-gram build) --------------------------------------------------
@@ -411,21 +405,21 @@ def _assert_batches_equal(fast: list, docs: list[Document], batch_chars: int) ->
 @pytest.mark.parametrize("batch_chars, block_bytes", [(4_000_000, 1 << 22), (20_000, 3000)])
 def test_normalized_batches_equal_python_reader(tmp_path, wiki_rows, monkeypatch, kernels_on, suffix,
                                                  compress, batch_chars, block_bytes):
-    monkeypatch.setattr(readers, "_BLOCK_BYTES", block_bytes)  # small: lines span blocks
+    monkeypatch.setattr(jsonl_batches, "_BLOCK_BYTES", block_bytes)  # small: lines span blocks
     raw = _crafted_corpus(wiki_rows)
     inp = _inp(_write(tmp_path / f"c{suffix}", compress(raw)))
-    assert readers.normalized_batches_supported(inp.format, "text", None, "janitor")
+    assert jsonl_batches.normalized_batches_supported(inp.format, "text", None, "janitor")
     slow_stats, fast_stats = SkipStats(), SkipStats()
     docs = list(iter_documents(inp, on_error="skip", stats=slow_stats))
     deferred = []
-    python_line = readers._jsonl_document
+    python_line = jsonl_batches._jsonl_document
 
     def recording_python_line(ctx, raw, *args):
         deferred.append(raw.rstrip(b"\r\n"))
         return python_line(ctx, raw, *args)
 
-    monkeypatch.setattr(readers, "_jsonl_document", recording_python_line)
-    fast = list(readers.iter_normalized_batches(inp, "text", "skip", fast_stats, batch_chars))
+    monkeypatch.setattr(jsonl_batches, "_jsonl_document", recording_python_line)
+    fast = list(jsonl_batches.iter_normalized_batches(inp, "text", "skip", fast_stats, batch_chars))
     _assert_batches_equal(fast, docs, batch_chars)
     assert fast_stats.to_dict() == slow_stats.to_dict()
     assert slow_stats.counts["blank_line"] == 4 and slow_stats.counts["empty_text"] == 2
@@ -434,13 +428,13 @@ def test_normalized_batches_equal_python_reader(tmp_path, wiki_rows, monkeypatch
 
 
 def test_normalized_batches_of_shards_equal_whole_file(tmp_path, wiki_rows, monkeypatch, kernels_on):
-    monkeypatch.setattr(readers, "_BLOCK_BYTES", 5000)
+    monkeypatch.setattr(jsonl_batches, "_BLOCK_BYTES", 5000)
     inp = _inp(_write(tmp_path / "s.jsonl", _crafted_corpus(wiki_rows)))
     docs = list(iter_documents(inp, on_error="skip"))
     for target in (700, 20_000, 123_457, inp.size):
         stats = SkipStats()
         fast = [b for s in split_input(inp, target)
-                for b in readers.iter_normalized_batches(s, "text", "skip", stats, 10**9)]
+                for b in jsonl_batches.iter_normalized_batches(s, "text", "skip", stats, 10**9)]
         assert [r for b in fast for r in b.rows.tolist()] == [d.row for d in docs], target
         assert sum(b.chars for b in fast) == sum(len(d.text) for d in docs)
 
@@ -454,7 +448,7 @@ def test_normalized_batches_of_shards_equal_whole_file(tmp_path, wiki_rows, monk
 def test_normalized_batches_errors_name_file_line_and_field(tmp_path, kernels_on, line, message):
     path = _write(tmp_path / "bad.jsonl", GOOD + line + GOOD)
     with pytest.raises(InputError, match=message):
-        list(readers.iter_normalized_batches(_inp(path)))
+        list(jsonl_batches.iter_normalized_batches(_inp(path)))
 
 
 def test_normalized_batches_truncated_gzip_keeps_what_was_read(tmp_path, wiki_jsonl, kernels_on):
@@ -462,15 +456,15 @@ def test_normalized_batches_truncated_gzip_keeps_what_was_read(tmp_path, wiki_js
     inp = _inp(_write(tmp_path / "t.jsonl.gz", data[: len(data) // 2]))
     slow_stats, fast_stats = SkipStats(), SkipStats()
     docs = list(iter_documents(inp, on_error="skip", stats=slow_stats))
-    fast = list(readers.iter_normalized_batches(inp, "text", "skip", fast_stats, 50_000))
+    fast = list(jsonl_batches.iter_normalized_batches(inp, "text", "skip", fast_stats, 50_000))
     _assert_batches_equal(fast, docs, 50_000)
     assert fast_stats.to_dict() == slow_stats.to_dict() and "truncated_input" in fast_stats.counts
     with pytest.raises(InputError, match="truncated or corrupt gzip file"):
-        list(readers.iter_normalized_batches(inp))
+        list(jsonl_batches.iter_normalized_batches(inp))
 
 
 def test_normalized_batches_supported_only_where_exact(kernels_on, monkeypatch):
-    ok = readers.normalized_batches_supported
+    ok = jsonl_batches.normalized_batches_supported
     assert ok("jsonl.zst", "text", None, "janitor") and ok("jsonl", "body", None, "janitor")
     assert not ok("parquet", "text", None, "janitor") and not ok("txt", "text", None, "janitor")
     assert not ok("jsonl", "text", "id", "janitor") and not ok("jsonl", "text", None, "unicode")

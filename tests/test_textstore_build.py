@@ -11,9 +11,12 @@ import numpy as np
 import pytest
 from test_readers import CRAFTED, PYTHON_LINES
 
-from tcqa_data.decontam import kernel, textstore
+from tcqa_data.decontam import kernel
 from tcqa_data.decontam.build import build_index
-from tcqa_data.decontam.textstore import STORE_DIR, TextStore, build_text_store
+from tcqa_data.decontam.textstore import anchors as ts_anchors
+from tcqa_data.decontam.textstore import build as ts_build
+from tcqa_data.decontam.textstore.build import build_text_store
+from tcqa_data.decontam.textstore.store import STORE_DIR, TextStore
 from tcqa_data.errors import TcqaError
 
 N_ARTICLES = 60
@@ -49,33 +52,33 @@ def _build_store_each_way(index: Path, monkeypatch, python_reads: list[str]) -> 
     """The store's files from the compiled reader, the Python reader with the kernel, and numpy;
     ``python_reads`` gets the name of each way that read the input with the Python reader."""
     out = {}
-    real_fast, real_texts = textstore._fast_anchors, textstore._input_texts
+    real_fast, real_texts = ts_build._fast_anchors, ts_build._input_texts
     for name, env, fast in (("compiled", "numba", True), ("python-reader", "numba", False),
                             ("numpy", "numpy", True)):
         monkeypatch.setenv(kernel.ENV, env)
-        monkeypatch.setattr(textstore, "_fast_anchors", real_fast if fast else lambda e, m: False)
-        monkeypatch.setattr(textstore, "_input_texts",
-                            lambda *a, name=name: python_reads.append(name) or real_texts(*a))
+        monkeypatch.setattr(ts_build, "_fast_anchors", real_fast if fast else lambda e, m: False)
+        monkeypatch.setattr(ts_build, "_input_texts",
+                             lambda *a, name=name: python_reads.append(name) or real_texts(*a))
         shutil.rmtree(index / STORE_DIR, ignore_errors=True)
         build_text_store(index)
         out[name] = _store_files(index)
     return out
 
 
-@pytest.mark.parametrize("run_entries, batch_chars", [(textstore.ANCHOR_RUN, textstore._ANCHOR_BATCH_CHARS),
+@pytest.mark.parametrize("run_entries, batch_chars", [(ts_anchors.ANCHOR_RUN, ts_anchors._ANCHOR_BATCH_CHARS),
                                                       (20_000, 60_000)])
 def test_compiled_store_writes_the_python_readers_files(tmp_path, wiki_lines, monkeypatch, run_entries,
                                                         batch_chars):
     pytest.importorskip("numba")
-    monkeypatch.setattr(textstore, "ANCHOR_RUN", run_entries)  # small: several batches and runs
-    monkeypatch.setattr(textstore, "_ANCHOR_BATCH_CHARS", batch_chars)
+    monkeypatch.setattr(ts_anchors, "ANCHOR_RUN", run_entries)  # small: several batches and runs
+    monkeypatch.setattr(ts_anchors, "_ANCHOR_BATCH_CHARS", batch_chars)
     path = tmp_path / "c.jsonl"
     path.write_bytes(_corpus(wiki_lines, CRAFTED + PYTHON_LINES))
     index = tmp_path / "idx"
     build_index([str(path)], index, minhash=False, quiet=True, workers=1, on_error="skip", text_store="none")
     fast_reads = []
-    real = textstore._winnowed_jsonl
-    monkeypatch.setattr(textstore, "_winnowed_jsonl", lambda *a: fast_reads.append(1) or real(*a))
+    real = ts_build._winnowed_jsonl
+    monkeypatch.setattr(ts_build, "_winnowed_jsonl", lambda *a: fast_reads.append(1) or real(*a))
     python_reads: list[str] = []
     files = _build_store_each_way(index, monkeypatch, python_reads)
     assert len(fast_reads) == 1  # the compiled reader ran once (numpy: no kernels, no compiled reader)
@@ -139,7 +142,7 @@ def test_winnow_kernel_equals_numpy(monkeypatch, alphabet):
         got = {}
         for mode in ("numba", "numpy"):
             monkeypatch.setenv(kernel.ENV, mode)
-            got[mode] = textstore.winnow_hashes(flat, owner)
+            got[mode] = ts_anchors.winnow_hashes(flat, owner)
         (hk, dk), (hn, dn) = got["numba"], got["numpy"]
         assert hk.dtype == hn.dtype == np.uint32 and dk.dtype == dn.dtype == np.int64
         assert np.array_equal(hk, hn) and np.array_equal(dk, dn), lengths
@@ -147,10 +150,10 @@ def test_winnow_kernel_equals_numpy(monkeypatch, alphabet):
         kept = set(zip(dk.tolist(), hk.tolist(), strict=True))
         for d in range(len(lengths)):
             hs = (flat[owner == d] >> np.uint64(32)).astype(np.uint32).tolist()
-            if len(hs) < textstore.ANCHOR_W:
+            if len(hs) < ts_anchors.ANCHOR_W:
                 assert all((d, h) in kept for h in hs)
-            for i in range(len(hs) - textstore.ANCHOR_W + 1):
-                assert any((d, h) in kept for h in hs[i:i + textstore.ANCHOR_W])
+            for i in range(len(hs) - ts_anchors.ANCHOR_W + 1):
+                assert any((d, h) in kept for h in hs[i:i + ts_anchors.ANCHOR_W])
 
 
 @pytest.mark.parametrize("width", [1, 17, 33, 47, 63, 64])
@@ -182,9 +185,9 @@ def test_anchor_table_written_in_blocks_equals_one_block(tmp_path, monkeypatch):
     entries = np.unique((hashes << np.uint64(32)) | rng.integers(0, 3000, 50_000, dtype=np.uint64))
     files = {}
     for block in (1 << 20, 333, 64):
-        monkeypatch.setattr(textstore, "_TABLE_BLOCK", block)
+        monkeypatch.setattr(ts_anchors, "_TABLE_BLOCK", block)
         out = tmp_path / str(block)
         out.mkdir()
-        meta = textstore._write_anchor_table(out, "t", entries, 12)
+        meta = ts_anchors._write_anchor_table(out, "t", entries, 12)
         files[block] = (meta, {f.name: f.read_bytes() for f in sorted(out.iterdir())})
     assert files[1 << 20] == files[333] == files[64] and files[64][0]["entries"] == len(entries)

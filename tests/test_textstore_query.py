@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from tcqa_data.decontam import packed
-from tcqa_data.decontam import textstore as ts
 from tcqa_data.decontam.build import build_index
+from tcqa_data.decontam.textstore import anchors as ts_anchors
+from tcqa_data.decontam.textstore.store import TextStore
 
 
 def _sequential_tiers(anchors, texts, top, min_shared, weak_top):
@@ -19,7 +20,8 @@ def _sequential_tiers(anchors, texts, top, min_shared, weak_top):
     from tcqa_data.decontam.arrays import sorted_unique
     from tcqa_data.decontam.hashing import batch_ngram_hashes
 
-    flat, owner = batch_ngram_hashes(list(texts), [ts.ANCHOR_K], anchors.scheme, anchors.seed)[ts.ANCHOR_K]
+    flat, owner = batch_ngram_hashes(list(texts), [ts_anchors.ANCHOR_K], anchors.scheme,
+                                     anchors.seed)[ts_anchors.ANCHOR_K]
     keys = sorted_unique((np.asarray(flat, dtype=np.uint64) >> np.uint64(32) << np.uint64(32))
                          | np.asarray(owner, dtype=np.uint64))
     uh = np.unique(keys >> np.uint64(32))
@@ -29,13 +31,13 @@ def _sequential_tiers(anchors, texts, top, min_shared, weak_top):
     for (cells, words, dir_bits, id_bits), doc_offset in anchors.runs:
         if not len(live):
             break
-        k, d = packed.lookup(cells, words, uh[live], dir_bits, id_bits, ts.ANCHOR_MAX_DF + 1)
+        k, d = packed.lookup(cells, words, uh[live], dir_bits, id_bits, ts_anchors.ANCHOR_MAX_DF + 1)
         kk, run_df = np.unique(k, return_counts=True)
         df[live[kk]] += run_df
-        keep = np.repeat(run_df, run_df) <= ts.ANCHOR_MAX_DF
+        keep = np.repeat(run_df, run_df) <= ts_anchors.ANCHOR_MAX_DF
         hits.append((live[k[keep]], d[keep] + doc_offset))
-        if len(kk) and (df[live[kk]] > ts.ANCHOR_MAX_DF).any():
-            live = live[df[live] <= ts.ANCHOR_MAX_DF]
+        if len(kk) and (df[live[kk]] > ts_anchors.ANCHOR_MAX_DF).any():
+            live = live[df[live] <= ts_anchors.ANCHOR_MAX_DF]
     return df, hits
 
 
@@ -68,18 +70,19 @@ def many_runs(tmp_path_factory):
 @pytest.mark.parametrize("threads", [1, 2, 5])
 def test_anchor_runs_ahead_give_the_same_candidates(many_runs, monkeypatch, threads):
     idx, queries = many_runs
-    anchors = ts.AnchorIndex(idx)
+    anchors = ts_anchors.AnchorIndex(idx)
     assert len(anchors.runs) == 6
     df, hits = _sequential_tiers(anchors, queries, 8, 2, 2)
-    assert (df > ts.ANCHOR_MAX_DF).any() and ((df > 0) & (df <= ts.ANCHOR_MAX_DF)).any()  # both kinds
-    monkeypatch.setattr(ts, "_ANCHOR_THREADS", 1)  # no run looked up ahead: the sequential loop
+    assert (df > ts_anchors.ANCHOR_MAX_DF).any() \
+        and ((df > 0) & (df <= ts_anchors.ANCHOR_MAX_DF)).any()  # both kinds
+    monkeypatch.setattr(ts_anchors, "_ANCHOR_THREADS", 1)  # no run looked up ahead: the sequential loop
     ref = anchors.candidate_tiers(queries, 8, 2, 2)
-    monkeypatch.setattr(ts, "_ANCHOR_THREADS", threads)
+    monkeypatch.setattr(ts_anchors, "_ANCHOR_THREADS", threads)
     assert anchors.candidate_tiers(queries, 8, 2, 2) == ref
     assert any(ref[0]) and any(ref[1])
     # the counted hits equal the sequential loop's: hits and docs per k-gram
     seq = {(int(k), int(d)) for kk, dd in hits for k, d in zip(kk, dd, strict=True)
-           if 0 < df[k] <= ts.ANCHOR_MAX_DF}
+           if 0 < df[k] <= ts_anchors.ANCHOR_MAX_DF}
     assert seq
 
 
@@ -93,7 +96,7 @@ def test_verification_threads_give_the_same_matches(many_runs, monkeypatch):
     mh = MinHashIndex.open(idx)
     sigs = signatures(queries, mh.params)
     monkeypatch.setattr(mq, "_VERIFY_DOCS", 3)  # many batches
-    store = ts.TextStore.open(idx)
+    store = TextStore.open(idx)
     calls = []
 
     def texts(docs):

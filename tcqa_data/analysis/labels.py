@@ -50,8 +50,9 @@ def find_index(manifest: dict[str, Any] | None, prep_dir: Path) -> Path | None:
 def corpus_texts(index_dir: Path, refs: set[str]) -> dict[str, str]:
     """The text of the corpus docs named by ``refs``: from the index's text store when it has one,
     else read back from its inputs (``docs.parquet``: input file and row)."""
-    from tcqa_data.decontam.readers import iter_documents, resolve_inputs
-    from tcqa_data.decontam.textstore import TextStore
+    from tcqa_data.decontam.readers.documents import iter_documents
+    from tcqa_data.decontam.readers.inputs import resolve_inputs
+    from tcqa_data.decontam.textstore.store import TextStore
     from tcqa_data.errors import TcqaError
     from tcqa_data.io_utils import read_json
     from tcqa_data.prep.pipeline import portable_ref

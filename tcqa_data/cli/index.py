@@ -182,7 +182,7 @@ def index_info(
                 f"estimate bias <= {st['similarity_estimate_max_bias']:.1e}), {st['band_key_bits']}-bit "
                 f"band keys ({st['chance_candidates_per_query']:.2g} chance candidates per query, "
                 "each verified)"))
-    from tcqa_data.decontam.textstore import store_summary
+    from tcqa_data.decontam.textstore.store import store_summary
 
     ts = store_summary(index_dir)
     if ts is None:

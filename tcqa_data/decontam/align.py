@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from tcqa_data.decontam.textstore import ANCHOR_MIN_SHARED
+from tcqa_data.decontam.textstore.anchors import ANCHOR_MIN_SHARED
 
 # Llama 2 counted matches of more than 10 (subword) tokens; these are words, so 9 words is still the
 # stricter test. 9 rather than 10: a 10-word sentence with one edit still counts (BENCHMARKS.md,
@@ -314,7 +314,7 @@ class Aligner:
     """Aligns queries to candidate docs of one index, caching doc texts and field alignments."""
 
     def __init__(self, index_dir: str, scheme: str, params: AlignParams | None = None) -> None:
-        from tcqa_data.decontam.textstore import TextStore
+        from tcqa_data.decontam.textstore.store import TextStore
 
         self.store = TextStore.open(index_dir)
         self.scheme = scheme

@@ -52,7 +52,8 @@ from tcqa_data.decontam.engines import Engine, check_writable_dir, local_output_
 from tcqa_data.decontam.hashing import HASH_NAME
 from tcqa_data.decontam.normalize import check_scheme
 from tcqa_data.decontam.preflight import check_build
-from tcqa_data.decontam.readers import CorpusInput, SkipStats, resolve_inputs, split_input
+from tcqa_data.decontam.readers.documents import SkipStats
+from tcqa_data.decontam.readers.inputs import CorpusInput, resolve_inputs, split_input
 from tcqa_data.errors import ConfigError, IndexMismatchError
 from tcqa_data.io_utils import read_json, write_json_atomic
 
@@ -157,7 +158,7 @@ def build_index(
     t0 = time.time()
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     check_scheme(normalization)
-    from tcqa_data.decontam.textstore import check_mode
+    from tcqa_data.decontam.textstore.build import check_mode
 
     check_mode(text_store)
     ns = sorted({int(n) for n in ngram_sizes})
@@ -375,10 +376,10 @@ def build_index(
 
 def _finish_text_store(out: Path, mode: str, hf_dataset: str | None, hf_config: str | None,
                        hf_split: str, workers: int, engine: Engine | None) -> None:
-    """Corpus text for alignment (decontam/textstore.py): a pass after the commit, with its own
+    """Corpus text for alignment (decontam/textstore/): a pass after the commit, with its own
     meta written last; a rerun redoes only what is missing. On the build's engine when it has one
     (one task per input, as the map), else on ``workers`` local processes."""
-    from tcqa_data.decontam.textstore import build_text_store
+    from tcqa_data.decontam.textstore.build import build_text_store
 
     build_text_store(out, mode, hf={"name": hf_dataset, "config": hf_config, "split": hf_split}
                      if hf_dataset else None, workers=workers, engine=engine)

@@ -22,15 +22,10 @@ import pyarrow.parquet as pq
 
 from tcqa_data.decontam import ngram_runs as nruns
 from tcqa_data.decontam.engines import Engine
-from tcqa_data.decontam.readers import (
-    CorpusInput,
-    InputShard,
-    SkipStats,
-    iter_documents,
-    iter_hf_documents,
-    iter_normalized_batches,
-    normalized_batches_supported,
-)
+from tcqa_data.decontam.readers.documents import SkipStats, iter_documents
+from tcqa_data.decontam.readers.hf_stream import iter_hf_documents
+from tcqa_data.decontam.readers.inputs import CorpusInput, InputShard
+from tcqa_data.decontam.readers.jsonl_batches import iter_normalized_batches, normalized_batches_supported
 from tcqa_data.io_utils import atomic_path, read_json, write_json_atomic
 from tcqa_data.progress import progress_bar, rate_text
 

@@ -29,17 +29,44 @@ _DOCS_SCHEMA = pa.schema([("doc_ordinal", pa.int64()), ("doc_ref", pa.string()),
                           ("input", pa.string()), ("row", pa.int64())])
 
 
-def _reduce_task(args: tuple) -> nred.BucketStats:
-    stage, n, b, sources, num_buckets, provenance, old, chunk_pairs, dir_bits = args
-    return nred.reduce_bucket(stage, n, b, sources, num_buckets=num_buckets, provenance=provenance,
-                            old=old, chunk_pairs=chunk_pairs, dir_bits=dir_bits)
+def _bucket_task(bucket: int, n: int, stage: str, sources_by_n: dict, groups_by_n: dict, num_buckets: int,
+                 provenance: int, old: Any, chunk_pairs: int, dir_bits: int) -> nred.BucketStats:
+    """A reduce task: merge one bucket of one n-gram size (of its groups' runs, if the first level
+    ran). The run lists come once per build (shared), not per bucket."""
+    groups = groups_by_n.get(n)
+    sources = (nred.group_sources(os.path.join(stage, nred.GROUPS_DIR, f"n{n}"), bucket, len(groups))
+               if groups else sources_by_n[n])
+    return nred.reduce_bucket(stage, n, bucket, sources, num_buckets=num_buckets, provenance=provenance,
+                              old=old, chunk_pairs=chunk_pairs, dir_bits=dir_bits)
 
 
-def _reduce_bucket_task(bucket: int, n: int, stage: str, sources_by_n: dict, num_buckets: int,
-                        provenance: int, old: Any, chunk_pairs: int, dir_bits: int) -> nred.BucketStats:
-    """A reduce task on an engine: the run list comes once per build (shared), not per bucket."""
-    return nred.reduce_bucket(stage, n, bucket, sources_by_n[n], num_buckets=num_buckets,
-                            provenance=provenance, old=old, chunk_pairs=chunk_pairs, dir_bits=dir_bits)
+def _bucket_group_task(bucket: int, n: int, group: int, stage: str, sources_by_n: dict, groups_by_n: dict,
+                       num_buckets: int, chunk_pairs: int, dir_bits: int, doc_dtype: str) -> int:
+    """A first-level reduce task (many runs): one bucket of one group of runs as one run."""
+    a, b = groups_by_n[n][group]
+    return nred.merge_bucket_group(os.path.join(stage, nred.GROUPS_DIR, f"n{n}"), n, bucket, group,
+                                   sources_by_n[n][a:b], dir_bits=dir_bits, num_buckets=num_buckets,
+                                   chunk_pairs=chunk_pairs, doc_dtype=doc_dtype)
+
+
+def _call(job: tuple) -> Any:
+    fn, kwargs = job
+    return fn(**kwargs)
+
+
+def _run_tasks(fn: Any, calls: list[dict], shared: dict, desc: str, pool, engine: Engine | None,
+               on_done: Any = None, chunksize: int = 1) -> list[Any]:
+    """``fn(**shared, **call)`` for each call, results in order: on the engine (``shared`` sent
+    once), the local process pool, or in this process; ``on_done(i, result)`` as each finishes."""
+    if engine is not None:
+        return engine.map(fn, calls, desc=desc, shared=shared, on_done=on_done)
+    jobs = [(fn, {**shared, **c}) for c in calls]
+    results = []
+    for i, r in enumerate(pool.map(_call, jobs, chunksize=chunksize) if pool else map(_call, jobs)):
+        results.append(r)
+        if on_done is not None:
+            on_done(i, r)
+    return results
 
 
 def _dir_bits(params: dict, cfg: dict, ns: list[int], all_inputs: list[dict], old_manifest: dict | None
@@ -76,7 +103,7 @@ def _reduce(out: Path, work: Path, params: dict, cfg: dict, ns: list[int], entri
 
     dir_bits = _dir_bits(params, cfg, ns, all_inputs, old_manifest)
     maps = work / "maps"
-    jobs = []
+    sources_by_n: dict[int, tuple] = {}
     for n in ns:
         sources = []
         for e in all_inputs:
@@ -87,30 +114,39 @@ def _reduce(out: Path, work: Path, params: dict, cfg: dict, ns: list[int], entri
                 run_dir = str(maps / key / "ngrams")
                 sources += [nred.RunSource(run_dir, r, doff) for r in nruns.list_runs(run_dir, n)]
                 doff += nd
-        for b in range(params["num_buckets"]):
-            jobs.append((str(stage), n, b, tuple(sources), params["num_buckets"], params["provenance_docs"],
-                         old, chunk_pairs, dir_bits))
+        sources_by_n[n] = tuple(sources)
+    # many runs: the first level merges each bucket of each group of runs into one run
+    groups_by_n = {n: g for n in ns if (g := nred.run_groups(len(sources_by_n[n])))}
+    nb = params["num_buckets"]
+    # group-major: a worker's cached run headers serve every bucket of a group
+    group_calls = [{"bucket": b, "n": n, "group": g} for n, gs in groups_by_n.items()
+                   for g in range(len(gs)) for b in range(nb)]
+    bucket_calls = [{"bucket": b, "n": n} for n in ns for b in range(nb)]
+    shared = {"stage": str(stage), "sources_by_n": sources_by_n, "groups_by_n": groups_by_n,
+              "num_buckets": nb, "chunk_pairs": chunk_pairs, "dir_bits": dir_bits}
     t0 = time.time()
+    uniq = {n: 0 for n in ns}
+    max_cell = {n: 0 for n in ns}
     with progress_bar(quiet) as bar:
-        tid = bar.add_task("merging", total=len(jobs), rate="")
-        if engine is not None:
-            def bucket_done(i: int, k: int) -> None:
-                bar.update(tid, advance=1, rate=rate_text(i + 1, time.time() - t0, "buckets"))
+        tid = bar.add_task("merging", total=len(group_calls) + len(bucket_calls), rate="")
 
-            shared = {"stage": str(stage), "sources_by_n": {j[1]: j[3] for j in jobs},
-                      "num_buckets": params["num_buckets"], "provenance": params["provenance_docs"],
-                      "old": old, "chunk_pairs": chunk_pairs, "dir_bits": dir_bits}
-            it = iter(engine.map(_reduce_bucket_task, [{"bucket": j[2], "n": j[1]} for j in jobs],
-                                 desc="index-reduce", shared=shared, on_done=bucket_done))
-        else:
-            it = pool.map(_reduce_task, jobs, chunksize=8) if pool else map(_reduce_task, jobs)
-        uniq = {n: 0 for n in ns}
-        max_cell = {n: 0 for n in ns}
-        for i, (job, k) in enumerate(zip(jobs, it, strict=True)):
-            uniq[job[1]] += k.rows
-            max_cell[job[1]] = max(max_cell[job[1]], k.max_cell)
-            if engine is None:  # an engine's tasks advance the bar as they finish (bucket_done)
-                bar.update(tid, advance=1, rate=rate_text(i + 1, time.time() - t0, "buckets"))
+        finished = [0]
+
+        def task_done(i: int, k: Any) -> None:
+            finished[0] += 1
+            bar.update(tid, advance=1, rate=rate_text(finished[0], time.time() - t0, "tasks"))
+
+        if group_calls:
+            doc_dtype = "uint32" if offset < 2**32 else "int64"
+            _run_tasks(_bucket_group_task, group_calls, {**shared, "doc_dtype": doc_dtype},
+                       "index-reduce-groups", pool, engine, task_done, chunksize=8)
+        stats = _run_tasks(_bucket_task, bucket_calls,
+                           {**shared, "provenance": params["provenance_docs"], "old": old},
+                           "index-reduce", pool, engine, task_done, chunksize=8)
+        for call, k in zip(bucket_calls, stats, strict=True):
+            uniq[call["n"]] += k.rows
+            max_cell[call["n"]] = max(max_cell[call["n"]], k.max_cell)
+    shutil.rmtree(stage / nred.GROUPS_DIR, ignore_errors=True)  # scratch: free the disk now
 
     _write_docs_table(stage / "docs.parquet", all_inputs, out, maps)
 
@@ -209,10 +245,11 @@ class _RowStream:
             yield t
 
 
-def _minhash_merge_task(part: str | int | list[int], plan: dict, out_dir: str, mh_params: dict
-                        ) -> str | int | list[int]:
-    """One task of the MinHash reduce: ``"columns"`` (the per-window files), a band number, or
-    ``[band, group]`` (a run group's first-level merge, before the bands)."""
+def _minhash_merge_task(part: str | int | list, plan: dict, out_dir: str, mh_params: dict
+                        ) -> str | int | list:
+    """One task of the MinHash reduce: ``"columns"`` (the per-window files), a band number,
+    ``["group", band, group]`` (a run group's merge, before the bands) or ``["range", band,
+    range]`` (a key range's merge, before its band packs the ranges)."""
     from tcqa_data.decontam import minhash as mh
 
     params = mh.MinHashParams.from_dict(mh_params)
@@ -220,12 +257,9 @@ def _minhash_merge_task(part: str | int | list[int], plan: dict, out_dir: str, m
         mh.write_minhash_columns(plan, out_dir, params)
         return part
     if isinstance(part, list):
-        return mh.merge_minhash_group(plan, out_dir, params, *part)
+        step = mh.merge_minhash_group if part[0] == "group" else mh.merge_minhash_range
+        return step(plan, out_dir, params, part[1], part[2])
     return mh.merge_minhash_band(plan, out_dir, params, int(part))
-
-
-def _minhash_merge_pool_task(args: tuple) -> str | int | list[int]:
-    return _minhash_merge_task(*args)
 
 
 def _reduce_minhash(stage: Path, all_inputs: list[dict], out: Path, maps: Path, params: dict,
@@ -248,22 +282,16 @@ def _reduce_minhash(stage: Path, all_inputs: list[dict], out: Path, maps: Path, 
     mparams = mh.MinHashParams.from_dict(params["minhash"])
     plan = mh.plan_minhash_merge(dirs, mparams, base_dir=base, doc_offsets=offsets)
     mh.start_minhash_merge(plan, stage, mparams)
-    # many runs: each band's run groups are merged first (tasks of their own), then the bands
-    groups: list[str | int | list[int]] = [[b, g] for b in range(mparams.bands)
-                                           for g in range(len(plan["groups"]))]
-    for desc, parts in (("index-minhash-groups", groups),
+    # many runs: each band's run groups are merged first (tasks of their own); many windows: each
+    # band's key ranges are merged apart, then the band task packs them
+    groups = [["group", b, g] for b in range(mparams.bands) for g in range(len(plan["groups"]))]
+    ranges = [["range", b, r] for b in range(mparams.bands) for r in range(plan["ranges"])] \
+        if plan["ranges"] > 1 else []
+    for desc, parts in (("index-minhash-groups", groups), ("index-minhash-ranges", ranges),
                         ("index-minhash-reduce", ["columns", *range(mparams.bands)])):
-        if not parts:
-            continue
-        if engine is not None:
-            engine.map(_minhash_merge_task, [{"part": p} for p in parts], desc=desc,
-                       shared={"plan": plan, "out_dir": str(stage), "mh_params": params["minhash"]})
-        elif pool is not None:
-            list(pool.map(_minhash_merge_pool_task,
-                          [(p, plan, str(stage), params["minhash"]) for p in parts]))
-        else:
-            for p in parts:
-                _minhash_merge_task(p, plan, str(stage), params["minhash"])
+        if parts:
+            shared = {"plan": plan, "out_dir": str(stage), "mh_params": params["minhash"]}
+            _run_tasks(_minhash_merge_task, [{"part": p} for p in parts], shared, desc, pool, engine)
     summary = mh.finish_minhash_merge(plan, stage, mparams)
     # "storage": the lossy parts of the MinHash files and their computed error rates (index-info)
     return {k: v for k, v in summary.items()

@@ -9,7 +9,7 @@ in :mod:`ngram_index`.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -34,7 +34,7 @@ from tcqa_data.decontam.ngram_index import (
 )
 from tcqa_data.decontam.ngram_runs import _sort_by_hash, _sort_by_hash_compiled, run_doc_base, run_file
 from tcqa_data.errors import TcqaError
-from tcqa_data.io_utils import NpyRowReader, NpyStream
+from tcqa_data.io_utils import NpyRowReader, NpyStream, write_npy_atomic
 
 # Pairs per reduce chunk: bounds the reduce's memory whatever the corpus size.
 DEFAULT_CHUNK_PAIRS = 1_000_000
@@ -265,6 +265,69 @@ def _run_files_cached(run_dir: str, n: int, run: int, stamp: tuple) -> tuple[Npy
     return hashes, docs, offsets
 
 
+_Chunk = tuple[int, list[np.ndarray], list[np.ndarray], list[np.ndarray]]
+
+
+class _BucketPairs:
+    """The pairs of bucket ``bucket`` of ``sources`` (map runs, or a first level's group runs, in
+    doc-ordinal order) and of ``old`` (a format-2 index with the same ``dir_bits``), read forward
+    by key range: the bucket's local key range is cut into equal sub-ranges of about
+    ``chunk_pairs`` pairs, and each input is read in blocks of about its share of one (+1/4
+    slack), so the pairs held at once stay near ``chunk_pairs`` however big the bucket is."""
+
+    def __init__(self, n: int, bucket: int, sources: Sequence[RunSource], *, dir_bits: int, num_buckets: int,
+                 provenance: int, old: OldIndex | None, chunk_pairs: int) -> None:
+        self.lo = _bucket_range(bucket, num_buckets)[0]
+        self.drop = np.uint64(64 - key_bits(num_buckets, dir_bits))
+        self.span = 1 << (dir_bits + SUFFIX_BITS)  # local keys (without the bucket bits): [0, span)
+        runs: list[tuple[NpyRowReader, NpyRowReader, int, int, int]] = []  # hashes, docs, a, b, doc offset
+        total = 0
+        for src in sources:
+            hashes, docs, off = _run_files(src.run_dir, n, src.run)
+            a, b = int(off[bucket]), int(off[bucket + 1])
+            if b > a:
+                runs.append((hashes, docs, a, b, src.doc_offset + run_doc_base(off, num_buckets)))
+                total += b - a
+        self.first_doc = min((r[4] for r in runs), default=0)  # no doc of the runs is below it
+        old_rows = len(NpyRowReader(bucket_paths(old.root, n, bucket)["keys"])) if old is not None else 0
+        total += old_rows * max(1, provenance)
+        # enough chunks for the pairs and for the directory entries each chunk writes
+        self.nchunks = max(1, -(-total // chunk_pairs), -(-(1 << dir_bits) // chunk_pairs))
+        self._runs = runs
+        self._old = (old, n, bucket, dir_bits, old_rows)
+        self.has_old = old_rows > 0  # the old index has entries in this bucket
+
+    def _step(self, rows: int) -> int:
+        return rows // self.nchunks + rows // (4 * self.nchunks) + 1024
+
+    def chunks(self, keys: bool) -> Iterator[_Chunk]:
+        """``(key_end, hashes, docs, weights)`` per chunk: the pairs with local key below
+        ``key_end``, as one array per input (the old index first), docs as absolute int64
+        ordinals. ``keys``: stored keys (``hash >> drop``) and weights (the old index's entries
+        carry their df beyond the stored docs) instead of the runs' hashes and no weights (new
+        runs only)."""
+        old, n, bucket, dir_bits, old_rows = self._old
+        old_bucket = _OldBucket(old.root, n, bucket, dir_bits, self._step(old_rows)) if old_rows else None
+        if old_bucket is not None and not keys:
+            raise ValueError("an old index's entries come as weighted keys: use keys=True")
+        curs = [(_Cursor(rh, a, b, self._step(b - a)), rd, doff) for rh, rd, a, b, doff in self._runs]
+        for c in range(self.nchunks):
+            key_end = self.span * (c + 1) // self.nchunks
+            bound = self.lo + (key_end << int(self.drop))
+            bound = bound if bound < 1 << 64 else None
+            ts, ds, ws = [], [], []
+            if old_bucket is not None:
+                old_bucket.take(key_end, old, ts, ds, ws)
+            for cur, rd, doff in curs:
+                a, b, h = cur.take(bound)
+                if b > a:
+                    ts.append(h >> self.drop if keys else h)
+                    ds.append(rd.read(a, b).astype(np.int64, copy=False) + doff)
+                    if keys:
+                        ws.append(np.ones(b - a, dtype=np.int64))
+            yield key_end, ts, ds, ws
+
+
 def reduce_bucket(out_root: str | os.PathLike, n: int, bucket: int, sources: Sequence[RunSource], *,
                   dir_bits: int, num_buckets: int = DEFAULT_NUM_BUCKETS,
                   provenance: int = DEFAULT_PROVENANCE, old: OldIndex | None = None,
@@ -272,82 +335,115 @@ def reduce_bucket(out_root: str | os.PathLike, n: int, bucket: int, sources: Seq
                   doc_dtype: np.dtype | str = DOC_DTYPE) -> BucketStats:
     """Merge bucket ``bucket`` of every run in ``sources`` (and of ``old``, a format-2 index with
     the same ``dir_bits``) into the format-2 files under ``out_root``. Memory is bounded by
-    ``chunk_pairs``: the bucket's key range is cut into equal sub-ranges merged one at a time,
-    and inputs are read in blocks (no memory maps). ``doc_dtype``: uint32 (default; ordinals up
-    to 0xFFFFFFFE) or int64 (for corpora of 2**32 - 1 docs or more; readers accept both).
+    ``chunk_pairs`` (:class:`_BucketPairs`: inputs read in blocks, no memory maps). ``doc_dtype``:
+    uint32 (default; ordinals up to 0xFFFFFFFE) or int64 (for corpora of 2**32 - 1 docs or more;
+    readers accept both).
 
     Two distinct corpus n-grams with the same stored key are one entry: its df is the sum of
     theirs and its provenance the smallest P distinct docs holding either."""
-    lo, _ = _bucket_range(bucket, num_buckets)
-    drop = np.uint64(64 - key_bits(num_buckets, dir_bits))
-    span = 1 << (dir_bits + SUFFIX_BITS)  # local keys (the key without the bucket bits): [0, span)
-    runs: list[tuple[NpyRowReader, NpyRowReader, int, int, int]] = []  # hashes, docs, a, b, doc offset
-    total = 0
-    for src in sources:
-        hashes, docs, off = _run_files(src.run_dir, n, src.run)
-        a, b = int(off[bucket]), int(off[bucket + 1])
-        if b > a:
-            runs.append((hashes, docs, a, b, src.doc_offset + run_doc_base(off, num_buckets)))
-            total += b - a
-    old_rows = 0
-    if old is not None:
-        old_rows = len(NpyRowReader(bucket_paths(old.root, n, bucket)["keys"]))
-        total += old_rows * max(1, provenance)
     ddtype = np.dtype(doc_dtype)
     if ddtype not in (DOC_DTYPE, np.dtype(np.int64)):
         raise ValueError(f"doc_dtype must be uint32 or int64, not {ddtype}")
-    # enough chunks for the pairs and for the directory entries each chunk writes
-    nchunks = max(1, -(-total // chunk_pairs), -(-(1 << dir_bits) // chunk_pairs))
-    cuts = [span * i // nchunks for i in range(nchunks + 1)]
-
-    # Each input is read forward in blocks of about its share of one chunk (+1/4 slack), so
-    # the pairs held at once stay near ``chunk_pairs`` however big the bucket is.
-    def step(rows: int) -> int:
-        return rows // nchunks + rows // (4 * nchunks) + 1024
-
+    pairs = _BucketPairs(n, bucket, sources, dir_bits=dir_bits, num_buckets=num_buckets,
+                         provenance=provenance, old=old, chunk_pairs=chunk_pairs)
+    mask = np.uint64(pairs.span - 1)
+    # new runs only, with the kernels: one in-place sort of the hashes by key and one merge pass
+    # (the runs are distinct (hash, doc) pairs: see _merge_pairs)
+    fast = not pairs.has_old and kernel.enabled()
     writer = _BucketWriter(bucket_paths(out_root, n, bucket), provenance, ddtype)
     try:
-        old_bucket = _OldBucket(old.root, n, bucket, dir_bits, step(old_rows)) if old_rows else None
-        curs = [(_Cursor(rh, a, b, step(b - a)), rd, doff) for rh, rd, a, b, doff in runs]
-        mask = np.uint64(span - 1)
-        # new runs only, with the kernels: one in-place sort of the hashes by key and one merge
-        # pass (the runs are distinct (hash, doc) pairs: see _merge_pairs)
-        fast = old_bucket is None and kernel.enabled()
-        for c in range(nchunks):
-            key_end = cuts[c + 1]
-            bound = lo + (key_end << int(drop))
-            bound = bound if bound < 1 << 64 else None
-            # sources in doc-ordinal order (the old index first), as (key, doc, weight)
-            ts, ds, ws = [], [], []
-            if old_bucket is not None:
-                old_bucket.take(key_end, old, ts, ds, ws)
-            for cur, rd, doff in curs:
-                a, b, h = cur.take(bound)
-                if b > a:
-                    ts.append(h if fast else h >> drop)
-                    ds.append(rd.read(a, b).astype(np.int64, copy=False) + doff)
-                    if not fast:
-                        ws.append(np.ones(b - a, dtype=np.int64))
+        for key_end, ts, ds, ws in pairs.chunks(keys=not fast):
             if ts and fast:
-                t_u, df, docs = _merge_pairs(ts, ds, int(drop), provenance, ddtype)
+                t_u, df, docs = _merge_pairs(ts, ds, int(pairs.drop), provenance, ddtype)
                 del ts, ds
-                writer.write(t_u & mask, df, docs, key_end)
-                del t_u, df, docs
             elif ts:
                 t_all, d_all, w_all = np.concatenate(ts), np.concatenate(ds), np.concatenate(ws)
                 del ts, ds, ws
                 t_u, df, docs = _merge_keys(t_all, d_all, w_all, provenance, ddtype)
                 del t_all, d_all, w_all
-                writer.write(t_u & mask, df, docs, key_end)
-                del t_u, df, docs
             else:
-                writer.write(np.empty(0, np.uint64), np.empty(0, np.uint32),
-                             np.empty((0, provenance), ddtype), key_end)
+                t_u, df, docs = (np.empty(0, np.uint64), np.empty(0, np.uint32),
+                                 np.empty((0, provenance), ddtype))
+            writer.write(t_u & mask, df, docs, key_end)
+            del t_u, df, docs
         writer.close()
     except BaseException as exc:
         writer.abort(exc)
         raise
     return BucketStats(writer.rows, writer.max_cell)
+
+
+# --------------------------------------------------------------------------- two levels
+# A bucket task holds a read block of at least 1,024 pairs per run, and a map spills a run per
+# 2 M pairs (about 100 runs per GB of fresh text): one level's memory grows with the corpus
+# (~1.2 GB per task at 1 TB). Past GROUP_RUNS runs of one n-gram size the reduce runs in two
+# levels, as the MinHash band merge does: each bucket of each group of GROUP_RUNS runs (in doc
+# order) is merged into one sorted run of that bucket first, then each bucket merges its groups'
+# runs, so no merge reads more than GROUP_RUNS runs. Same index bytes as one level.
+GROUP_RUNS = 4096
+GROUPS_DIR = "ngram_groups"  # the groups' runs: build scratch in the reduce's stage folder
+
+
+def run_groups(runs: int, group_runs: int | None = None) -> list[tuple[int, int]]:
+    """The ``[a, b)`` ranges of runs merged together at the first level; ``[]`` when one level
+    suffices (at most ``group_runs`` runs, default GROUP_RUNS)."""
+    group_runs = group_runs or GROUP_RUNS
+    if runs <= group_runs:
+        return []
+    return [(a, min(a + group_runs, runs)) for a in range(0, runs, group_runs)]
+
+
+def _group_run_dir(groups_dir: str | os.PathLike, bucket: int) -> str:
+    return os.path.join(groups_dir, f"b{bucket:05d}")
+
+
+def group_sources(groups_dir: str | os.PathLike, bucket: int, groups: int) -> list[RunSource]:
+    """What the second level of bucket ``bucket`` reads: one run per group (absolute docs)."""
+    return [RunSource(_group_run_dir(groups_dir, bucket), g, 0) for g in range(groups)]
+
+
+def merge_bucket_group(groups_dir: str | os.PathLike, n: int, bucket: int, group: int,
+                       sources: Sequence[RunSource], *, dir_bits: int,
+                       num_buckets: int = DEFAULT_NUM_BUCKETS, chunk_pairs: int = DEFAULT_CHUNK_PAIRS,
+                       doc_dtype: np.dtype | str = DOC_DTYPE) -> int:
+    """The first level of a two-level reduce: bucket ``bucket`` of ``sources`` (one group of map
+    runs, in doc order) as one run of the map's format, number ``group``, holding only that
+    bucket: its distinct (hash, doc) pairs sorted by hash then doc. Docs are stored relative to
+    the group's first doc as ``doc_dtype`` (uint32 unless the corpus has 2**32 docs or more).
+    Returns the run's number of pairs."""
+    pairs = _BucketPairs(n, bucket, sources, dir_bits=dir_bits, num_buckets=num_buckets, provenance=1,
+                         old=None, chunk_pairs=chunk_pairs)
+    base = pairs.first_doc
+    run_dir = _group_run_dir(groups_dir, bucket)
+    os.makedirs(os.path.join(run_dir, f"n{n}"), exist_ok=True)
+    hashes = NpyStream(run_file(run_dir, n, group, "hashes"), np.uint64)
+    docs = NpyStream(run_file(run_dir, n, group, "docs"), doc_dtype)
+    try:
+        for _, ts, ds, _ in pairs.chunks(keys=False):
+            if not ts:
+                continue
+            h, d = np.concatenate(ts), np.concatenate(ds)
+            del ts, ds
+            # the runs come in doc order and each is sorted by (hash, doc): a stable sort by
+            # hash orders equal hashes by doc
+            if kernel.enabled():
+                kernel.kernels()["msd_sort"](h, d, np.empty_like(h), np.empty_like(d), 0)
+            else:
+                h, d = _sort_by_hash(h, d)
+            hashes.write(h)
+            docs.write(d - base)
+            del h, d
+        hashes.close()
+        docs.close()
+    except BaseException as exc:
+        hashes.abort(exc)
+        docs.abort(exc)
+        raise
+    offsets = np.zeros(num_buckets + 2, dtype=np.int64)
+    offsets[bucket + 1:num_buckets + 1] = hashes.rows
+    offsets[num_buckets + 1] = base
+    write_npy_atomic(run_file(run_dir, n, group, "offsets"), offsets)  # last: marks the run complete
+    return hashes.rows
 
 
 def _provenance_dtype(d: np.ndarray, doc_dtype: np.dtype | str) -> tuple[np.dtype, int]:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tcqa_data.decontam.readers import CorpusInput
+from tcqa_data.decontam.readers.inputs import CorpusInput
 from tcqa_data.errors import ConfigError, InputError, TcqaError
 
 

@@ -207,7 +207,7 @@ def decontaminate(
                                  "MinHash section; rebuild it with MinHash or use an n-gram rule")
     index_has_minhash = minhash_ok
     if parsed_rule.uses_alignment:
-        from tcqa_data.decontam.textstore import has_text_store
+        from tcqa_data.decontam.textstore.store import has_text_store
 
         if not has_text_store(index_dir):
             raise IndexMismatchError(f"rule {str(parsed_rule)!r} aligns against corpus text, but index "

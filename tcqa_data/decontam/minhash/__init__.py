@@ -77,8 +77,9 @@ are verified by windowing and signing the candidate docs' text again (from the t
 Formats 1 and 2 (per-window signatures and band tables of window ids) are still queried; appending
 to them is refused with a message naming ``--overwrite``. The reduce is also available as separate
 steps an engine runs as tasks (``plan_minhash_merge``, ``start_minhash_merge``, then
-``write_minhash_columns``, with many runs one ``merge_minhash_group`` per band and run group, one
-``merge_minhash_band`` per band, ``finish_minhash_merge``).
+``write_minhash_columns``, with many runs one ``merge_minhash_group`` per band and run group, with
+many windows one ``merge_minhash_range`` per band and key range, one ``merge_minhash_band`` per band,
+``finish_minhash_merge``).
 
 Window ids are ordered by doc ordinal, then window number, so they do not depend on how docs
 were sharded. ``base_dir`` (an existing ``minhash/`` folder) is merged as one more run (its
@@ -100,6 +101,7 @@ from tcqa_data.decontam.minhash.merge import (
     finish_minhash_merge,
     merge_minhash_band,
     merge_minhash_group,
+    merge_minhash_range,
     merge_minhash_shards,
     plan_minhash_merge,
     start_minhash_merge,
@@ -122,7 +124,7 @@ from tcqa_data.decontam.minhash.windows import split_windows
 __all__ = [
     "EMPTY_HASH", "PART_WINDOWS", "SCHEME", "SHINGLE_HASH", "MinHashIndex", "MinHashParams", "band_keys",
     "datasketch_signatures", "finish_minhash_merge", "merge_minhash_band", "merge_minhash_group",
-    "merge_minhash_shards",
+    "merge_minhash_range", "merge_minhash_shards",
     "optimal_bands_rows", "plan_minhash_merge", "shingle_hash", "shingles", "sign", "signatures",
     "split_windows", "start_minhash_merge", "write_minhash_columns", "write_minhash_shard",
 ]

@@ -20,7 +20,9 @@ from typing import NamedTuple
 import numpy as np
 
 from tcqa_data.decontam import kernel
-from tcqa_data.decontam.readers import CorpusInput, InputShard, SkipStats, grown_array, scan_jsonl_batches
+from tcqa_data.decontam.readers.documents import SkipStats
+from tcqa_data.decontam.readers.inputs import CorpusInput, InputShard
+from tcqa_data.decontam.readers.jsonl_batches import grown_array, scan_jsonl_batches
 
 
 class CodepointBatch(NamedTuple):

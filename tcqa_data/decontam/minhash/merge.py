@@ -31,6 +31,13 @@ _MIN_BLOCK = 256
 # reads at most this many runs, so memory stays flat up to GROUP_RUNS**2 runs (~1.2e5 TB of text)
 GROUP_RUNS = _MERGE_ENTRIES // _MIN_BLOCK // 2
 GROUPS_DIR = "band_groups"  # the groups' runs: build scratch inside the staged minhash/ folder
+# Above this many windows per key range, each band's merge is split by key range (a power of two
+# of ranges, on directory-cell bounds): one task per band and range merges that range of every
+# run into a sorted run of its own (``merge_minhash_range``), and the band task then only packs
+# the ranges' runs in order. A band task was one task per band whatever the corpus (26-way at
+# most: ~2 h at 10 TB on any number of cores); the packing is about a quarter of its work.
+RANGE_WINDOWS = 1 << 24  # ~2 GB of fresh text (about 7.6 M windows per GB)
+RANGES_DIR = "band_ranges"  # the ranges' runs: build scratch inside the staged minhash/ folder
 
 _U32 = np.uint32
 _U64 = np.uint64
@@ -114,12 +121,31 @@ def _check_index_storage(meta: dict[str, Any], where: Path) -> None:
             "`tcqa-data index-corpus ... --overwrite` (it can still be queried as it is)")
 
 
-def _run_sources(r: _Run, band: int, block: int, layout: dict[str, Any]):
-    """Sorted (key uint64, doc int64) blocks of one band of one run."""
+def _lower_bound(read_at, n: int, value: int) -> int:
+    """The first index in ``[0, n)`` of a sorted column whose value is >= ``value`` (``n`` if
+    none), by single-element reads (``read_at(i)``): bounded memory however long the column."""
+    lo, hi = 0, n
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if int(read_at(mid)) < value:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _run_sources(r: _Run, band: int, block: int, layout: dict[str, Any],
+                 keys: tuple[int, int] = (0, 1 << packed.KEY_BITS)):
+    """Sorted (key uint64, doc int64) blocks of one band of one run, the keys in ``[keys[0],
+    keys[1])`` only (for an existing index: bounds on its directory cells)."""
+    lo, hi = keys
+    whole = (lo, hi) == (0, 1 << packed.KEY_BITS)
     if r.pairs:
         kr, dr = r.reader("keys"), r.reader("docs")
-        for s in range(0, len(kr), block):
-            e = min(s + block, len(kr))
+        a, b = (0, len(kr)) if whole else (_lower_bound(lambda i: kr.read(i, i + 1)[0], len(kr), x)
+                                           for x in (lo, hi))
+        for s in range(a, b, block):
+            e = min(s + block, b)
             yield kr.read(s, e).astype(np.uint64), dr.read(s, e).astype(np.int64)
         return
     if r.base:
@@ -127,10 +153,10 @@ def _run_sources(r: _Run, band: int, block: int, layout: dict[str, Any]):
         d, ib = layout["base_dir_bits"], layout["base_id_bits"]
         cells = r.reader("band_cells")
         words = np.load(r.prefix + _entries_name(band) + ".npy", mmap_mode="r")
-        ncell = 1 << d
+        rbits = packed.KEY_BITS - d
         step = max(1, block // packed.LOAD)
-        for c0 in range(0, ncell, step):
-            c1 = min(c0 + step, ncell)
+        for c0 in range(lo >> rbits, hi >> rbits, step):
+            c1 = min(c0 + step, hi >> rbits)
             k, doc = packed.decode_range(cells.read_row_span(band, c0, c1 + 1), words, c0, c1, d, ib)
             if len(k):
                 yield k, doc
@@ -139,10 +165,12 @@ def _run_sources(r: _Run, band: int, block: int, layout: dict[str, Any]):
     # the run's first_doc already includes its doc_shift
     pr = r.reader("band_pairs")
     base = np.int64(r.first_doc)
-    for s in range(0, r.n, block):
+    a, b = (0, r.n) if whole else (_lower_bound(lambda i: pr.read_row_span(band, i, i + 1)[0], r.n, x << 32)
+                                   for x in (lo, hi))
+    for s in range(a, b, block):
         # no local names for the blocks: a suspended generator would keep them alive, a block
         # more per run on top of what the merge holds
-        yield _split_pairs(pr.read_row_span(band, s, min(s + block, r.n)), base)
+        yield _split_pairs(pr.read_row_span(band, s, min(s + block, b)), base)
 
 
 def _split_pairs(pairs: np.ndarray, base: np.int64) -> tuple[np.ndarray, np.ndarray]:
@@ -150,7 +178,8 @@ def _split_pairs(pairs: np.ndarray, base: np.int64) -> tuple[np.ndarray, np.ndar
     return pairs >> _U64(32), (pairs & _U64(0xFFFFFFFF)).view(np.int64) + base
 
 
-def _merge_band(runs: list[_Run], band: int, out: packed.TableWriter, layout: dict[str, Any]) -> None:
+def _merge_band(runs: list[_Run], band: int, out: packed.TableWriter | _PairsWriter, layout: dict[str, Any],
+                keys: tuple[int, int] = (0, 1 << packed.KEY_BITS)) -> None:
     """K-way merge of one band's sorted (key, doc) runs, a block per run at a time; a (key, doc)
     pair is written once (a doc's overlapping or repeated windows often share band keys).
 
@@ -158,7 +187,7 @@ def _merge_band(runs: list[_Run], band: int, out: packed.TableWriter, layout: di
     every pair <= the smallest "last pair of a block" over runs that have more data is final."""
     prev: tuple[int, int] | None = None
     block = max(_MIN_BLOCK, _MERGE_ENTRIES // max(1, len(runs)))  # bounded memory whatever the run count
-    its = [_run_sources(r, band, block, layout) for r in runs]
+    its = [_run_sources(r, band, block, layout, keys) for r in runs]
     cur: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(runs)
     done = [False] * len(runs)
     empty = (np.zeros(0, np.uint64), np.zeros(0, np.int64))
@@ -289,7 +318,14 @@ def plan_minhash_merge(shard_dirs: Sequence[str | os.PathLike], params: MinHashP
     group_runs = GROUP_RUNS if group_runs is None else max(2, int(group_runs))
     groups = [[a, min(a + group_runs, len(runs))] for a in range(0, len(runs), group_runs)] \
         if len(runs) > group_runs else []
-    return {"runs": [asdict(r) for r in runs], "groups": groups, "n_windows": total, "n_docs": n_docs,
+    # key ranges per band: a power of two, on the directory cells of the output and of an
+    # existing index (whose tables are read by cell)
+    ranges = 1
+    most = min(dir_bits, base_layout.get("base_dir_bits", dir_bits))
+    while total > ranges * RANGE_WINDOWS and ranges < 1 << most:
+        ranges *= 2
+    return {"runs": [asdict(r) for r in runs], "groups": groups, "ranges": ranges,
+            "n_windows": total, "n_docs": n_docs,
             "n_windows_without_tokens": n_empty,
             "layout": {"doc_span": doc_span, "dir_bits": dir_bits, "id_bits": id_bits, "entry_bits": width,
                        "cell_dtype": "uint32" if total < 2**32 else "uint64",
@@ -379,7 +415,13 @@ def merge_minhash_band(plan: dict[str, Any], out_dir: str | os.PathLike, params:
             fc.seek(fc.tell() + band * cshape[1] * cdt.itemsize)
             wc = _NpyWriter(fc, cdt, (cshape[1],), header=False)
             table = packed.TableWriter(wc.write, entries.write, None, lay["dir_bits"], lay["id_bits"])
-            _merge_band(runs, band, table, lay)
+            if plan.get("ranges", 1) > 1:  # the ranges' runs, in key order: distinct pairs, sorted
+                for rng in range(plan["ranges"]):
+                    for k, d in _run_sources(_Run(_range_prefix(out_dir, band, rng), 0, 0, 0, pairs=True),
+                                             band, _MERGE_ENTRIES, lay):
+                        table.add(k, d)
+            else:
+                _merge_band(runs, band, table, lay)
             table.close()
             wc.close()
     except BaseException as exc:
@@ -420,8 +462,7 @@ def merge_minhash_group(plan: dict[str, Any], out_dir: str | os.PathLike, params
     ``merge_minhash_band`` then reads in place of the group's runs. Returns ``[band, group]``."""
     a, b = plan["groups"][group]
     os.makedirs(os.path.join(out_dir, GROUPS_DIR), exist_ok=True)
-    span = int(plan["layout"]["doc_span"])
-    out = _PairsWriter(_group_prefix(out_dir, band, group), np.dtype(_U32 if span <= 2**32 else np.int64))
+    out = _PairsWriter(_group_prefix(out_dir, band, group), _pairs_doc_dtype(plan))
     try:
         _merge_band(_runs_of(plan)[a:b], band, out, plan["layout"])
     except BaseException as exc:
@@ -429,6 +470,32 @@ def merge_minhash_group(plan: dict[str, Any], out_dir: str | os.PathLike, params
         raise
     out.close()
     return [band, group]
+
+
+def _range_prefix(out_dir: str | os.PathLike, band: int, rng: int) -> str:
+    return os.path.join(out_dir, RANGES_DIR, f"b{band:03d}_r{rng:06d}.")
+
+
+def _pairs_doc_dtype(plan: dict[str, Any]) -> np.dtype:
+    return np.dtype(_U32 if int(plan["layout"]["doc_span"]) <= 2**32 else np.int64)
+
+
+def merge_minhash_range(plan: dict[str, Any], out_dir: str | os.PathLike, params: MinHashParams,
+                        band: int, rng: int) -> list[int]:
+    """Reduce, one task per band and key range (plans with ``ranges`` > 1): merge the keys in
+    range ``rng`` of band ``band`` of every run (or of the groups' runs) into one sorted run of
+    distinct (key, doc) pairs under ``out_dir/band_ranges``, which ``merge_minhash_band`` packs.
+    Returns ``[band, rng]``."""
+    span = (1 << packed.KEY_BITS) // plan["ranges"]
+    os.makedirs(os.path.join(out_dir, RANGES_DIR), exist_ok=True)
+    out = _PairsWriter(_range_prefix(out_dir, band, rng), _pairs_doc_dtype(plan))
+    try:
+        _merge_band(band_runs(plan, out_dir, band), band, out, plan["layout"], (rng * span, (rng + 1) * span))
+    except BaseException as exc:
+        out.abort(exc)
+        raise
+    out.close()
+    return [band, rng]
 
 
 def band_runs(plan: dict[str, Any], out_dir: str | os.PathLike, band: int) -> list[_Run]:
@@ -450,6 +517,7 @@ def finish_minhash_merge(plan: dict[str, Any], out_dir: str | os.PathLike, param
     for name in ("band_cells", *map(_entries_name, range(params.bands))):
         os.replace(out / f"{name}{_PARTIAL}", out / f"{name}.npy")
     shutil.rmtree(out / GROUPS_DIR, ignore_errors=True)
+    shutil.rmtree(out / RANGES_DIR, ignore_errors=True)
     for name in ("window_doc", "window_shingles", "band_keys", "band_windows") + \
             (("signatures",) if params.verify != "signatures" else ()):
         (out / f"{name}.npy").unlink(missing_ok=True)  # an older layout's files (in-place append)
@@ -475,8 +543,9 @@ def merge_minhash_shards(shard_dirs: Sequence[str | os.PathLike], out_dir: str |
 
     The same steps an engine runs as tasks (``plan_minhash_merge``, ``start_minhash_merge``,
     ``write_minhash_columns``, one ``merge_minhash_group`` per band and run group when the runs
-    are more than ``group_runs``, one ``merge_minhash_band`` per band, ``finish_minhash_merge``),
-    here one after the other; the bytes are the same either way.
+    are more than ``group_runs``, one ``merge_minhash_range`` per band and key range when the
+    windows are more than ``RANGE_WINDOWS``, one ``merge_minhash_band`` per band,
+    ``finish_minhash_merge``), here one after the other; the bytes are the same either way.
 
     ``doc_offsets[i]`` (optional) is added to the doc ordinals of ``shard_dirs[i]``, for map steps
     that numbered their docs from 0 before global ordinals were known. ``out_dir`` may be
@@ -489,6 +558,9 @@ def merge_minhash_shards(shard_dirs: Sequence[str | os.PathLike], out_dir: str |
     for band in range(params.bands):
         for group in range(len(plan["groups"])):
             merge_minhash_group(plan, out_dir, params, band, group)
+    for band in range(params.bands):
+        for rng in range(plan["ranges"] if plan["ranges"] > 1 else 0):
+            merge_minhash_range(plan, out_dir, params, band, rng)
     for band in range(params.bands):
         merge_minhash_band(plan, out_dir, params, band)
     return finish_minhash_merge(plan, out_dir, params)

@@ -1,0 +1,269 @@
+"""Building the text store (``build_text_store``): after the index commits, one task per input
+(the build's engine, or local processes) writes its doc locations or a copy of its texts, and its
+anchor tables (``anchors``); ``meta.json`` is written last. See the package docstring.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tcqa_data.decontam.textstore.anchors import (
+    _NotIndexOrder,
+    _winnowed_jsonl,
+    _winnowed_texts,
+    _write_anchor_runs,
+)
+from tcqa_data.decontam.textstore.store import META, STORE_DIR, _anchor_files, _entry_id, _key
+from tcqa_data.errors import ConfigError, TcqaError
+from tcqa_data.io_utils import atomic_path, read_json, write_json_atomic, write_npy_atomic
+
+if TYPE_CHECKING:
+    from tcqa_data.decontam.engines import Engine
+
+MODES = ("auto", "copy", "none")
+STORE_VERSION = 3  # 3: packed anchor tables (2: uint64 anchor entries, still read)
+COPY_ROW_GROUP = 256  # docs per row group of a copy: ~1 MB of text for Wikipedia-sized docs
+_SCAN_CHUNK = 64 << 20
+
+
+def check_mode(mode: str) -> str:
+    if mode not in MODES:
+        raise ConfigError(f"--text-store must be one of {', '.join(MODES)}, not {mode!r}")
+    return mode
+
+
+def _doc_rows(index_dir: Path, entry: dict[str, Any]) -> np.ndarray:
+    """The ``row`` (1-based line/row) of each doc of one input, from docs.parquet (row groups
+    outside the input's ordinals are skipped by their statistics)."""
+    lo, k = int(entry["doc_offset"]), int(entry["docs"])
+    # row groups read one by one, columns as buffers: ``pq.read_table(filters=...)`` and arrow's
+    # ``to_numpy`` import pandas (~1.5 CPU-s, most of a 20 MB build's text store pass)
+    pf = pq.ParquetFile(index_dir / "docs.parquet")
+    col = pf.schema_arrow.get_field_index("doc_ordinal")
+    ords, rows_ = [], []
+    for g in range(pf.metadata.num_row_groups):
+        st = pf.metadata.row_group(g).column(col).statistics
+        if st is not None and st.has_min_max and (st.max < lo or st.min >= lo + k):
+            continue
+        t = pf.read_row_group(g, columns=["doc_ordinal", "row"])
+        o, r = _int64_column(t.column("doc_ordinal")), _int64_column(t.column("row"))
+        sel = (o >= lo) & (o < lo + k)
+        ords.append(o[sel])
+        rows_.append(r[sel])
+    o = np.concatenate(ords) if ords else np.zeros(0, np.int64)
+    rows = np.concatenate(rows_)[np.argsort(o, kind="stable")] if rows_ else np.zeros(0, np.int64)
+    if len(rows) != k:
+        raise TcqaError(f"{index_dir}/docs.parquet: {len(rows)} rows for input {entry['path']}, "
+                        f"manifest says {k}")
+    return rows.astype(np.int64)
+
+
+def _int64_column(col: pa.ChunkedArray) -> np.ndarray:
+    """An int64 column without nulls as numpy, from its buffers (no pandas import)."""
+    parts = [np.frombuffer(c.buffers()[1], dtype=np.int64, count=c.offset + len(c))[c.offset:]
+             for c in col.chunks if len(c)]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def jsonl_line_offsets(path: str | os.PathLike, lines: np.ndarray) -> np.ndarray:
+    """Byte offset of each 1-based line number in ``lines`` (ascending) of an uncompressed file."""
+    lines = np.asarray(lines, dtype=np.int64)
+    out = np.zeros(len(lines), dtype=np.int64)
+    # line k starts right after newline number k-1 (1-based); line 1 starts at 0
+    need = lines - 2  # index of the newline ending line k-1
+    done = 0
+    seen, base = 0, 0  # newlines seen before this chunk, byte offset of the chunk
+    with open(path, "rb") as fh:
+        while done < len(lines):
+            while done < len(lines) and need[done] < seen:
+                done += 1  # line 1 (need -1): offset 0
+            buf = fh.read(_SCAN_CHUNK)
+            if not buf:
+                break
+            nl = np.flatnonzero(np.frombuffer(buf, dtype=np.uint8) == 10)
+            hi = np.searchsorted(need, seen + len(nl), side="left")
+            if hi > done:
+                out[done:hi] = base + nl[need[done:hi] - seen] + 1
+                done = hi
+            seen += len(nl)
+            base += len(buf)
+    if done < len(lines):
+        raise TcqaError(f"{path}: has fewer lines than the index recorded; was it changed after indexing?")
+    return out
+
+
+def _write_copy(path: Path, texts: Iterable[str]) -> int:
+    schema = pa.schema([("text", pa.string())])
+    n = 0
+    with atomic_path(path) as tmp:
+        with pq.ParquetWriter(tmp, schema, compression="zstd") as pw:
+            buf: list[str] = []
+            for t in texts:
+                buf.append(t)
+                if len(buf) >= COPY_ROW_GROUP:
+                    pw.write_table(pa.table({"text": pa.array(buf, pa.string())}),
+                                   row_group_size=COPY_ROW_GROUP)
+                    n += len(buf)
+                    buf = []
+            if buf:
+                pw.write_table(pa.table({"text": pa.array(buf, pa.string())}), row_group_size=COPY_ROW_GROUP)
+                n += len(buf)
+    return n
+
+
+def _copied_texts(path: Path) -> Iterable[str]:
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=COPY_ROW_GROUP, columns=["text"]):
+        yield from batch.column(0).to_pylist()
+
+
+def _input_texts(entry: dict[str, Any], manifest: dict[str, Any], hf: dict[str, Any] | None) -> Iterable[str]:
+    """The input's documents again, in index order (the build validated them: skip mode)."""
+    from tcqa_data.decontam.readers.documents import iter_documents
+    from tcqa_data.decontam.readers.hf_stream import iter_hf_documents
+    from tcqa_data.decontam.readers.inputs import CorpusInput
+
+    tf, idf = manifest.get("text_field", "text"), manifest.get("id_field")
+    if entry["format"] == "hf":
+        if hf is None:
+            raise TcqaError(f"{entry['path']}: a Hugging Face input needs its dataset name to be copied")
+        docs = iter_hf_documents(hf["name"], hf.get("config"), hf.get("split", "train"), tf, idf,
+                                 on_error="skip")
+    else:
+        docs = iter_documents(CorpusInput(entry["path"], entry["format"], int(entry["size"])), tf, idf,
+                              on_error="skip")
+    return (d.text for d in docs)
+
+
+def build_text_store(index_dir: str | os.PathLike, mode: str = "auto", *,
+                     hf: dict[str, Any] | None = None, workers: int = 1,
+                     engine: Engine | None = None) -> dict[str, Any]:
+    """Build (or complete) ``INDEX_DIR/textstore`` for a finished index; returns its meta.
+
+    ``hf``: ``{"name", "config", "split"}`` of the index's Hugging Face input, if any.
+    ``workers``: processes, one input each (the files do not depend on it). ``engine``: run the
+    inputs as its tasks instead (Ray: spread over the cluster like the map; the same files).
+    """
+    check_mode(mode)
+    root = Path(index_dir)
+    store = root / STORE_DIR
+    if mode == "none":
+        return {}
+    manifest = read_json(root / "manifest.json")
+    old = read_json(store / META) if (store / META).is_file() else {"inputs": {}}
+    if old.get("version") != STORE_VERSION:
+        old = {"inputs": {}}
+    entries: dict[str, Any] = {}
+    todo: list[dict[str, Any]] = []
+    for e in manifest["inputs"]:
+        key = _key(e)
+        prev = old["inputs"].get(key)
+        if prev is not None and prev.get("id") == _entry_id(e, manifest) \
+                and prev.get("kind") == _kind(e["format"], mode) and _files_ok(store, prev):
+            entries[key] = prev
+        else:
+            todo.append(e)
+    if todo:
+        store.mkdir(parents=True, exist_ok=True)
+    calls = [(str(root), e, manifest, mode, hf) for e in todo]
+    if engine is not None and todo:
+        recs = engine.map(_store_input, [{"e": e} for e in todo], desc="index-textstore",
+                          shared={"root_dir": str(root), "manifest": manifest, "mode": mode, "hf": hf})
+    elif workers > 1 and len(todo) > 1:
+        # inputs are independent: one task per input (the pass reads and hashes every doc)
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=min(workers, len(todo))) as pool:
+            recs = list(pool.map(_store_input, *zip(*calls, strict=True)))
+    else:
+        recs = [_store_input(*c) for c in calls]
+    for e, rec in zip(todo, recs, strict=True):
+        entries[_key(e)] = rec
+    entries = dict(sorted(entries.items()))
+    meta = {"version": STORE_VERSION, "mode": mode, "inputs": entries}
+    if store.is_dir():
+        keep = {META} | {r["file"] for r in entries.values() if "file" in r} \
+            | {f for r in entries.values() for f in _anchor_files(r)}
+        for f in store.iterdir():
+            if f.name not in keep and not f.name.startswith("."):
+                f.unlink()
+    write_json_atomic(store / META, meta)
+    return meta
+
+
+def _store_input(root_dir: str, e: dict[str, Any], manifest: dict[str, Any], mode: str,
+                 hf: dict[str, Any] | None) -> dict[str, Any]:
+    """Write one input's text store files (locations or copy, and anchors); returns its meta entry."""
+    root = Path(root_dir)
+    store = root / STORE_DIR
+    key = _key(e)
+    kind = _kind(e["format"], mode)
+    rec: dict[str, Any] = {"id": _entry_id(e, manifest), "kind": kind, "format": e["format"],
+                           "path": e["path"]}
+    if kind in ("offsets", "rows", "file"):
+        p = os.path.abspath(e["path"])
+        st = os.stat(p)
+        rec.update({"abs_path": p, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
+    scheme, seed = manifest["normalization"], int(manifest["hash"]["seed"])
+    if kind == "offsets":
+        rec["file"] = f"{key}.offsets.npy"
+        rows = _doc_rows(root, e)
+        write_npy_atomic(store / rec["file"], jsonl_line_offsets(e["path"], rows))
+        if _fast_anchors(e, manifest):
+            try:
+                rec["anchors"] = _write_anchor_runs(
+                    store, key, _winnowed_jsonl(e["path"], int(e["size"]), manifest.get("text_field", "text"),
+                                                seed, rows), int(e["docs"]))
+            except _NotIndexOrder:
+                pass  # the Python reader below decides (skipped ids, or a changed input: its error)
+    elif kind == "rows":
+        rec["file"] = f"{key}.rows.npy"
+        write_npy_atomic(store / rec["file"], _doc_rows(root, e) - 1)
+    if "anchors" not in rec:  # the Python reader: a str per doc
+        counted = [0]
+
+        def texts() -> Iterable[str]:
+            for t in _input_texts(e, manifest, hf):
+                counted[0] += 1
+                yield t
+
+        source = texts()
+        if kind == "copy":
+            # the input is read once; the anchors then read the (local, fast) copy
+            rec["file"] = f"{key}.texts.parquet"
+            _write_copy(store / rec["file"], source)
+            source = _copied_texts(store / rec["file"])
+        rec["anchors"] = _write_anchor_runs(store, key, _winnowed_texts(source, scheme, seed), int(e["docs"]))
+        if counted[0] != int(e["docs"]):
+            raise TcqaError(f"{e['path']}: read {counted[0]} documents for the text store, the index has "
+                            f"{e['docs']}; was the input changed after indexing?")
+    rec["anchor_entries"] = sum(r["entries"] for r in rec["anchors"])
+    # a query k-gram absent from a run matches one of its n entries' 32-bit hashes by chance
+    rec["anchor_chance_match_rate"] = rec["anchor_entries"] / 2.0 ** 32
+    return rec
+
+
+def _fast_anchors(e: dict[str, Any], manifest: dict[str, Any]) -> bool:
+    """True when a JSONL input's anchors come from the compiled reader (``_winnowed_jsonl``): the
+    rows of docs.parquet then say which lines are docs, so an id field needs no reading."""
+    from tcqa_data.decontam.readers.jsonl_batches import normalized_batches_supported
+
+    return normalized_batches_supported(e["format"], manifest.get("text_field", "text"), None,
+                                        manifest["normalization"])
+
+
+def _kind(fmt: str, mode: str) -> str:
+    if mode == "copy":
+        return "copy"
+    return {"jsonl": "offsets", "parquet": "rows", "txt": "file"}.get(fmt, "copy")
+
+
+def _files_ok(store: Path, rec: dict[str, Any]) -> bool:
+    files = ([rec["file"]] if "file" in rec else []) + _anchor_files(rec)
+    return all((store / f).is_file() for f in files)

@@ -1,0 +1,217 @@
+"""Reading the text store: its layout (``STORE_DIR``, ``meta.json`` and the per-input keys and
+files), ``TextStore`` (doc texts by doc ordinal, from locations or copies), ``has_text_store``,
+``store_summary`` and ``store_bytes``. What the store holds is described in the package docstring.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from tcqa_data.decontam.arrays import sorted_unique
+from tcqa_data.errors import TcqaError
+from tcqa_data.io_utils import read_json
+
+STORE_DIR = "textstore"
+META = "meta.json"
+_CACHE_GROUPS = 4
+
+
+def _key(entry: dict[str, Any]) -> str:
+    return str(entry["sha256"])[:32]
+
+
+def _entry_id(entry: dict[str, Any], manifest: dict[str, Any]) -> dict[str, Any]:
+    """What a stored input must agree with to be reused."""
+    return {"sha256": entry["sha256"], "doc_offset": int(entry["doc_offset"]), "docs": int(entry["docs"]),
+            "text_field": manifest.get("text_field"), "id_field": manifest.get("id_field")}
+
+
+def _anchor_files(rec: dict[str, Any]) -> list[str]:
+    return [f for r in rec.get("anchors", []) for f in
+            ([r] if isinstance(r, str) else [f"{r['name']}.cells.npy", f"{r['name']}.words.npy"])]
+
+
+def has_text_store(index_dir: str | os.PathLike) -> bool:
+    return (Path(index_dir) / STORE_DIR / META).is_file()
+
+
+def store_summary(index_dir: str | os.PathLike) -> dict[str, Any] | None:
+    """What the text store holds (None if absent): its mode, bytes of doc locations / text copies
+    / anchors, anchor entries and their chance-match rate (``index-info`` shows it)."""
+    d = Path(index_dir) / STORE_DIR
+    if not (d / META).is_file():
+        return None
+    meta = read_json(d / META)
+    out: dict[str, Any] = {"version": meta.get("version"), "mode": meta.get("mode"),
+                           "bytes": {"locations": 0, "copy": 0, "anchors": 0}, "anchor_entries": 0,
+                           "anchor_chance_match_rate": 0.0}
+    for rec in meta.get("inputs", {}).values():
+        if "file" in rec and (d / rec["file"]).is_file():
+            out["bytes"]["copy" if rec["kind"] == "copy" else "locations"] += (d / rec["file"]).stat().st_size
+        out["bytes"]["anchors"] += sum((d / f).stat().st_size for f in _anchor_files(rec)
+                                       if (d / f).is_file())
+        out["anchor_entries"] += int(rec.get("anchor_entries", 0))
+        # per query k-gram: a chance match in any input's runs
+        out["anchor_chance_match_rate"] += float(rec.get("anchor_chance_match_rate", 0.0))
+    return out
+
+
+def store_bytes(index_dir: str | os.PathLike) -> int:
+    """Bytes on disk of the text store (0 if absent)."""
+    d = Path(index_dir) / STORE_DIR
+    return sum(p.stat().st_size for p in d.iterdir() if p.is_file()) if d.is_dir() else 0
+
+
+class TextStore:
+    """Read doc texts by doc ordinal (``TextStore.open(INDEX_DIR).texts([0, 5])``)."""
+
+    def __init__(self, root: Path, manifest: dict[str, Any], meta: dict[str, Any]) -> None:
+        self.root = root
+        self.text_field = manifest.get("text_field", "text")
+        self._inputs = sorted(manifest["inputs"], key=lambda e: int(e["doc_offset"]))
+        self._starts = np.asarray([int(e["doc_offset"]) for e in self._inputs], dtype=np.int64)
+        self._meta = meta
+        self._arrays: dict[str, np.ndarray] = {}
+        self._groups: OrderedDict[tuple[str, int], list[str]] = OrderedDict()
+        self._checked: set[str] = set()
+
+    @classmethod
+    def open(cls, index_dir: str | os.PathLike) -> TextStore:
+        root = Path(index_dir)
+        mpath = root / STORE_DIR / META
+        if not mpath.is_file():
+            raise TcqaError(f"{root}: the index has no text store (built with --text-store none, or an older "
+                            "tcqa-data); rebuild it with index-corpus to use alignment terms")
+        manifest = read_json(root / "manifest.json")
+        meta = read_json(mpath)
+        for e in manifest["inputs"]:
+            rec = meta["inputs"].get(_key(e))
+            if rec is None or rec.get("id") != _entry_id(e, manifest):
+                raise TcqaError(f"{root}: the text store does not match input {e['path']}; "
+                                "rerun index-corpus")
+        return cls(root, manifest, meta)
+
+    def _entry(self, ordinal: int) -> tuple[dict[str, Any], dict[str, Any], int]:
+        i = int(np.searchsorted(self._starts, ordinal, side="right")) - 1
+        e = self._inputs[i]
+        j = ordinal - int(e["doc_offset"])
+        if i < 0 or not 0 <= j < int(e["docs"]):
+            raise TcqaError(f"{self.root}: doc ordinal {ordinal} is not in the index")
+        return e, self._meta["inputs"][_key(e)], j
+
+    def _array(self, rec: dict[str, Any]) -> np.ndarray:
+        f = rec["file"]
+        if f not in self._arrays:
+            self._arrays[f] = np.load(self.root / STORE_DIR / f, mmap_mode="r", allow_pickle=False)
+        return self._arrays[f]
+
+    def _check_file(self, rec: dict[str, Any]) -> str:
+        p = rec["abs_path"]
+        if p not in self._checked:
+            try:
+                st = os.stat(p)
+            except OSError:
+                raise TcqaError(f"{p}: corpus file of the index is gone; alignment and MinHash verification "
+                                "read doc text from it (build the index with --text-store copy to keep a "
+                                "copy)") from None
+            if st.st_size != rec["size"] or st.st_mtime_ns != rec["mtime_ns"]:
+                raise TcqaError(f"{p}: corpus file changed since it was indexed; rebuild the index")
+            self._checked.add(p)
+        return p
+
+    def _group(self, path: Path, g: int, column: str) -> list[str]:
+        k = (str(path), g)
+        if k not in self._groups:
+            pf = pq.ParquetFile(path)
+            col = pf.read_row_group(g, columns=[column]).column(0)
+            self._groups[k] = [x if isinstance(x, str) else bytes(x).decode("utf-8")
+                               for x in col.to_pylist()]
+            if len(self._groups) > _CACHE_GROUPS:
+                self._groups.popitem(last=False)
+        else:
+            self._groups.move_to_end(k)
+        return self._groups[k]
+
+    def _parquet_row(self, path: Path, row: int, column: str) -> str:
+        k = str(path)
+        if k not in self._arrays:
+            meta = pq.ParquetFile(path).metadata
+            sizes = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+            self._arrays[k] = np.cumsum([0] + sizes, dtype=np.int64)
+        firsts = self._arrays[k]
+        g = int(np.searchsorted(firsts, row, side="right")) - 1
+        if not 0 <= g < len(firsts) - 1:
+            raise TcqaError(f"{path}: row {row + 1} is past the end of the file")
+        return self._group(path, g, column)[row - int(firsts[g])]
+
+    def text(self, ordinal: int) -> str:
+        e, rec, j = self._entry(int(ordinal))
+        kind = rec["kind"]
+        if kind == "copy":
+            return self._parquet_row(self.root / STORE_DIR / rec["file"], j, "text")
+        p = self._check_file(rec)
+        if kind == "file":
+            with open(p, "rb") as fh:
+                raw = fh.read()
+            return raw.removeprefix(b"\xef\xbb\xbf").decode("utf-8")
+        if kind == "rows":
+            return self._parquet_row(Path(p), int(self._array(rec)[j]), self.text_field)
+        with open(p, "rb") as fh:
+            fh.seek(int(self._array(rec)[j]))
+            raw = fh.readline().removeprefix(b"\xef\xbb\xbf")
+        return json.loads(raw.decode("utf-8"))[self.text_field]
+
+    def texts(self, ordinals: Sequence[int] | np.ndarray) -> list[str]:
+        """Texts of the docs with these ordinals (in this order)."""
+        ords = [int(o) for o in ordinals]
+        self.prefetch(ords)
+        got = {o: self.text(o) for o in sorted(set(ords))}  # file order: row groups decode once
+        return [got[o] for o in ords]
+
+    def prefetch(self, ordinals: Sequence[int] | np.ndarray) -> None:
+        """Ask the OS to read these docs' lines of uncompressed JSONL inputs ahead (other kinds:
+        nothing). Candidate docs lie anywhere in a large corpus: one synchronous disk read per doc
+        would wait on each in turn, while these reads are queued together, in file order."""
+        if not hasattr(os, "posix_fadvise"):
+            return
+        if not self._inputs:
+            return
+        ords = sorted_unique(np.asarray(ordinals, dtype=np.int64))
+        ords = ords[(ords >= 0) & (ords < int(self._starts[-1]) + int(self._inputs[-1]["docs"]))]
+        which = np.searchsorted(self._starts, ords, side="right") - 1
+        inputs = sorted_unique(which).tolist()
+        recs = [self._meta["inputs"][_key(self._inputs[i])] for i in inputs]
+        new = [r for r in recs if r["kind"] == "offsets" and r["file"] not in self._arrays]
+        if len(new) > 1:  # cold page cache: each offsets file's header is a disk read; many at once
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(16) as pool:
+                list(pool.map(self._array, new))
+        for i, rec in zip(inputs, recs, strict=True):
+            e = self._inputs[i]
+            if rec["kind"] != "offsets":
+                continue
+            offs = self._array(rec)
+            local = ords[which == i] - int(e["doc_offset"])
+            start = np.asarray(offs[local], dtype=np.int64)
+            nxt = local + 1
+            end = np.full(len(local), int(rec["size"]), dtype=np.int64)  # the last doc: to the end
+            inside = nxt < len(offs)
+            end[inside] = np.asarray(offs[nxt[inside]], dtype=np.int64)
+            try:
+                fd = os.open(self._check_file(rec), os.O_RDONLY)
+            except OSError:
+                continue  # text() reports a missing file
+            try:
+                for a, b in zip(start.tolist(), end.tolist(), strict=True):
+                    os.posix_fadvise(fd, a, max(b - a, 1), os.POSIX_FADV_WILLNEED)
+            finally:
+                os.close(fd)
