@@ -121,17 +121,14 @@ def _check_index_storage(meta: dict[str, Any], where: Path) -> None:
             "`tcqa-data index-corpus ... --overwrite` (it can still be queried as it is)")
 
 
-def _lower_bound(read_at, n: int, value: int) -> int:
-    """The first index in ``[0, n)`` of a sorted column whose value is >= ``value`` (``n`` if
-    none), by single-element reads (``read_at(i)``): bounded memory however long the column."""
-    lo, hi = 0, n
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if int(read_at(mid)) < value:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
+def _key_rows(column: np.ndarray, lo: int, hi: int, shift: int = 0) -> tuple[int, int]:
+    """The rows ``[a, b)`` of a sorted column whose ``value >> shift`` is in ``[lo, hi)``: a binary
+    search of a memory map, which touches a few pages (explicit reads cost a call each)."""
+    top = 1 << packed.KEY_BITS
+    # the bound in the column's own dtype: a wider one would make numpy convert the whole column
+    a, b = (int(np.searchsorted(column, column.dtype.type(x << shift))) if x < top else len(column)
+            for x in (lo, hi))
+    return a, b
 
 
 def _run_sources(r: _Run, band: int, block: int, layout: dict[str, Any],
@@ -142,8 +139,7 @@ def _run_sources(r: _Run, band: int, block: int, layout: dict[str, Any],
     whole = (lo, hi) == (0, 1 << packed.KEY_BITS)
     if r.pairs:
         kr, dr = r.reader("keys"), r.reader("docs")
-        a, b = (0, len(kr)) if whole else (_lower_bound(lambda i: kr.read(i, i + 1)[0], len(kr), x)
-                                           for x in (lo, hi))
+        a, b = (0, len(kr)) if whole else _key_rows(np.load(r.prefix + "keys.npy", mmap_mode="r"), lo, hi)
         for s in range(a, b, block):
             e = min(s + block, b)
             yield kr.read(s, e).astype(np.uint64), dr.read(s, e).astype(np.int64)
@@ -165,8 +161,10 @@ def _run_sources(r: _Run, band: int, block: int, layout: dict[str, Any],
     # the run's first_doc already includes its doc_shift
     pr = r.reader("band_pairs")
     base = np.int64(r.first_doc)
-    a, b = (0, r.n) if whole else (_lower_bound(lambda i: pr.read_row_span(band, i, i + 1)[0], r.n, x << 32)
-                                   for x in (lo, hi))
+    if whole:
+        a, b = 0, r.n
+    else:
+        a, b = _key_rows(np.load(r.prefix + "band_pairs.npy", mmap_mode="r")[band], lo, hi, 32)
     for s in range(a, b, block):
         # no local names for the blocks: a suspended generator would keep them alive, a block
         # more per run on top of what the merge holds
