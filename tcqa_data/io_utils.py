@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import struct
@@ -160,6 +161,19 @@ class NpyRowReader:
     def read_row_span(self, row: int, i: int, j: int):
         """Elements ``[i, j)`` of row ``row`` of a 2-D array."""
         return self._read(row * self.row_items + i, max(0, j - i), f"row {row}, columns {i}..{j}")
+
+
+def cached_row_reader(path: str | os.PathLike) -> NpyRowReader:
+    """``NpyRowReader(path)``, its header parsed once per process while the file is unchanged
+    (keyed by inode, mtime and size): a merge task opens the same runs' files for every band or
+    key range, and an open plus a header read cost ~0.4 ms here, a stat ~0.02."""
+    st = os.stat(path)
+    return _row_reader(os.fspath(path), (st.st_ino, st.st_mtime_ns, st.st_size))
+
+
+@functools.lru_cache(maxsize=16384)  # ~0.5 KB each
+def _row_reader(path: str, stamp: tuple) -> NpyRowReader:
+    return NpyRowReader(path)
 
 
 def read_json(path: str | os.PathLike) -> Any:

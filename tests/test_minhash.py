@@ -651,3 +651,19 @@ def test_band_merge_pair_sort_packed_and_wide_docs_agree():
     assert packed_k.dtype == np.uint64 and packed_d.dtype == np.int64
     wide_k, wide_d = mh_merge._sorted_unique_pairs(k.copy(), d + 2**32)  # docs past 32 bits
     assert np.array_equal(wide_k, packed_k) and np.array_equal(wide_d, packed_d + 2**32)
+
+
+def test_merge_readers_are_cached_until_a_file_changes(tmp_path):
+    """The band and range merges open each run's files once per process (``cached_row_reader``),
+    and a file rewritten under the same name (a rerun map) is read again."""
+    from tcqa_data.io_utils import cached_row_reader
+
+    path = tmp_path / "run.band_pairs.npy"
+    np.save(path, np.arange(12, dtype=np.uint64).reshape(3, 4))
+    first = cached_row_reader(path)
+    assert cached_row_reader(str(path)) is first and first.shape == (3, 4)
+    np.save(tmp_path / "new.npy", np.arange(10, dtype=np.uint64).reshape(2, 5))
+    (tmp_path / "new.npy").replace(path)  # as an atomic rewrite does
+    again = cached_row_reader(path)
+    assert again is not first and again.shape == (2, 5)
+    assert again.read_row_span(1, 1, 3).tolist() == [6, 7]

@@ -16,7 +16,14 @@ from tcqa_data.decontam import packed
 from tcqa_data.decontam.minhash.params import INDEX_STORAGE_FORMAT, MinHashParams, index_storage_info
 from tcqa_data.decontam.minhash.sketch import STORAGE_FORMAT as RUN_STORAGE_FORMAT
 from tcqa_data.errors import IndexMismatchError, TcqaError
-from tcqa_data.io_utils import NpyRowReader, NpyStream, atomic_path, read_json, write_json_atomic
+from tcqa_data.io_utils import (
+    NpyRowReader,
+    NpyStream,
+    atomic_path,
+    cached_row_reader,
+    read_json,
+    write_json_atomic,
+)
 
 _MERGE_BLOCK = 1 << 16  # rows copied at a time when concatenating runs
 # (key, doc) entries read ahead over all runs in the band merge, shared among the runs so the
@@ -92,7 +99,7 @@ class _Run:
     pairs: bool = False  # a group's merged run of one band: keys.npy, docs.npy (global doc ordinals)
 
     def reader(self, name: str) -> NpyRowReader:
-        return NpyRowReader(Path(self.prefix + name + ".npy"))
+        return cached_row_reader(self.prefix + name + ".npy")
 
 
 def _check_params(found: dict[str, Any], params: MinHashParams, where: Path) -> None:
