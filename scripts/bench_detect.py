@@ -461,7 +461,7 @@ def score_natural(items: list[dict], index_dir: Path, rules: list[str], align_pa
 
 def natural(args: argparse.Namespace) -> None:
     from tcqa_data.decontam.align import AlignParams
-    from tcqa_data.decontam.textstore import store_bytes
+    from tcqa_data.decontam.textstore.store import store_bytes
 
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -649,7 +649,7 @@ def drop_page_cache(folders: list[Path]) -> None:
 
 
 def speed(args: argparse.Namespace) -> None:
-    from tcqa_data.decontam.textstore import store_bytes
+    from tcqa_data.decontam.textstore.store import store_bytes
     from tcqa_data.prep.pipeline import decontaminate
 
     work = Path(args.work)

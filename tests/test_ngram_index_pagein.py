@@ -93,3 +93,91 @@ def test_ngram_lookup_same_with_and_without_page_in(wiki_index, monkeypatch):
     assert a.found[:5000].all() and a.found[5000:].sum() <= 1
     for x, y in zip(a, b, strict=True):
         assert np.array_equal(x, y)
+
+
+def test_page_in_advises_the_rows_bytes_of_the_file(tmp_path, monkeypatch):
+    """A ``np.memmap`` whose data starts past the allocation granularity (the mapping starts at a
+    file offset): the requests name the file bytes of the rows asked for (``posix_fadvise``, which
+    releases the GIL), and the data reads back unchanged."""
+    if not hasattr(pagein.os, "posix_fadvise"):
+        return
+    gran = mmap.ALLOCATIONGRANULARITY
+    offset = 3 * gran + 40
+    data = np.arange(3_000_000, dtype=np.uint32)
+    path = tmp_path / "raw.bin"
+    path.write_bytes(b"\0" * offset + data.tobytes())
+    arr = np.memmap(path, dtype=np.uint32, mode="r", offset=offset, shape=(len(data),))
+    assert pagein._mapped_file(arr) == (str(path), 3 * gran)
+    assert pagein._mapped_file(arr[100:]) == (str(path), 3 * gran)  # slices keep the file's mapping
+    assert pagein._mapped_file(data) is None
+    advised: list[tuple[int, int]] = []
+    real = pagein.os.posix_fadvise
+    monkeypatch.setattr(pagein.os, "posix_fadvise",
+                        lambda fd, start, length, advice: advised.append((start, start + length))
+                        or real(fd, start, length, advice))
+    first = np.array([0, 1_000_000, 2_999_000], dtype=np.int64)
+    last = first + np.array([10, 500_000, 1000])
+    assert pagein.page_in([(arr, first, last)]) > 0
+    covered = pagein.spans(np.array([a for a, _ in advised]), np.array([b for _, b in advised]), gap=1)
+    for a, b in zip(first, last, strict=True):  # each row range's bytes lie in one advised span
+        lo, hi = offset + int(a) * 4, offset + int(b) * 4
+        assert ((covered[0] <= lo) & (covered[1] >= hi)).any()
+    assert covered[0][0] >= 3 * gran and covered[1][-1] <= path.stat().st_size + pagein.PAGE
+    assert np.array_equal(np.asarray(arr[first]), data[first])
+
+
+def test_page_in_behind_other_reads_paces_its_requests(tmp_path, monkeypatch):
+    """Inside ``behind_other_reads`` a page-in requests from the calling thread, in file order, and
+    waits for its oldest request once more than ``in_flight`` bytes are pending; outside, the
+    thread's page-ins are as before. Lookups read the same data."""
+    if not hasattr(pagein.os, "posix_fadvise"):
+        return
+    data = np.random.default_rng(4).integers(0, 2**63, 2_000_000, dtype=np.uint64)  # 16 MB
+    np.save(tmp_path / "a.npy", data)
+    arr = np.load(tmp_path / "a.npy", mmap_mode="r")
+    rows = np.arange(0, len(data), 100_000, dtype=np.int64)  # 800 KB apart: a request each
+    events: list[tuple[str, int, int]] = []
+    real_advise, real_pread = pagein.os.posix_fadvise, pagein.os.pread
+    monkeypatch.setattr(pagein.os, "posix_fadvise", lambda fd, start, length, advice: events.append(
+        ("advise", start, pagein.threading.get_ident())) or real_advise(fd, start, length, advice))
+    monkeypatch.setattr(pagein.os, "pread", lambda fd, n, at: events.append(
+        ("wait", at, pagein.threading.get_ident())) or real_pread(fd, n, at))
+    with pagein.behind_other_reads(in_flight=pagein.PAGE):
+        assert pagein.page_in([(arr, rows, rows + 1)]) == len(rows)
+    advised = [at for kind, at, _ in events if kind == "advise"]
+    waits = [at for kind, at, _ in events if kind == "wait"]
+    assert len(advised) == len(rows) and advised == sorted(advised)
+    assert {t for _, _, t in events} == {pagein.threading.get_ident()}
+    # a page pending at most (each request is one page): from the second request on, the oldest
+    # is waited for (its last byte); the last one is left in flight
+    assert [kind for kind, _, _ in events] == ["advise"] + ["advise", "wait"] * (len(rows) - 1)
+    assert waits == [a + pagein.PAGE - 1 for a in advised[:-1]]
+    events.clear()
+    pagein.page_in([(arr, rows, rows + 1)])  # outside the block: no waits
+    assert [kind for kind, _, _ in events] == ["advise"] * len(rows)
+    assert np.array_equal(np.asarray(arr[rows]), data[rows])
+
+
+def test_minhash_query_after_prefetch_pages_in_once(wiki_index, wiki_sample, monkeypatch):
+    """``MinHashIndex.prefetch(sigs)`` then ``query(sigs)``: the band-table pages are requested once
+    (the query's own request is skipped for the same signatures, not for others); same matches."""
+    import json
+
+    from tcqa_data.decontam.minhash import MinHashIndex, signatures
+    from tcqa_data.decontam.minhash import query as mq
+
+    lines = wiki_sample.read_text(encoding="utf-8").splitlines()
+    texts = [json.loads(line)["text"][:600] for line in lines[:40:4]]
+    mh = MinHashIndex.open(wiki_index)
+    sigs = signatures(texts, mh.params)
+    want = mh.query(sigs)
+    calls = []
+    real = mq.packed.page_in_lookups
+    monkeypatch.setattr(mq.packed, "page_in_lookups", lambda *a: calls.append(1) or real(*a))
+    fresh = MinHashIndex.open(wiki_index)
+    fresh.prefetch(sigs)
+    got = fresh.query(sigs)
+    assert len(calls) == 1 and (got[1] >= 0).any()
+    assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
+    fresh.query(sigs[:3])  # other signatures: their pages requested
+    assert len(calls) == 2

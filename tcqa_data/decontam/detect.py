@@ -290,7 +290,7 @@ def score_docs(docs: Sequence[QueryDoc], index_dir: str, n: int, *, max_corpus_f
             progress(k)
 
     if align is None:
-        from tcqa_data.decontam.textstore import has_text_store
+        from tcqa_data.decontam.textstore.store import has_text_store
 
         align = has_text_store(index_dir)
     cols = _score_unique(unique, index_dir, n, max_corpus_freq=max_corpus_freq, use_minhash=use_minhash,
@@ -313,8 +313,14 @@ def _score_unique(docs: Sequence[QueryDoc], index_dir: str, n: int, *, max_corpu
     def tok(text: str) -> list[str]:
         return tokenize(text, scheme)
 
-    # MinHash query windows and signatures first: their band-table pages are requested early
+    # Cold page cache, the order of the disk reads: the MinHash band-table pages first (requested
+    # once the query signatures are known), read at full speed while the queries are hashed; then the
+    # n-gram lookups in the background, their pages paced behind other reads
+    # (pagein.behind_other_reads) while the MinHash candidates are verified (CPU, and small reads of
+    # their texts, which the pacing keeps from queueing behind gigabytes of n-gram pages).
     mh_pre = _minhash_prepare(docs, index_dir, tok) if use_minhash else None
+    if mh_pre is not None:
+        mh_pre.start_prefetch()
 
     # 1) hash every query in one vectorized batch, then look all hashes up at once
     all_tokens = [tok(d.query) for d in docs]
@@ -322,11 +328,11 @@ def _score_unique(docs: Sequence[QueryDoc], index_dir: str, n: int, *, max_corpu
     flat = np.asarray(flat, dtype=np.uint64)
     offsets = np.zeros(len(docs) + 1, dtype=np.int64)
     offsets[1:] = np.cumsum(np.bincount(np.asarray(owner_doc, dtype=np.int64), minlength=len(docs)))
-    found, dfreq, doc_cols = _lookup_distinct(idx, flat, n)
-    if mh_pre is not None:
-        # cold page cache: the band-table pages are read while the per-doc columns below are built
-        # (after the n-gram lookups, so the two tables' pages need not fit in the page cache at once)
-        mh_pre.start_prefetch()
+    # the background thread is one: these lookups start once the band-table pages are requested
+    ngram_lookup = _background().submit(_lookup_behind_other_reads, idx, flat, n)
+    mh_cands: list[list[int]] | None = [[] for _ in docs] if align else None
+    sims, wins, wrefs, nwin = _minhash_scores(mh_pre, index_dir, mh_cands) if mh_pre else (None,) * 4
+    found, dfreq, doc_cols = ngram_lookup.result()
     common = found & (dfreq > max_corpus_freq) if max_corpus_freq is not None else np.zeros_like(found)
     counted = found & ~common
 
@@ -388,8 +394,6 @@ def _score_unique(docs: Sequence[QueryDoc], index_dir: str, n: int, *, max_corpu
     ref_of = dict(zip(uniq, idx.doc_refs(np.asarray(uniq, dtype=np.int64)), strict=False)) if uniq else {}
     cols["matched_doc_refs"] = [[str(ref_of[o]) for o in refs] for refs in pending_refs]
 
-    mh_cands: list[list[int]] | None = [[] for _ in docs] if align else None
-    sims, wins, wrefs, nwin = _minhash_scores(mh_pre, index_dir, mh_cands) if mh_pre else (None,) * 4
     k = len(docs)
     if align:
         from tcqa_data.decontam.align import alignment_columns
@@ -429,6 +433,15 @@ def _lookup_distinct(idx: Any, flat: np.ndarray, n: int) -> tuple[np.ndarray, np
         return found, dfreq, np.full((0, 1), -1, dtype=np.int64)
     inv = inv.ravel()
     return found[inv], dfreq[inv], doc_cols[inv]
+
+
+def _lookup_behind_other_reads(idx: Any, flat: np.ndarray, n: int
+                               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_lookup_distinct` for a background thread (its page-ins paced)."""
+    from tcqa_data.decontam.pagein import behind_other_reads
+
+    with behind_other_reads():
+        return _lookup_distinct(idx, flat, n)
 
 
 def _majority_owner(owners: list[str]) -> str:
@@ -511,7 +524,8 @@ def _minhash_prepare(docs: Sequence[QueryDoc], index_dir: str, tok: Callable[[st
 
 @lru_cache(maxsize=1)
 def _background() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(1, thread_name_prefix="tcqa-mh-prefetch")
+    # one thread: its tasks run in turn (the band-table page-in, then the n-gram lookups)
+    return ThreadPoolExecutor(1, thread_name_prefix="tcqa-detect-background")
 
 
 def _minhash_scores(pre: _MinHashQueries, index_dir: str, candidates: list[list[int]] | None = None
@@ -581,7 +595,7 @@ def _align(docs: Sequence[QueryDoc], all_tokens: list[list[str]], index_dir: str
     """Align each query to its candidate docs: n-gram candidates first, then the text store's
     anchor candidates (shared rare 4-grams), then MinHash ones."""
     from tcqa_data.decontam.align import Aligner
-    from tcqa_data.decontam.textstore import AnchorIndex
+    from tcqa_data.decontam.textstore.anchors import AnchorIndex
 
     aligner = Aligner(index_dir, scheme, params)
     an_cands, weak_cands = AnchorIndex(index_dir).candidate_tiers(

@@ -16,13 +16,27 @@ evicted before its use at the disk's bandwidth), and the spans are requested wit
 ``MADV_WILLNEED`` from :data:`THREADS` threads, so many reads are in flight. The call returns when
 the requests are queued; a lookup touching a page still being read waits for that read only.
 Pages already cached cost nothing. Lookups return the same.
+
+The requests go through ``posix_fadvise(WILLNEED)`` on the mapped file when the array is a
+``np.memmap`` (both advices run the kernel's same readahead): CPython's ``mmap.madvise`` keeps the
+GIL while the kernel queues the reads, and a full request queue then stalls every Python thread
+(a page-in in the background would stall the verification it is meant to overlap).
+
+A page-in that runs in the background (:func:`behind_other_reads`) keeps at most
+:data:`BACKGROUND_IN_FLIGHT` bytes requested and not yet read: queued behind gigabytes of its
+requests, the few small reads that work in the foreground waits for (the text of the MinHash
+candidates) would wait seconds each; paced, they wait tens of milliseconds.
 """
 
 from __future__ import annotations
 
 import mmap
-from collections.abc import Sequence
+import os
+import threading
+from collections import deque
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
 
 import numpy as np
 
@@ -30,6 +44,10 @@ PAGE = mmap.PAGESIZE
 GAP = (256 << 10) // PAGE  # pages: spans closer than this are read as one
 PIECE = (4 << 20) // PAGE  # pages per request: the kernel reads at most read_ahead_kb per advice
 THREADS = 4  # advising threads: a full request queue blocks the advice, so several keep it full
+# a background page-in's bytes in flight: 8 pieces keep the disk's bandwidth (~1 GB/s with 4 MB
+# requests) and queue ~30 ms ahead of a foreground read
+BACKGROUND_IN_FLIGHT = 8 * PIECE * PAGE
+_pacing = threading.local()  # in_flight: this thread's limit inside behind_other_reads
 _ADVICE = hasattr(mmap, "MADV_WILLNEED") and hasattr(mmap, "MADV_RANDOM") and hasattr(mmap.mmap, "madvise")
 
 
@@ -43,6 +61,55 @@ def _advise(mm: mmap.mmap, advice: int, *span: int) -> None:
         mm.madvise(advice, *span)
     except (OSError, ValueError):  # advice only: a file system or mapping that refuses it reads as before
         pass
+
+
+def _mapped_file(arr: np.ndarray) -> tuple[str, int] | None:
+    """``(path, file offset of the mapping's first byte)`` of a ``np.memmap`` (its slices keep the
+    file name and the array's offset; the mapping starts at that offset rounded down to the
+    allocation granularity), or None."""
+    name, offset = getattr(arr, "filename", None), getattr(arr, "offset", None)
+    if not (hasattr(os, "posix_fadvise") and isinstance(name, str | os.PathLike) and isinstance(offset, int)):
+        return None
+    return os.fspath(name), offset - offset % mmap.ALLOCATIONGRANULARITY
+
+
+class _Request:
+    """Where one mapping's page requests go: ``posix_fadvise`` on its file (the GIL released),
+    else ``madvise`` on the mapping."""
+
+    def __init__(self, mm: mmap.mmap, file: tuple[str, int] | None) -> None:
+        self.mm, self.file, self.fd = mm, file, -1
+
+    def __enter__(self) -> _Request:
+        if self.file is not None:
+            try:
+                self.fd = os.open(self.file[0], os.O_RDONLY)
+            except OSError:  # moved or unreadable since it was mapped: advise the mapping instead
+                self.fd = -1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def wait(self, offset: int) -> None:
+        """Return once the byte at mapping offset ``offset`` is read (a one-byte read waits for the
+        page's read in flight, without the GIL). Mappings without a file: at once."""
+        if self.fd >= 0:
+            try:
+                os.pread(self.fd, 1, self.file[1] + offset)
+            except OSError:
+                pass
+
+    def willneed(self, start: int, length: int) -> None:
+        if self.fd < 0:
+            _advise(self.mm, mmap.MADV_WILLNEED, start, length)
+            return
+        try:
+            os.posix_fadvise(self.fd, self.file[1] + start, length, os.POSIX_FADV_WILLNEED)
+        except OSError:  # advice only
+            pass
 
 
 def page_ranges(arr: np.ndarray, first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -75,14 +142,42 @@ def spans(starts: np.ndarray, ends: np.ndarray, gap: int = GAP) -> tuple[np.ndar
     return starts[new], np.r_[reach[new[1:] - 1], reach[-1]]
 
 
+@contextmanager
+def behind_other_reads(in_flight: int = BACKGROUND_IN_FLIGHT) -> Iterator[None]:
+    """Inside the block, this thread's :func:`page_in` calls request their pages in file order from
+    this thread, with at most ``in_flight`` bytes requested and not yet read (for a page-in in the
+    background, so the reads other threads wait for are not queued behind it)."""
+    before = getattr(_pacing, "in_flight", None)
+    _pacing.in_flight = in_flight
+    try:
+        yield
+    finally:
+        _pacing.in_flight = before
+
+
+def _paced(reqs: list[tuple[_Request, int, int]], in_flight: int) -> None:
+    """Make the requests in order, waiting for the oldest while more than ``in_flight`` bytes are
+    pending."""
+    queued: deque[tuple[_Request, int, int]] = deque()
+    pending = 0
+    for request, start, length in reqs:
+        request.willneed(start, length)
+        queued.append((request, start + length - 1, length))
+        pending += length
+        while pending > in_flight:
+            oldest, last_byte, n = queued.popleft()
+            oldest.wait(last_byte)
+            pending -= n
+
+
 def page_in(parts: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> int:
     """Request the pages of rows ``[first, last)`` of each ``(array, first, last)``, every array's
     at once. Arrays that are not memory maps are skipped. Returns the pages requested."""
     if not _ADVICE:
         return 0
-    reqs: list[tuple[mmap.mmap, int, int]] = []
+    reqs: list[tuple[_Request, int, int]] = []
     total = 0
-    by_map: dict[int, tuple[mmap.mmap, int, list[np.ndarray]]] = {}
+    by_map: dict[int, tuple[_Request, int, list[np.ndarray]]] = {}
     for arr, first, last in parts:
         mm = _mapping(arr)
         if mm is None or not arr.size or not arr.flags.c_contiguous:
@@ -91,10 +186,11 @@ def page_in(parts: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> int:
         if len(ranges[0]):
             if id(mm) not in by_map:
                 base = np.frombuffer(mm, dtype=np.uint8)  # the mapping's first byte is on a page
-                by_map[id(mm)] = (mm, int(base.ctypes.data) // PAGE, [])
+                by_map[id(mm)] = (_Request(mm, _mapped_file(arr)), int(base.ctypes.data) // PAGE, [])
                 del base
             by_map[id(mm)][2].append(ranges)
-    for mm, base, range_lists in by_map.values():
+    for request, base, range_lists in by_map.values():
+        mm = request.mm
         s, e = spans(np.concatenate([r[0] for r in range_lists]) - base,
                      np.concatenate([r[1] for r in range_lists]) - base, gap=1)
         total += int((e - s).sum())
@@ -105,21 +201,28 @@ def page_in(parts: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> int:
             _advise(mm, mmap.MADV_RANDOM)
         for a, b in zip(s.tolist(), e.tolist(), strict=True):
             for p in range(a, b, PIECE):
-                reqs.append((mm, p * PAGE, (min(b, p + PIECE) - p) * PAGE))
+                reqs.append((request, p * PAGE, (min(b, p + PIECE) - p) * PAGE))
     if not reqs:
         return total
 
     def work(t: int) -> None:
         # thread t takes every THREADS-th request: the reads in flight stay close in each file
-        for mm, start, length in reqs[t::THREADS]:
-            _advise(mm, mmap.MADV_WILLNEED, start, length)
+        for request, start, length in reqs[t::THREADS]:
+            request.willneed(start, length)
 
-    if len(reqs) <= THREADS:  # a few spans (small lookups): no threads
-        for mm, start, length in reqs:
-            _advise(mm, mmap.MADV_WILLNEED, start, length)
-        return total
-    # threads of its own per call: a background page-in (detect's MinHash prefetch) must not hold up
-    # the requests of a lookup that waits for them
-    with ThreadPoolExecutor(THREADS, thread_name_prefix="tcqa-pagein") as pool:
-        list(pool.map(work, range(THREADS)))
+    with ExitStack() as files:
+        for request, _, _ in by_map.values():
+            files.enter_context(request)
+        in_flight = getattr(_pacing, "in_flight", None)
+        if in_flight is not None:
+            _paced(reqs, in_flight)
+            return total
+        if len(reqs) <= THREADS:  # a few spans (small lookups): no threads
+            for request, start, length in reqs:
+                request.willneed(start, length)
+            return total
+        # threads of its own per call: a background page-in (detect's n-gram lookups) must not hold
+        # up the requests of a lookup that waits for them
+        with ThreadPoolExecutor(THREADS, thread_name_prefix="tcqa-pagein") as pool:
+            list(pool.map(work, range(THREADS)))
     return total

@@ -52,6 +52,7 @@ class MinHashIndex:
         self.storage_format = int(self.storage.get("storage_format", 1))
         self._doc_texts = doc_texts
         self._store: Any = None  # the index's own text store, once opened (not with a doc_texts callable)
+        self._paged_keys: np.ndarray | None = None  # the band keys of the last page-in (prefetch)
 
         def load(name: str) -> np.ndarray:
             try:
@@ -108,7 +109,7 @@ class MinHashIndex:
                         f"build one with `tcqa-data index-corpus`")
 
     def _open_store(self) -> Any:
-        from tcqa_data.decontam.textstore import TextStore, has_text_store
+        from tcqa_data.decontam.textstore.store import TextStore, has_text_store
 
         root = self.folder.parent
         if not has_text_store(root):
@@ -195,7 +196,8 @@ class MinHashIndex:
         cmp_sigs = stored_signatures(sigs) if p.verify == "signatures" else sigs
         pair_q, pair_d = [], []
         live = np.flatnonzero(has_shingles)
-        self._page_in(keys[live])
+        if self._paged_keys is None or not np.array_equal(self._paged_keys, keys[live]):
+            self._page_in(keys[live])  # else a prefetch of these signatures requested the pages
         for band in range(p.bands):  # type: ignore[arg-type]
             owner, docs = packed.lookup(self.band_cells[band], self.band_entries[band], keys[live, band],
                                         self.dir_bits, self.id_bits, cap)
@@ -234,6 +236,7 @@ class MinHashIndex:
         bands = range(self.params.bands)  # type: ignore[arg-type]
         packed.page_in_lookups([(self.band_cells[b], self.band_entries[b]) for b in bands],
                                [keys[:, b] for b in bands], self.dir_bits, self.id_bits)
+        self._paged_keys = keys
 
     def prefetch(self, sigs: np.ndarray) -> None:
         """Request the pages ``query(sigs)`` will read from the band tables (storage format 3; other
