@@ -48,7 +48,7 @@ from tcqa_data.decontam.build_map import (
     sha256_file,
 )
 from tcqa_data.decontam.build_reduce import KIND, _commit, _reduce
-from tcqa_data.decontam.engines import Engine, check_writable_dir, local_output_dir, make_engine
+from tcqa_data.decontam.engines import Engine, check_writable_dir, local_output_dir, make_engine, run_tasks
 from tcqa_data.decontam.hashing import HASH_NAME
 from tcqa_data.decontam.normalize import check_scheme
 from tcqa_data.decontam.preflight import check_build
@@ -257,10 +257,10 @@ def build_index(
         if eng is not None:
             eng.check_shared_paths(out, paths)  # every node sees the inputs and can write out
             workers = eng.parallelism
-            sums = eng.map(sha256_file, [{"path": p} for p in paths], desc="index-checksum")
         else:
             check_writable_dir(out)  # a clear error naming the folder, not a traceback
-            sums = list(pool.map(sha256_file, paths)) if pool else [sha256_file(p) for p in paths]
+        sums = run_tasks(sha256_file, [{"path": p} for p in paths], desc="index-checksum", engine=eng,
+                         pool=pool)
         entries: list[dict[str, Any]] = []
         skipped_inputs: list[dict[str, str]] = []
         seen: dict[str, str] = {}
@@ -307,8 +307,7 @@ def build_index(
         split_calls = [{"inp": CorpusInput(e["path"], e["format"], e["size"]), "target_bytes": shard_bytes}
                        for e in files]
         # Cutting a file into byte ranges counts its newlines: a pass over it, so on the engine too.
-        splits = (eng.map(split_input, split_calls, desc="index-split") if eng is not None
-                  else [split_input(**c) for c in split_calls])
+        splits = run_tasks(split_input, split_calls, desc="index-split", engine=eng)
         shards_of = {e["path"]: sh for e, sh in zip(files, splits, strict=True)}
         tasks = []
         for e in entries:

@@ -18,7 +18,7 @@ from tcqa_data.decontam import ngram_index as ni
 from tcqa_data.decontam import ngram_reduce as nred
 from tcqa_data.decontam import ngram_runs as nruns
 from tcqa_data.decontam.build_map import _minhash_module, arrow_int64, arrow_strings
-from tcqa_data.decontam.engines import Engine
+from tcqa_data.decontam.engines import Engine, run_tasks
 from tcqa_data.errors import TcqaError
 from tcqa_data.io_utils import atomic_path, write_json_atomic
 from tcqa_data.progress import progress_bar, rate_text
@@ -47,26 +47,6 @@ def _bucket_group_task(bucket: int, n: int, group: int, stage: str, sources_by_n
     return nred.merge_bucket_group(os.path.join(stage, nred.GROUPS_DIR, f"n{n}"), n, bucket, group,
                                    sources_by_n[n][a:b], dir_bits=dir_bits, num_buckets=num_buckets,
                                    chunk_pairs=chunk_pairs, doc_dtype=doc_dtype)
-
-
-def _call(job: tuple) -> Any:
-    fn, kwargs = job
-    return fn(**kwargs)
-
-
-def _run_tasks(fn: Any, calls: list[dict], shared: dict, desc: str, pool, engine: Engine | None,
-               on_done: Any = None, chunksize: int = 1) -> list[Any]:
-    """``fn(**shared, **call)`` for each call, results in order: on the engine (``shared`` sent
-    once), the local process pool, or in this process; ``on_done(i, result)`` as each finishes."""
-    if engine is not None:
-        return engine.map(fn, calls, desc=desc, shared=shared, on_done=on_done)
-    jobs = [(fn, {**shared, **c}) for c in calls]
-    results = []
-    for i, r in enumerate(pool.map(_call, jobs, chunksize=chunksize) if pool else map(_call, jobs)):
-        results.append(r)
-        if on_done is not None:
-            on_done(i, r)
-    return results
 
 
 def _dir_bits(params: dict, cfg: dict, ns: list[int], all_inputs: list[dict], old_manifest: dict | None
@@ -138,11 +118,12 @@ def _reduce(out: Path, work: Path, params: dict, cfg: dict, ns: list[int], entri
 
         if group_calls:
             doc_dtype = "uint32" if offset < 2**32 else "int64"
-            _run_tasks(_bucket_group_task, group_calls, {**shared, "doc_dtype": doc_dtype},
-                       "index-reduce-groups", pool, engine, task_done, chunksize=8)
-        stats = _run_tasks(_bucket_task, bucket_calls,
-                           {**shared, "provenance": params["provenance_docs"], "old": old},
-                           "index-reduce", pool, engine, task_done, chunksize=8)
+            run_tasks(_bucket_group_task, group_calls, desc="index-reduce-groups",
+                      shared={**shared, "doc_dtype": doc_dtype}, engine=engine, pool=pool, on_done=task_done,
+                      chunksize=8)
+        stats = run_tasks(_bucket_task, bucket_calls, desc="index-reduce",
+                          shared={**shared, "provenance": params["provenance_docs"], "old": old},
+                          engine=engine, pool=pool, on_done=task_done, chunksize=8)
         for call, k in zip(bucket_calls, stats, strict=True):
             uniq[call["n"]] += k.rows
             max_cell[call["n"]] = max(max_cell[call["n"]], k.max_cell)
@@ -291,7 +272,8 @@ def _reduce_minhash(stage: Path, all_inputs: list[dict], out: Path, maps: Path, 
                         ("index-minhash-reduce", ["columns", *range(mparams.bands)])):
         if parts:
             shared = {"plan": plan, "out_dir": str(stage), "mh_params": params["minhash"]}
-            _run_tasks(_minhash_merge_task, [{"part": p} for p in parts], shared, desc, pool, engine)
+            run_tasks(_minhash_merge_task, [{"part": p} for p in parts], desc=desc, shared=shared,
+                      engine=engine, pool=pool)
     summary = mh.finish_minhash_merge(plan, stage, mparams)
     # "storage": the lossy parts of the MinHash files and their computed error rates (index-info)
     return {k: v for k, v in summary.items()

@@ -100,6 +100,30 @@ class Engine(ABC):
         self.close()
 
 
+def _call(job: tuple[Callable[..., Any], dict[str, Any]]) -> Any:
+    fn, kwargs = job
+    return fn(**kwargs)
+
+
+def run_tasks(fn: Callable[..., Any], calls: Sequence[Mapping[str, Any]], *, desc: str,
+              shared: Mapping[str, Any] | None = None, engine: Engine | None = None, pool: Any = None,
+              on_done: OnDone | None = None, chunksize: int = 1) -> list[Any]:
+    """``fn(**shared, **call)`` for each call, results in the order of ``calls``: as ``engine``'s
+    tasks (``shared`` sent once), else on ``pool`` (a local process pool: ``pool.map``), else one
+    after the other in this process. ``on_done(i, result)`` as each result arrives. The build's
+    steps run their tasks through this one function whichever of the three it has."""
+    if engine is not None:
+        return engine.map(fn, calls, desc=desc, shared=shared, on_done=on_done)
+    jobs = [(fn, {**(shared or {}), **c}) for c in calls]
+    results = []
+    done = pool.map(_call, jobs, chunksize=chunksize) if pool is not None else map(_call, jobs)
+    for i, r in enumerate(done):
+        results.append(r)
+        if on_done is not None:
+            on_done(i, r)
+    return results
+
+
 def local_output_dir(path: str | os.PathLike) -> Path:
     """The output folder as a local path; object-storage URIs are refused with the reason.
 

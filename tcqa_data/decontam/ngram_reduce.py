@@ -295,7 +295,11 @@ class _BucketPairs:
         self.nchunks = max(1, -(-total // chunk_pairs), -(-(1 << dir_bits) // chunk_pairs))
         self._runs = runs
         self._old = (old, n, bucket, dir_bits, old_rows)
-        self.has_old = old_rows > 0  # the old index has entries in this bucket
+
+    @property
+    def has_old(self) -> bool:
+        """The old index has entries in this bucket."""
+        return self._old[4] > 0
 
     def _step(self, rows: int) -> int:
         return rows // self.nchunks + rows // (4 * self.nchunks) + 1024

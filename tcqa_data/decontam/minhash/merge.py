@@ -408,7 +408,7 @@ def merge_minhash_band(plan: dict[str, Any], out_dir: str | os.PathLike, params:
     """Reduce, one task per band: k-way merge of that band's sorted runs into its row of
     ``band_cells`` (``start_minhash_merge`` created it) and its own ``band_entries_NNN`` file.
     Returns the band number."""
-    out, runs, lay = Path(out_dir), band_runs(plan, out_dir, band), plan["layout"]
+    out, lay = Path(out_dir), plan["layout"]
     cshape, cdt = _cells_shape(plan, params), np.dtype(lay["cell_dtype"])
     # the entries' count is known only at the end: a stream whose header is written last
     entries = NpyStream(out / f"{_entries_name(band)}{_PARTIAL}", _U64)
@@ -426,7 +426,7 @@ def merge_minhash_band(plan: dict[str, Any], out_dir: str | os.PathLike, params:
                                              band, _MERGE_ENTRIES, lay):
                         table.add(k, d)
             else:
-                _merge_band(runs, band, table, lay)
+                _merge_band(band_runs(plan, out_dir, band), band, table, lay)
             table.close()
             wc.close()
     except BaseException as exc:

@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tcqa_data.decontam.engines import run_tasks
 from tcqa_data.decontam.textstore.anchors import (
     _NotIndexOrder,
     _winnowed_jsonl,
@@ -171,18 +172,17 @@ def build_text_store(index_dir: str | os.PathLike, mode: str = "auto", *,
             todo.append(e)
     if todo:
         store.mkdir(parents=True, exist_ok=True)
-    calls = [(str(root), e, manifest, mode, hf) for e in todo]
-    if engine is not None and todo:
-        recs = engine.map(_store_input, [{"e": e} for e in todo], desc="index-textstore",
-                          shared={"root_dir": str(root), "manifest": manifest, "mode": mode, "hf": hf})
-    elif workers > 1 and len(todo) > 1:
-        # inputs are independent: one task per input (the pass reads and hashes every doc)
+    # inputs are independent: one task per input (the pass reads and hashes every doc)
+    calls = [{"e": e} for e in todo]
+    shared = {"root_dir": str(root), "manifest": manifest, "mode": mode, "hf": hf}
+    if engine is None and workers > 1 and len(todo) > 1:
         from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(max_workers=min(workers, len(todo))) as pool:
-            recs = list(pool.map(_store_input, *zip(*calls, strict=True)))
+            recs = run_tasks(_store_input, calls, desc="index-textstore", shared=shared, pool=pool)
     else:
-        recs = [_store_input(*c) for c in calls]
+        recs = run_tasks(_store_input, calls, desc="index-textstore", shared=shared,
+                         engine=engine if todo else None)
     for e, rec in zip(todo, recs, strict=True):
         entries[_key(e)] = rec
     entries = dict(sorted(entries.items()))
