@@ -7,6 +7,7 @@ import json
 import os
 import struct
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -106,6 +107,29 @@ class NpyStream:
         self._ctx.__exit__(type(exc), exc, exc.__traceback__)
 
 
+# A .npy header is parsed with ``ast.literal_eval``, and CPython 3.11 builds ASTs with one
+# interpreter-wide recursion counter: two threads parsing at once can raise "SystemError: AST
+# constructor recursion depth mismatch" (CPython gh-106905). Queries open files from several
+# threads (bucket openers, a background lookup, signing threads), so every header we parse is
+# parsed under this lock; the file's first page is read before it, so cold reads stay parallel.
+_NPY_HEADER_LOCK = threading.Lock()
+
+
+def _warm_header(path: str | os.PathLike) -> None:
+    with open(path, "rb", buffering=0) as fh:
+        fh.read(4096)
+
+
+def load_npy(path: str | os.PathLike, mmap_mode: str | None = "r"):
+    """``np.load(path, mmap_mode=..., allow_pickle=False)``, safe from several threads at once
+    (see ``_NPY_HEADER_LOCK``)."""
+    import numpy as np
+
+    _warm_header(path)
+    with _NPY_HEADER_LOCK:
+        return np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
+
+
 class NpyRowReader:
     """Rows of a C-order .npy file by explicit reads (``np.fromfile`` at an offset).
 
@@ -118,7 +142,8 @@ class NpyRowReader:
         import numpy as np
 
         self.path = Path(path)
-        with open(self.path, "rb") as fh:
+        _warm_header(self.path)
+        with _NPY_HEADER_LOCK, open(self.path, "rb") as fh:
             version = np.lib.format.read_magic(fh)
             if version == (1, 0):
                 shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)

@@ -39,7 +39,7 @@ import numpy as np
 from tcqa_data.decontam.hashing import HASH_NAME
 from tcqa_data.decontam.pagein import page_in
 from tcqa_data.errors import IndexMismatchError, TcqaError
-from tcqa_data.io_utils import NPY_HEADER_LEN, read_json
+from tcqa_data.io_utils import NPY_HEADER_LEN, load_npy, read_json
 
 MANIFEST = "manifest.json"
 DEFAULT_NUM_BUCKETS = 64
@@ -147,8 +147,7 @@ def false_positive_rates(unique: int, max_cell: int, num_buckets: int, dir_bits:
 
 def _load(path: Path) -> np.ndarray:
     """Memory-map a .npy (a zero-length array cannot be mapped, so read it)."""
-    arr = np.load(path, mmap_mode="r", allow_pickle=False) if path.stat().st_size > NPY_HEADER_LEN \
-        else np.load(path, allow_pickle=False)
+    arr = load_npy(path) if path.stat().st_size > NPY_HEADER_LEN else load_npy(path, mmap_mode=None)
     return arr
 
 

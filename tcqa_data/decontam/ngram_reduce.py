@@ -34,7 +34,7 @@ from tcqa_data.decontam.ngram_index import (
 )
 from tcqa_data.decontam.ngram_runs import _sort_by_hash, _sort_by_hash_compiled, run_doc_base, run_file
 from tcqa_data.errors import TcqaError
-from tcqa_data.io_utils import NpyRowReader, NpyStream, write_npy_atomic
+from tcqa_data.io_utils import NpyRowReader, NpyStream, load_npy, write_npy_atomic
 
 # Pairs per reduce chunk: bounds the reduce's memory whatever the corpus size.
 DEFAULT_CHUNK_PAIRS = 1_000_000
@@ -259,7 +259,7 @@ def _run_files(run_dir: str, n: int, run: int) -> tuple[NpyRowReader, NpyRowRead
 @lru_cache(maxsize=8192)  # ~2 KB per run (two readers, 66 offsets by default)
 def _run_files_cached(run_dir: str, n: int, run: int, stamp: tuple) -> tuple[NpyRowReader, NpyRowReader,
                                                                              np.ndarray]:
-    offsets = np.load(run_file(run_dir, n, run, "offsets"), allow_pickle=False)
+    offsets = load_npy(run_file(run_dir, n, run, "offsets"), mmap_mode=None)
     offsets.setflags(write=False)  # shared by every bucket's task in this process
     hashes, docs = (NpyRowReader(run_file(run_dir, n, run, k)) for k in ("hashes", "docs"))
     return hashes, docs, offsets

@@ -21,6 +21,7 @@ from tcqa_data.io_utils import (
     NpyStream,
     atomic_path,
     cached_row_reader,
+    load_npy,
     read_json,
     write_json_atomic,
 )
@@ -146,7 +147,7 @@ def _run_sources(r: _Run, band: int, block: int, layout: dict[str, Any],
     whole = (lo, hi) == (0, 1 << packed.KEY_BITS)
     if r.pairs:
         kr, dr = r.reader("keys"), r.reader("docs")
-        a, b = (0, len(kr)) if whole else _key_rows(np.load(r.prefix + "keys.npy", mmap_mode="r"), lo, hi)
+        a, b = (0, len(kr)) if whole else _key_rows(load_npy(r.prefix + "keys.npy"), lo, hi)
         for s in range(a, b, block):
             e = min(s + block, b)
             yield kr.read(s, e).astype(np.uint64), dr.read(s, e).astype(np.int64)
@@ -155,7 +156,7 @@ def _run_sources(r: _Run, band: int, block: int, layout: dict[str, Any],
         # an existing format-3 index: decode its band table a range of directory cells at a time
         d, ib = layout["base_dir_bits"], layout["base_id_bits"]
         cells = r.reader("band_cells")
-        words = np.load(r.prefix + _entries_name(band) + ".npy", mmap_mode="r")
+        words = load_npy(r.prefix + _entries_name(band) + ".npy")
         rbits = packed.KEY_BITS - d
         step = max(1, block // packed.LOAD)
         for c0 in range(lo >> rbits, hi >> rbits, step):
@@ -171,7 +172,7 @@ def _run_sources(r: _Run, band: int, block: int, layout: dict[str, Any],
     if whole:
         a, b = 0, r.n
     else:
-        a, b = _key_rows(np.load(r.prefix + "band_pairs.npy", mmap_mode="r")[band], lo, hi, 32)
+        a, b = _key_rows(load_npy(r.prefix + "band_pairs.npy")[band], lo, hi, 32)
     for s in range(a, b, block):
         # no local names for the blocks: a suspended generator would keep them alive, a block
         # more per run on top of what the merge holds

@@ -23,7 +23,7 @@ from tcqa_data.decontam.minhash.sketch import (
 )
 from tcqa_data.decontam.minhash.windows import window_spans
 from tcqa_data.errors import TcqaError
-from tcqa_data.io_utils import read_json
+from tcqa_data.io_utils import load_npy, read_json
 
 _U32 = np.uint32
 _VERIFY_DOCS = 256  # candidate docs signed (or read) at a time
@@ -56,7 +56,7 @@ class MinHashIndex:
 
         def load(name: str) -> np.ndarray:
             try:
-                return np.load(folder / f"{name}.npy", mmap_mode="r", allow_pickle=False)
+                return load_npy(folder / f"{name}.npy")
             except (OSError, ValueError) as e:
                 raise TcqaError(f"MinHash index {folder} is damaged ({name}.npy: {e}); rebuild it") from None
 

@@ -33,7 +33,7 @@ import numpy as np
 from tcqa_data.decontam import packed
 from tcqa_data.decontam.arrays import sorted_unique
 from tcqa_data.decontam.textstore.store import META, STORE_DIR, _key
-from tcqa_data.io_utils import read_json, write_npy_atomic
+from tcqa_data.io_utils import load_npy, read_json, write_npy_atomic
 
 ANCHOR_K = 4  # words per hashed k-gram
 ANCHOR_W = 3  # winnowing window (k-grams): shared runs of >= ANCHOR_W + ANCHOR_K - 1 words are found
@@ -179,10 +179,10 @@ class AnchorIndex:
             rec = meta["inputs"].get(_key(e), {})
             for run in rec.get("anchors", []):
                 if isinstance(run, str):  # store version 2
-                    arr = np.load(root / STORE_DIR / run, mmap_mode="r", allow_pickle=False)
+                    arr = load_npy(root / STORE_DIR / run)
                 else:
-                    arr = tuple(np.load(root / STORE_DIR / f"{run['name']}.{part}.npy", mmap_mode="r",
-                                        allow_pickle=False) for part in ("cells", "words")) \
+                    arr = tuple(load_npy(root / STORE_DIR / f"{run['name']}.{part}.npy")
+                                for part in ("cells", "words")) \
                         + (int(run["dir_bits"]), int(run["id_bits"]))
                 self.runs.append((arr, int(e["doc_offset"])))
 

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 from tcqa_data.decontam.arrays import sorted_unique
 from tcqa_data.errors import TcqaError
-from tcqa_data.io_utils import read_json
+from tcqa_data.io_utils import load_npy, read_json
 
 STORE_DIR = "textstore"
 META = "meta.json"
@@ -110,7 +110,7 @@ class TextStore:
     def _array(self, rec: dict[str, Any]) -> np.ndarray:
         f = rec["file"]
         if f not in self._arrays:
-            self._arrays[f] = np.load(self.root / STORE_DIR / f, mmap_mode="r", allow_pickle=False)
+            self._arrays[f] = load_npy(self.root / STORE_DIR / f)
         return self._arrays[f]
 
     def _check_file(self, rec: dict[str, Any]) -> str:
