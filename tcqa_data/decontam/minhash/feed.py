@@ -4,7 +4,7 @@
 on ``str`` offsets) and its Janitor-normalized bytes (the n-gram hashes and the window
 signatures). Read through ``iter_documents`` that is a ``json.loads`` and a ``str`` per line, a
 UTF-32 copy for the window kernels, and two UTF-8 encodings. Here a compiled pass
-(``_numba_kernels.jsonl_scan_cps``) decodes each line's text field straight into code points
+(``_numba_kernels.jsonl.jsonl_scan_cps``) decodes each line's text field straight into code points
 (one ``uint32`` per ``str`` character), and a second (``janitor_from_cps``) writes the
 normalized bytes in the layout of ``readers.iter_normalized_batches`` with every character's
 byte offset there. The documents, batches, refs, errors and skip counts are those of

@@ -106,7 +106,7 @@ def scan_jsonl_batches(inp: CorpusInput | InputShard, text_field: str, on_error:
     refs and skip counts are those of ``iter_documents``."""
     import numpy as np
 
-    from tcqa_data.decontam._numba_kernels import SCAN_BATCH_FULL, SCAN_DEFER, SCAN_END, SCAN_ROOM
+    from tcqa_data.decontam._numba_kernels.jsonl import SCAN_BATCH_FULL, SCAN_DEFER, SCAN_END, SCAN_ROOM
 
     shard = inp if isinstance(inp, InputShard) else None
     corpus_input = shard.input if shard is not None else inp
@@ -231,7 +231,7 @@ def iter_normalized_batches(inp: CorpusInput | InputShard, text_field: str = "te
     The same documents, refs, errors and skip counts as ``iter_documents`` (refs ``path:line``),
     grouped as a loop adding documents until their chars reach ``batch_chars`` would group them,
     and normalized exactly as ``hashing.encode_normalized``, but with no Python object per line:
-    a compiled pass (``_numba_kernels.jsonl_scan``) finds each line's top-level text field in the
+    a compiled pass (``_numba_kernels.jsonl.jsonl_scan``) finds each line's top-level text field in the
     raw bytes and decodes and normalizes it in place. Lines it is not certain about (invalid
     JSON or UTF-8, no or a non-string text field, repeated or escaped keys, NaN, deep nesting,
     a byte order mark) go through ``_jsonl_document``, the line reader of ``iter_documents``.

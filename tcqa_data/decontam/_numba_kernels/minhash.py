@@ -1,0 +1,199 @@
+"""MinHash windows' signatures (xxh32 shingles, datasketch's affine permutations) and the map runs'
+band tables as (key, doc) pairs."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from tcqa_data.decontam._numba_kernels.mix import fmix
+
+_M32 = np.uint64(0xFFFFFFFF)
+_P32_1 = np.uint64(0x9E3779B1)
+_P32_2 = np.uint64(0x85EBCA77)
+_P32_3 = np.uint64(0xC2B2AE3D)
+_P32_4 = np.uint64(0x27D4EB2F)
+_P32_5 = np.uint64(0x165667B1)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _rotl32(x, r):
+    return ((x << np.uint64(r)) | (x >> np.uint64(32 - r))) & _M32
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _read32(buf, i):  # little-endian
+    return (np.uint64(buf[i]) | (np.uint64(buf[i + 1]) << np.uint64(8))
+            | (np.uint64(buf[i + 2]) << np.uint64(16)) | (np.uint64(buf[i + 3]) << np.uint64(24)))
+
+
+@njit(cache=True, nogil=True)
+def xxh32(buf, off, n):
+    """xxHash32 (seed 0) of ``buf[off:off + n]``; 32-bit arithmetic in uint64 registers, masked."""
+    i = off
+    n += off
+    if n - off >= 16:
+        v1 = (_P32_1 + _P32_2) & _M32
+        v2 = _P32_2
+        v3 = np.uint64(0)
+        v4 = (np.uint64(0x100000000) - _P32_1) & _M32
+        while i + 16 <= n:
+            v1 = (_rotl32((v1 + _read32(buf, i) * _P32_2) & _M32, 13) * _P32_1) & _M32
+            v2 = (_rotl32((v2 + _read32(buf, i + 4) * _P32_2) & _M32, 13) * _P32_1) & _M32
+            v3 = (_rotl32((v3 + _read32(buf, i + 8) * _P32_2) & _M32, 13) * _P32_1) & _M32
+            v4 = (_rotl32((v4 + _read32(buf, i + 12) * _P32_2) & _M32, 13) * _P32_1) & _M32
+            i += 16
+        h = (_rotl32(v1, 1) + _rotl32(v2, 7) + _rotl32(v3, 12) + _rotl32(v4, 18)) & _M32
+    else:
+        h = _P32_5
+    h = (h + np.uint64(n - off)) & _M32
+    while i + 4 <= n:
+        h = (h + _read32(buf, i) * _P32_3) & _M32
+        h = (_rotl32(h, 17) * _P32_4) & _M32
+        i += 4
+    while i < n:
+        h = (h + np.uint64(buf[i]) * _P32_5) & _M32
+        h = (_rotl32(h, 11) * _P32_1) & _M32
+        i += 1
+    h ^= h >> np.uint64(15)
+    h = (h * _P32_2) & _M32
+    h ^= h >> np.uint64(13)
+    h = (h * _P32_3) & _M32
+    h ^= h >> np.uint64(16)
+    return h
+
+
+@njit(cache=True, nogil=True)
+def window_signatures(data, win_start, win_end, k_words, a, b):
+    """MinHash signatures of windows ``data[win_start[i]:win_end[i]]`` (normalized bytes,
+    tokens separated by spaces): shingles of ``k_words`` tokens joined by one space (fewer
+    tokens: one shingle of all), xxh32 of each, fmix32, then ``min((a * h + b) mod 2**32)``.
+    Returns (uint32 [n, P] signatures, shingle count per window)."""
+    nw = len(win_start)
+    nperm = len(a)
+    sigs = np.full((nw, nperm), np.uint32(0xFFFFFFFF), dtype=np.uint32)
+    counts = np.zeros(nw, dtype=np.int64)
+    buf = np.empty(256, dtype=np.uint8)
+    ts = np.empty(64, dtype=np.int64)
+    te = np.empty(64, dtype=np.int64)
+    row = np.empty(nperm, dtype=np.uint32)
+    for w in range(nw):
+        # tokens of the window, branch-free: a token starts after a space and ends at one (space
+        # and non-space alternate every few bytes in no pattern a branch predictor learns)
+        start = win_start[w]
+        end = win_end[w]
+        if end - start + 2 > len(ts):
+            ts = np.empty(2 * (end - start) + 2, dtype=np.int64)
+            te = np.empty(2 * (end - start) + 2, dtype=np.int64)
+        nt = 0
+        ne = 0
+        prev = True
+        for i in range(start, end):
+            sp = data[i] == 32
+            ts[nt] = i
+            nt += prev and not sp
+            te[ne] = i
+            ne += sp and not prev
+            prev = sp
+        te[ne] = end  # the end of a token running to the window's end
+        if nt == 0:
+            continue
+        nsh = nt - k_words + 1 if nt >= k_words else 1
+        span = k_words if nt >= k_words else nt
+        counts[w] = nsh
+        row[:] = np.uint32(0xFFFFFFFF)
+        for j in range(nsh):
+            # the shingle's bytes: tokens j .. j+span-1 joined by one space
+            need = 0
+            for t in range(j, j + span):
+                need += te[t] - ts[t] + 1
+            if need - 1 == te[j + span - 1] - ts[j]:
+                h = xxh32(data, ts[j], need - 1)  # tokens one space apart: hash in place
+            else:
+                if need > len(buf):
+                    buf = np.empty(2 * need, dtype=np.uint8)
+                m = 0
+                for t in range(j, j + span):
+                    if t > j:
+                        buf[m] = 32
+                        m += 1
+                    for q in range(ts[t], te[t]):
+                        buf[m] = data[q]
+                        m += 1
+                h = xxh32(buf, 0, m)
+            # datasketch pre-mixes each hash with MurmurHash3's fmix32
+            h ^= h >> np.uint64(16)
+            h = (h * np.uint64(0x85EBCA6B)) & _M32
+            h ^= h >> np.uint64(13)
+            h = (h * np.uint64(0xC2B2AE35)) & _M32
+            h ^= h >> np.uint64(16)
+            h32 = np.uint32(h)
+            for k in range(nperm):  # 32-bit lanes: the compiler vectorizes this loop
+                v = np.uint32(a[k] * h32 + b[k])
+                row[k] = min(row[k], v)
+        for k in range(nperm):
+            sigs[w, k] = row[k]
+    return sigs, counts
+
+
+_BK_MUL = np.uint64(0xFF51AFD7ED558CCD)
+_BK_SEED = np.uint64(0x9E3779B97F4A7C15)
+
+
+@njit(cache=True, nogil=True)
+def band_keys32(sigs, bands, rows):
+    """``sketch.stored_band_keys(sketch.band_keys(sigs))`` transposed: uint32 ``[bands, m]``."""
+    m = sigs.shape[0]
+    out = np.empty((bands, m), dtype=np.uint32)
+    seeds = np.empty(bands, dtype=np.uint64)
+    for band in range(bands):
+        seeds[band] = _BK_SEED * np.uint64(band + 1)
+    for i in range(m):  # row by row: one pass over the signatures
+        for band in range(bands):
+            h = seeds[band]
+            for j in range(band * rows, (band + 1) * rows):
+                h ^= np.uint64(sigs[i, j])
+                h *= _BK_MUL
+                h ^= h >> np.uint64(32)
+            out[band, i] = np.uint32(fmix(h) >> np.uint64(32))
+    return out
+
+
+@njit(cache=True, nogil=True)
+def band_key_pairs(keys, docs):
+    """A map run's band tables: per band (row of ``keys``, uint32), ``key << 32 | docs[window]``
+    of every window sorted, ``docs`` (each window's doc relative to the run's first, below
+    2**32) being non-decreasing: a stable LSD radix sort on the key in three 11-bit digits (the
+    counts stay in L1; a byte-wise scatter into 256 small partitions cost twice as much) keeps equal
+    keys in window order, hence in doc order."""
+    bands, m = keys.shape
+    out = np.empty((bands, m), dtype=np.uint64)
+    a = np.empty(m, dtype=np.uint64)
+    b = np.empty(m, dtype=np.uint64)
+    counts = np.empty(2048, dtype=np.int64)
+    mask = np.uint64(2047)
+    for band in range(bands):
+        for i in range(m):
+            a[i] = (np.uint64(keys[band, i]) << np.uint64(32)) | np.uint64(docs[i])
+        src, dst = a, b
+        for shift in (32, 43, 54):
+            sh = np.uint64(shift)
+            counts[:] = 0
+            for i in range(m):
+                counts[(src[i] >> sh) & mask] += 1
+            acc = 0
+            for v in range(2048):
+                c = counts[v]
+                counts[v] = acc
+                acc += c
+            for i in range(m):
+                v = (src[i] >> sh) & mask
+                dst[counts[v]] = src[i]
+                counts[v] += 1
+            src, dst = dst, src
+        out[band] = src
+    return out
+
+
+KERNELS = {"xxh32": xxh32, "window_signatures": window_signatures, "band_keys32": band_keys32,
+           "band_key_pairs": band_key_pairs}

@@ -1,0 +1,19 @@
+"""Hash mixing shared by the n-gram and MinHash kernels."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+_F1 = np.uint64(0xBF58476D1CE4E5B9)
+_F2 = np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+
+@njit(cache=True, nogil=True)
+def fmix(z):
+    z ^= z >> _S30
+    z *= _F1
+    z ^= z >> _S27
+    z *= _F2
+    z ^= z >> _S31
+    return z
