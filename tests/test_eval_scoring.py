@@ -9,13 +9,13 @@ from conftest import shared_file
 from eval_fixtures import build_tiny_model
 
 from tcqa_data.eval.models import load_model
+from tcqa_data.eval.packing import pack
 from tcqa_data.eval.scoring import (
     Engine,
     LLRequest,
     encode_pairs,
     generate_until,
     loglikelihoods,
-    pack,
     tok_encode_batch,
 )
 
