@@ -607,8 +607,8 @@ def test_band_merge_with_small_blocks_and_many_runs_is_identical(wiki_sample, tm
 def test_band_merge_in_run_groups_or_key_ranges_is_identical(wiki_sample, tmp_path, monkeypatch, groups,
                                                              ranges):
     """Past GROUP_RUNS runs each band's run groups are merged first (their own tasks), then the
-    groups' runs; past RANGE_WINDOWS windows each band's key ranges are merged apart, then the
-    band packs the ranges' runs. Either way, or both: the same files as one merge of every run,
+    groups' runs; past RANGE_WINDOWS windows each band's key ranges are merged and packed apart,
+    then the band joins the ranges' parts. Either way, or both: the same files as one merge of every run,
     also when appending to an index (whose tables are a run of the first group, read by directory
     cell), and no scratch left behind."""
     texts = _wiki(wiki_sample, range(0, 600, 20))
@@ -635,6 +635,52 @@ def test_band_merge_in_run_groups_or_key_ranges_is_identical(wiki_sample, tmp_pa
     assert (len(plan["groups"]) >= 2) == groups and (1 < plan["ranges"] <= base_cells) == ranges
     merge_minhash_shards(new, base / "minhash", P, base_dir=base / "minhash")
     assert _bytes(base) == one
+
+
+@pytest.mark.parametrize(("dir_bits", "id_bits", "ranges"), [(4, 9, 4), (6, 29, 8), (3, 33, 8), (5, 1, 2)])
+def test_packed_key_ranges_joined_equal_one_table(dir_bits, id_bits, ranges):
+    """A table packed as key ranges (``TableWriter(cells=...)``, each from bit 0), the parts'
+    directories offset and their words joined by ``WordsJoin`` in pieces: the same directory and
+    words as the table packed at once, for entry widths that do and do not divide 64 bits,
+    empty ranges included."""
+    from tcqa_data.decontam import packed
+
+    rng = np.random.default_rng(dir_bits * 100 + id_bits)
+    n = 3000
+    keys = np.sort(rng.integers(0, 2**32, n, dtype=np.uint64))
+    keys = keys[(keys >> np.uint64(30)) != 1]  # one empty quarter of the key space
+    ids = rng.integers(0, 2**id_bits, len(keys), dtype=np.uint64).astype(np.int64)
+    order = np.lexsort((ids, keys))
+    keys, ids = keys[order], ids[order]
+
+    def write(parts_of_keys, cells=None):
+        c, w = [], []
+        t = packed.TableWriter(c.append, w.append, None, dir_bits, id_bits, cells)
+        for k, d in parts_of_keys:
+            t.add(k, d)
+        t.close()
+        return np.concatenate(c), np.concatenate(w)
+
+    whole_cells, whole_words = write([(keys, ids)])
+    width = packed.entry_width(dir_bits, id_bits)
+    span, per = 2**32 // ranges, 2**dir_bits // ranges
+    cells_out, words_out = [], []
+    join = packed.WordsJoin(lambda w: words_out.append(w.copy()), width)  # it reuses its buffers
+    before = 0
+    for r in range(ranges):
+        sel = (keys >= r * span) & (keys < (r + 1) * span)
+        k, d = keys[sel], ids[sel]
+        c, w = write([(k[:7], d[:7]), (k[7:], d[7:])], (r * per, (r + 1) * per))
+        assert len(c) == per + 1 and int(c[-1]) == len(k)
+        cells_out.append(c[:-1] + before)
+        bits = len(k) * width
+        for a in range(0, -(-bits // 64), 5):  # in pieces of 5 words
+            join.add(w[a:a + 5], min(bits - 64 * a, 64 * 5))
+        before += len(k)
+    cells_out.append(np.array([before]))
+    assert join.close() == len(whole_words)
+    assert np.array_equal(np.concatenate(cells_out), whole_cells)
+    assert np.array_equal(np.concatenate(words_out), whole_words)
 
 
 def test_band_merge_pair_sort_packed_and_wide_docs_agree():

@@ -120,13 +120,17 @@ class OffsetsWriter:
 
 class TableWriter:
     """Streams one table: ``add`` sorted (key, id) blocks, then ``close``. ``write_cells`` and
-    ``write_words`` receive the directory and the words in file order."""
+    ``write_words`` receive the directory and the words in file order. ``cells=(c0, c1)``: the
+    keys all lie in directory cells ``[c0, c1)`` and the directory written is that slice of a
+    table's (``c1 - c0 + 1`` offsets from 0): a key range packed on its own, for ``WordsJoin``."""
 
     def __init__(self, write_cells: Callable[[np.ndarray], None], write_words: Callable[[np.ndarray], None],
-                 n_entries: int | None, dir_bits: int, id_bits: int) -> None:
+                 n_entries: int | None, dir_bits: int, id_bits: int, cells: tuple[int, int] | None = None
+                 ) -> None:
         self.dir_bits, self.id_bits = dir_bits, id_bits
         self.width = entry_width(dir_bits, id_bits)
-        self.cells = OffsetsWriter(write_cells, 1 << dir_bits)
+        self.first_cell, last = (0, 1 << dir_bits) if cells is None else cells
+        self.cells = OffsetsWriter(write_cells, last - self.first_cell)
         self.write_words = write_words
         self.n_entries = n_entries
         self.left = np.zeros(0, dtype=_U64)
@@ -135,7 +139,7 @@ class TableWriter:
     def add(self, keys: np.ndarray, ids: np.ndarray) -> None:
         keys = np.asarray(keys, dtype=_U64)
         rbits = KEY_BITS - self.dir_bits
-        self.cells.add((keys >> _U64(rbits)).astype(np.int64))
+        self.cells.add((keys >> _U64(rbits)).astype(np.int64) - self.first_cell)
         rem = keys & _U64((1 << rbits) - 1)
         vals = np.concatenate([self.left, (rem << _U64(self.id_bits)) | np.asarray(ids, dtype=_U64)])
         full = len(vals) // 64 * 64
@@ -160,6 +164,54 @@ class TableWriter:
         assert not tail[need:].any()
         self._put(tail[:need])
         return self.cells.seen
+
+
+class WordsJoin:
+    """Joins packed entry streams, each written from bit 0 (``TableWriter``'s words), into the
+    words of one table holding their entries in order: the words of a key range are shifted by
+    the bits of the ranges before it, no entry is unpacked. ``add`` a stream's words (its entries'
+    bits: the spare word and any padding are left out) in pieces; ``close`` writes the last
+    partial word and the table's spare word. ``write_words`` may get a view of a buffer reused by
+    the next ``add``: it must write (or copy) the words before it returns."""
+
+    def __init__(self, write_words: Callable[[np.ndarray], None], width: int) -> None:
+        self.write_words, self.width = write_words, width
+        self.bits = 0  # bits of the table so far
+        self.carry = _U64(0)  # the bits of a partial last word, not written yet
+        # shift buffers reused from piece to piece (fresh ones cost their page faults each time)
+        self._lo = np.zeros(0, dtype=_U64)
+        self._hi = np.zeros(0, dtype=_U64)
+
+    def add(self, words: np.ndarray, n_bits: int) -> None:
+        """The first ``n_bits`` bits of ``words`` (bits past them zero), after the table's bits;
+        a stream given in pieces: every piece but its last holds a multiple of 64 bits."""
+        if n_bits <= 0:
+            return
+        words = np.asarray(words[:-(-n_bits // 64)], dtype=_U64)
+        s = self.bits & 63
+        if s:
+            n = len(words)
+            if len(self._lo) < n + 1:
+                self._lo, self._hi = np.empty(n + 1, dtype=_U64), np.empty(n, dtype=_U64)
+            out = self._lo[:n + 1]
+            np.left_shift(words, _U64(s), out=out[:n])
+            out[n] = 0
+            hi = np.right_shift(words, _U64(64 - s), out=self._hi[:n])
+            np.bitwise_or(out[1:], hi, out=out[1:])
+            out[0] |= self.carry
+        else:
+            out = words
+        end = s + n_bits  # bits in ``out``
+        full = end >> 6
+        self.write_words(out[:full])
+        self.carry = out[full] if end & 63 else _U64(0)
+        self.bits += n_bits
+
+    def close(self) -> int:
+        """Write the last partial word and the spare word; returns the words written in all."""
+        tail = [self.carry] if self.bits & 63 else []
+        self.write_words(np.array(tail + [0], dtype=_U64))
+        return -(-self.bits // 64) + 1
 
 
 def decode_range(cells: np.ndarray, words: np.ndarray, c0: int, c1: int, dir_bits: int, id_bits: int

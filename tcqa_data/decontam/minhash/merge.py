@@ -41,11 +41,12 @@ GROUP_RUNS = _MERGE_ENTRIES // _MIN_BLOCK // 2
 GROUPS_DIR = "band_groups"  # the groups' runs: build scratch inside the staged minhash/ folder
 # Above this many windows per key range, each band's merge is split by key range (a power of two
 # of ranges, on directory-cell bounds): one task per band and range merges that range of every
-# run into a sorted run of its own (``merge_minhash_range``), and the band task then only packs
-# the ranges' runs in order. A band task was one task per band whatever the corpus (26-way at
-# most: ~2 h at 10 TB on any number of cores); the packing is about a quarter of its work.
+# run and packs it as that range's part of the band table (``merge_minhash_range``), and the band
+# task then only joins the parts in key order (shifting words, no entry unpacked). A band task was
+# one task per band whatever the corpus (26-way at most: ~2 h at 10 TB on any number of cores).
 RANGE_WINDOWS = 1 << 24  # ~2 GB of fresh text (about 7.6 M windows per GB)
-RANGES_DIR = "band_ranges"  # the ranges' runs: build scratch inside the staged minhash/ folder
+RANGES_DIR = "band_ranges"  # the ranges' packed parts: build scratch inside the staged minhash/ folder
+_JOIN_BLOCK = 1 << 20  # words or directory offsets copied at a time when joining the ranges' parts
 
 _U32 = np.uint32
 _U64 = np.uint64
@@ -184,7 +185,8 @@ def _split_pairs(pairs: np.ndarray, base: np.int64) -> tuple[np.ndarray, np.ndar
     return pairs >> _U64(32), (pairs & _U64(0xFFFFFFFF)).view(np.int64) + base
 
 
-def _merge_band(runs: list[_Run], band: int, out: packed.TableWriter | _PairsWriter, layout: dict[str, Any],
+def _merge_band(runs: list[_Run], band: int, out: packed.TableWriter | _PairsWriter | _RangeTableWriter,
+                layout: dict[str, Any],
                 keys: tuple[int, int] = (0, 1 << packed.KEY_BITS)) -> None:
     """K-way merge of one band's sorted (key, doc) runs, a block per run at a time; a (key, doc)
     pair is written once (a doc's overlapping or repeated windows often share band keys).
@@ -407,8 +409,9 @@ def write_minhash_columns(plan: dict[str, Any], out_dir: str | os.PathLike, para
 def merge_minhash_band(plan: dict[str, Any], out_dir: str | os.PathLike, params: MinHashParams,
                        band: int) -> int:
     """Reduce, one task per band: k-way merge of that band's sorted runs into its row of
-    ``band_cells`` (``start_minhash_merge`` created it) and its own ``band_entries_NNN`` file.
-    Returns the band number."""
+    ``band_cells`` (``start_minhash_merge`` created it) and its own ``band_entries_NNN`` file; with
+    key ranges, the join of the ranges' packed tables (``merge_minhash_range``). Returns the band
+    number."""
     out, lay = Path(out_dir), plan["layout"]
     cshape, cdt = _cells_shape(plan, params), np.dtype(lay["cell_dtype"])
     # the entries' count is known only at the end: a stream whose header is written last
@@ -420,15 +423,12 @@ def merge_minhash_band(plan: dict[str, Any], out_dir: str | os.PathLike, params:
                 np.lib.format.read_array_header_2_0(fc)
             fc.seek(fc.tell() + band * cshape[1] * cdt.itemsize)
             wc = _NpyWriter(fc, cdt, (cshape[1],), header=False)
-            table = packed.TableWriter(wc.write, entries.write, None, lay["dir_bits"], lay["id_bits"])
-            if plan.get("ranges", 1) > 1:  # the ranges' runs, in key order: distinct pairs, sorted
-                for rng in range(plan["ranges"]):
-                    for k, d in _run_sources(_Run(_range_prefix(out_dir, band, rng), 0, 0, 0, pairs=True),
-                                             band, _MERGE_ENTRIES, lay):
-                        table.add(k, d)
+            if plan.get("ranges", 1) > 1:
+                _join_ranges(out_dir, band, plan["ranges"], lay, wc, entries)
             else:
+                table = packed.TableWriter(wc.write, entries.write, None, lay["dir_bits"], lay["id_bits"])
                 _merge_band(band_runs(plan, out_dir, band), band, table, lay)
-            table.close()
+                table.close()
             wc.close()
     except BaseException as exc:
         entries.abort(exc)
@@ -486,22 +486,75 @@ def _pairs_doc_dtype(plan: dict[str, Any]) -> np.dtype:
     return np.dtype(_U32 if int(plan["layout"]["doc_span"]) <= 2**32 else np.int64)
 
 
+class _RangeTableWriter:
+    """``_merge_band``'s output for one key range: the band table's part for that range, packed
+    on its own (its directory cells from offset 0, its words from bit 0), streamed."""
+
+    def __init__(self, prefix: str, layout: dict[str, Any], cells: tuple[int, int]) -> None:
+        self.cells = NpyStream(prefix + "cells.npy", np.dtype(layout["cell_dtype"]))
+        self.words = NpyStream(prefix + "words.npy", _U64)
+        self.table = packed.TableWriter(self.cells.write, self.words.write, None, layout["dir_bits"],
+                                        layout["id_bits"], cells)
+
+    def add(self, k: np.ndarray, d: np.ndarray) -> None:
+        self.table.add(k, d)
+
+    def close(self) -> None:
+        self.table.close()
+        self.cells.close()
+        self.words.close()
+
+    def abort(self, exc: BaseException) -> None:
+        self.cells.abort(exc)
+        self.words.abort(exc)
+
+
+def _range_cells(layout: dict[str, Any], ranges: int, rng: int) -> tuple[int, int]:
+    """The directory cells of key range ``rng`` of ``ranges`` (the plan puts ranges on cells)."""
+    per = (1 << layout["dir_bits"]) // ranges
+    return rng * per, (rng + 1) * per
+
+
 def merge_minhash_range(plan: dict[str, Any], out_dir: str | os.PathLike, params: MinHashParams,
                         band: int, rng: int) -> list[int]:
     """Reduce, one task per band and key range (plans with ``ranges`` > 1): merge the keys in
-    range ``rng`` of band ``band`` of every run (or of the groups' runs) into one sorted run of
-    distinct (key, doc) pairs under ``out_dir/band_ranges``, which ``merge_minhash_band`` packs.
-    Returns ``[band, rng]``."""
+    range ``rng`` of band ``band`` of every run (or of the groups' runs) and pack them as that
+    range's part of the band table (``_RangeTableWriter``) under ``out_dir/band_ranges``; the band
+    task then joins the parts without unpacking them. Returns ``[band, rng]``."""
     span = (1 << packed.KEY_BITS) // plan["ranges"]
     os.makedirs(os.path.join(out_dir, RANGES_DIR), exist_ok=True)
-    out = _PairsWriter(_range_prefix(out_dir, band, rng), _pairs_doc_dtype(plan))
+    lay = plan["layout"]
+    out = _RangeTableWriter(_range_prefix(out_dir, band, rng), lay, _range_cells(lay, plan["ranges"], rng))
     try:
-        _merge_band(band_runs(plan, out_dir, band), band, out, plan["layout"], (rng * span, (rng + 1) * span))
+        _merge_band(band_runs(plan, out_dir, band), band, out, lay, (rng * span, (rng + 1) * span))
     except BaseException as exc:
         out.abort(exc)
         raise
     out.close()
     return [band, rng]
+
+
+def _join_ranges(out_dir: str | os.PathLike, band: int, ranges: int, layout: dict[str, Any],
+                 cells_out: _NpyWriter, entries: NpyStream) -> None:
+    """One band's table from its key ranges' parts, in key order: each part's directory offset by
+    the entries before it, its words shifted by their bits (``packed.WordsJoin``)."""
+    width = packed.entry_width(layout["dir_bits"], layout["id_bits"])
+    join = packed.WordsJoin(entries.write, width)
+    before = 0  # entries of the ranges before this one
+    for rng in range(ranges):
+        prefix = _range_prefix(out_dir, band, rng)
+        cells = load_npy(prefix + "cells.npy")
+        n, last = int(cells[-1]), len(cells) - 1  # a range's last offset is the next one's first
+        for c in range(0, last, _JOIN_BLOCK):
+            cells_out.write(np.asarray(cells[c:min(c + _JOIN_BLOCK, last)], dtype=np.int64) + before)
+        words = load_npy(prefix + "words.npy")
+        bits = n * width
+        for w in range(0, -(-bits // 64), _JOIN_BLOCK):
+            join.add(words[w:w + _JOIN_BLOCK], min(bits - 64 * w, 64 * _JOIN_BLOCK))
+        before += n
+        del cells, words
+    cells_out.write(np.array([before], dtype=np.int64))
+    join.close()
 
 
 def band_runs(plan: dict[str, Any], out_dir: str | os.PathLike, band: int) -> list[_Run]:
