@@ -699,6 +699,32 @@ def test_band_merge_pair_sort_packed_and_wide_docs_agree():
     assert np.array_equal(wide_k, packed_k) and np.array_equal(wide_d, packed_d + 2**32)
 
 
+def test_band_merge_radix_sort_of_many_runs_equals_the_stable_sort():
+    """From _RADIX_RUNS runs in one merge pass (sorted blocks, docs rising from run to run) the
+    compiled radix sort on the key orders the pairs; the same distinct pairs as numpy's sort."""
+    from tcqa_data.decontam import kernel
+
+    if not kernel.enabled():
+        pytest.skip("numba kernels not enabled")
+    rng = np.random.default_rng(5)
+    ks, ds = [], []
+    for r in range(3 * mh_merge._RADIX_RUNS):
+        k = rng.integers(0, 2**32, 400, dtype=np.uint64)
+        k[1::7] = k[::7][: len(k[1::7])]  # keys repeated within a run
+        k[:40] = ks[-1][:40] if ks else k[:40]  # and across runs: ties ordered by doc
+        d = rng.integers(r * 50, r * 50 + 50, 400).astype(np.int64)
+        order = np.lexsort((d, k))
+        ks.append(k[order])
+        ds.append(d[order])
+    k, d = np.concatenate(ks), np.concatenate(ds)
+    expect = sorted(set(zip(k.tolist(), d.tolist(), strict=True)))
+    scratch = np.empty(len(k) + 3, dtype=np.uint64)
+    rk, rd = mh_merge._sorted_unique_pairs(k.copy(), d.copy(), len(ks), scratch)
+    nk, nd = mh_merge._sorted_unique_pairs(k.copy(), d.copy(), 1)
+    assert list(zip(rk.tolist(), rd.tolist(), strict=True)) == expect
+    assert np.array_equal(rk, nk) and np.array_equal(rd, nd)
+
+
 def test_merge_readers_are_cached_until_a_file_changes(tmp_path):
     """The band and range merges open each run's files once per process (``cached_row_reader``),
     and a file rewritten under the same name (a rerun map) is read again."""

@@ -160,40 +160,64 @@ def band_keys32(sigs, bands, rows):
 
 
 @njit(cache=True, nogil=True)
+def _sort_by_key(src, dst, counts):
+    """Stable LSD radix sort of ``key << 32 | doc`` values by their key, in three 11-bit digits
+    (the counts stay in L1; a byte-wise scatter into 256 small partitions cost twice as much for
+    a map run's band), ping-ponging between ``src`` and ``dst``; returns the one holding the result."""
+    m = len(src)
+    mask = np.uint64(2047)
+    for shift in (32, 43, 54):
+        sh = np.uint64(shift)
+        counts[:] = 0
+        for i in range(m):
+            counts[(src[i] >> sh) & mask] += 1
+        acc = 0
+        for v in range(2048):
+            c = counts[v]
+            counts[v] = acc
+            acc += c
+        for i in range(m):
+            v = (src[i] >> sh) & mask
+            dst[counts[v]] = src[i]
+            counts[v] += 1
+        src, dst = dst, src
+    return src
+
+
+@njit(cache=True, nogil=True)
 def band_key_pairs(keys, docs):
     """A map run's band tables: per band (row of ``keys``, uint32), ``key << 32 | docs[window]``
     of every window sorted, ``docs`` (each window's doc relative to the run's first, below
-    2**32) being non-decreasing: a stable LSD radix sort on the key in three 11-bit digits (the
-    counts stay in L1; a byte-wise scatter into 256 small partitions cost twice as much) keeps equal
-    keys in window order, hence in doc order."""
+    2**32) being non-decreasing: a stable radix sort on the key keeps equal keys in window
+    order, hence in doc order."""
     bands, m = keys.shape
     out = np.empty((bands, m), dtype=np.uint64)
     a = np.empty(m, dtype=np.uint64)
     b = np.empty(m, dtype=np.uint64)
     counts = np.empty(2048, dtype=np.int64)
-    mask = np.uint64(2047)
     for band in range(bands):
         for i in range(m):
             a[i] = (np.uint64(keys[band, i]) << np.uint64(32)) | np.uint64(docs[i])
-        src, dst = a, b
-        for shift in (32, 43, 54):
-            sh = np.uint64(shift)
-            counts[:] = 0
-            for i in range(m):
-                counts[(src[i] >> sh) & mask] += 1
-            acc = 0
-            for v in range(2048):
-                c = counts[v]
-                counts[v] = acc
-                acc += c
-            for i in range(m):
-                v = (src[i] >> sh) & mask
-                dst[counts[v]] = src[i]
-                counts[v] += 1
-            src, dst = dst, src
-        out[band] = src
+        out[band] = _sort_by_key(a, b, counts)
     return out
 
 
+@njit(cache=True, nogil=True)
+def sorted_unique_pairs(pairs, scratch):
+    """The distinct ``key << 32 | doc`` values of ``pairs`` in order, where ``pairs`` is sorted runs
+    one after the other, the docs of each run above those of the runs before it (the band merge's
+    blocks): a stable radix sort on the key then orders equal keys by doc. Time per pair does not
+    grow with the number of runs, as a merge's does. ``scratch``: room for ``len(pairs)``; either
+    array may hold the result."""
+    counts = np.empty(2048, dtype=np.int64)
+    out = _sort_by_key(pairs, scratch[:len(pairs)], counts)
+    k = 0
+    for i in range(len(out)):
+        if k == 0 or out[i] != out[k - 1]:
+            out[k] = out[i]
+            k += 1
+    return out[:k]
+
+
 KERNELS = {"xxh32": xxh32, "window_signatures": window_signatures, "band_keys32": band_keys32,
-           "band_key_pairs": band_key_pairs}
+           "band_key_pairs": band_key_pairs, "sorted_unique_pairs": sorted_unique_pairs}
