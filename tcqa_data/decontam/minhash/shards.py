@@ -121,9 +121,12 @@ class ShardWriter:
 
     def _add(self, ordinals: np.ndarray, win_doc: np.ndarray, sigs: np.ndarray, counts: np.ndarray) -> None:
         keep = counts > 0  # no tokens, no signature: such a window could only match by accident
-        self.n_empty += int((~keep).sum())
-        keys = stored_band_keys_t(sigs[keep], self.params)  # [bands, kept windows]
-        stored = stored_signatures(sigs[keep]) if self.params.verify == "signatures" else None
+        empty = int((~keep).sum())
+        self.n_empty += empty
+        kept = sigs[keep] if empty else sigs  # most batches have none: no 512-byte copy per window
+        keys = stored_band_keys_t(kept, self.params)  # [bands, kept windows]
+        stored = stored_signatures(kept) if self.params.verify == "signatures" else None
+        del kept
         kept_before = np.zeros(len(keep) + 1, dtype=np.int64)
         np.cumsum(keep, out=kept_before[1:])
         # Parts end between documents, so one doc's windows are in one run (ordinal ranges of
