@@ -15,9 +15,11 @@ _K_LEN = np.uint64(0xD6E8FEB86659FD93)
 
 _MASKS = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
 
+
 @njit(cache=True, nogil=True)
 def ngram_hashes(tok, doc_tok, n, base, base_inv, add):
-    """Rolling polynomial ``sum_j tok[i+j] * base**j`` per doc (never across docs), mixed."""
+    """Rolling polynomial ``sum_j tok[i+j] * base**j`` per doc (never across docs), mixed:
+    ``ngram_hashes_into`` new arrays."""
     ndocs = len(doc_tok) - 1
     m = 0
     for k in range(ndocs):
@@ -26,26 +28,9 @@ def ngram_hashes(tok, doc_tok, n, base, base_inv, add):
             m += c
     h = np.empty(m, dtype=np.uint64)
     dd = np.empty(m, dtype=np.int64)
-    top = np.uint64(1)
-    for _ in range(n - 1):
-        top *= base
-    out = 0
-    for k in range(ndocs):
-        a, b = doc_tok[k], doc_tok[k + 1]
-        if b - a < n:
-            continue
-        s = np.uint64(0)
-        p = np.uint64(1)
-        for j in range(n):
-            s += tok[a + j] * p
-            p *= base
-        for i in range(a, b - n + 1):
-            if i > a:
-                s = (s - tok[i - 1]) * base_inv + tok[i + n - 1] * top
-            h[out] = fmix(s + add)
-            dd[out] = k
-            out += 1
+    ngram_hashes_into(tok, doc_tok, n, base, base_inv, add, h, dd, 0, 0)
     return h, dd
+
 
 @njit(cache=True, nogil=True)
 def order_ties(h, d, w):
@@ -381,9 +366,9 @@ def bucket_columns(local, df, docs, base, first_cell, last_cell, none, df_overfl
 
 @njit(cache=True, nogil=True)
 def ngram_hashes_into(tok, doc_tok, n, base, base_inv, add, h_out, d_out, pos, doc_base):
-    """``ngram_hashes`` written from ``h_out[pos]``/``d_out[pos]`` (the caller made room), docs
-    as ``doc_base`` + the doc's index: a map's batches go straight into its run buffer.
-    Returns the new end."""
+    """The rolling n-gram hashes of every doc (see ``ngram_hashes``) written from ``h_out[pos]`` /
+    ``d_out[pos]`` (the caller made room), docs as ``doc_base`` + the doc's index: a map's batches
+    go straight into its run buffer. Returns the new end."""
     ndocs = len(doc_tok) - 1
     top = np.uint64(1)
     for _ in range(n - 1):
