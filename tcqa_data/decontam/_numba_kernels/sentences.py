@@ -118,6 +118,17 @@ def _fast_decision(text, ws, end, nxt_none, not_word_start, abbrev_h, colloc_fir
 
 
 @njit(cache=True, nogil=True)
+def _next_mark(text, i, end):
+    """The first ``.``, ``?`` or ``!`` in ``text[i:end]``, or ``end``."""
+    while i < end:
+        c = text[i]
+        if c == 46 or c == 63 or c == 33:
+            return i
+        i += 1
+    return end
+
+
+@njit(cache=True, nogil=True)
 def sentence_candidates(text, doc_start, space, follow, not_word_start, abbrev_h, colloc_first_h,
                         number_colloc_h):
     """Punkt break candidates of each paragraph of each doc, in text order: the mark's
@@ -136,14 +147,15 @@ def sentence_candidates(text, doc_start, space, follow, not_word_start, abbrev_h
         ps = doc_start[d]
         while ps < n:
             pe, brk_end = _paragraph_end(text, ps, n, space)
-            last_space = ps - 1
-            for i in range(ps, pe):
-                c = text[i]
-                if _isspace(space, c):
-                    last_space = i
-                    continue
-                if c != 46 and c != 63 and c != 33:
-                    continue
+            last_space = ps - 1  # the last whitespace before position ``seen``
+            seen = ps
+            i = ps - 1
+            while True:
+                # the marks alone, in a loop of their own: a whitespace test per character cost
+                # more than the rest of the kernel (a branch no predictor learns)
+                i = _next_mark(text, i + 1, pe)
+                if i == pe:
+                    break
                 end = i + 1
                 if end < pe:
                     f = text[end]
@@ -151,6 +163,12 @@ def sentence_candidates(text, doc_start, space, follow, not_word_start, abbrev_h
                         continue
                     if f == 46 or f == 63 or f == 33:
                         continue  # a run such as "?!": decided at its last character
+                q = i - 1  # the last whitespace before the mark: back to what is already known
+                while q >= seen and not _isspace(space, text[q]):
+                    q -= 1
+                if q >= seen:
+                    last_space = q
+                seen = i
                 if nc == cap:
                     cap *= 2
                     mark = _grown(mark, nc, cap)
