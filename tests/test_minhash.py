@@ -602,18 +602,22 @@ def test_band_merge_with_small_blocks_and_many_runs_is_identical(wiki_sample, tm
         assert (big / "minhash" / f).read_bytes() == (small / "minhash" / f).read_bytes(), f
 
 
-@pytest.mark.parametrize(("groups", "ranges"), [(True, False), (False, True), (True, True)],
-                         ids=["groups", "ranges", "both"])
+@pytest.mark.parametrize(("groups", "ranges", "wide"), [(True, False, False), (False, True, False),
+                                                   (True, True, False), (True, True, True)],
+                         ids=["groups", "ranges", "both", "both-wide-docs"])
 def test_band_merge_in_run_groups_or_key_ranges_is_identical(wiki_sample, tmp_path, monkeypatch, groups,
-                                                             ranges):
+                                                             ranges, wide):
     """Past GROUP_RUNS runs each band's run groups are merged first (their own tasks), then the
     groups' runs; past RANGE_WINDOWS windows each band's key ranges are merged and packed apart,
     then the band joins the ranges' parts. Either way, or both: the same files as one merge of every run,
     also when appending to an index (whose tables are a run of the first group, read by directory
-    cell), and no scratch left behind."""
+    cell), and no scratch left behind. ``wide``: the merge holds its pairs as for an index past
+    2**32 docs (two arrays, not one uint64 each) and writes the same files."""
     texts = _wiki(wiki_sample, range(0, 600, 20))
     monkeypatch.setattr(mh_shards, "PART_WINDOWS", 200)
     one = _bytes(_build(texts, tmp_path / "one", shards=4))
+    if wide:
+        monkeypatch.setattr(mh_merge, "_pair_ops", lambda layout: mh_merge._Wide)
     if groups:
         monkeypatch.setattr(mh_merge, "GROUP_RUNS", 3)
     if ranges:
@@ -683,46 +687,34 @@ def test_packed_key_ranges_joined_equal_one_table(dir_bits, id_bits, ranges):
     assert np.array_equal(np.concatenate(words_out), whole_words)
 
 
-def test_band_merge_pair_sort_packed_and_wide_docs_agree():
-    """The band merge sorts (key, doc) pairs as one uint64 while docs fit 32 bits, and by a
-    two-key lexsort beyond: both give the distinct pairs in (key, doc) order."""
-    rng = np.random.default_rng(3)
-    k = rng.integers(0, 2**32, 6000, dtype=np.uint64)
-    k[1::4] = k[0::4]  # shared keys: ties ordered by doc
-    d = rng.integers(0, 40, 6000).astype(np.int64)
-    d[2::9] = d[1::9][: len(d[2::9])]  # some repeated pairs
-    expect = sorted(set(zip(k.tolist(), d.tolist(), strict=True)))
-    packed_k, packed_d = mh_merge._sorted_unique_pairs(k.copy(), d.copy())  # consumes its arguments
-    assert list(zip(packed_k.tolist(), packed_d.tolist(), strict=True)) == expect
-    assert packed_k.dtype == np.uint64 and packed_d.dtype == np.int64
-    wide_k, wide_d = mh_merge._sorted_unique_pairs(k.copy(), d + 2**32)  # docs past 32 bits
-    assert np.array_equal(wide_k, packed_k) and np.array_equal(wide_d, packed_d + 2**32)
-
-
-def test_band_merge_radix_sort_of_many_runs_equals_the_stable_sort():
-    """From _RADIX_RUNS runs in one merge pass (sorted blocks, docs rising from run to run) the
-    compiled radix sort on the key orders the pairs; the same distinct pairs as numpy's sort."""
-    from tcqa_data.decontam import kernel
-
-    if not kernel.enabled():
-        pytest.skip("numba kernels not enabled")
-    rng = np.random.default_rng(5)
+def _sorted_runs(rng, runs: int):
+    """``runs`` sorted blocks of (key, doc) pairs, docs rising from block to block (as a merge
+    pass takes them), with keys repeated within a block and across blocks and some pairs twice."""
     ks, ds = [], []
-    for r in range(3 * mh_merge._RADIX_RUNS):
+    for r in range(runs):
         k = rng.integers(0, 2**32, 400, dtype=np.uint64)
         k[1::7] = k[::7][: len(k[1::7])]  # keys repeated within a run
         k[:40] = ks[-1][:40] if ks else k[:40]  # and across runs: ties ordered by doc
         d = rng.integers(r * 50, r * 50 + 50, 400).astype(np.int64)
+        d[2::9] = d[1::9][: len(d[2::9])]
         order = np.lexsort((d, k))
         ks.append(k[order])
         ds.append(d[order])
-    k, d = np.concatenate(ks), np.concatenate(ds)
+    return np.concatenate(ks), np.concatenate(ds)
+
+
+@pytest.mark.parametrize("runs", [1, 3, 3 * mh_merge._RADIX_RUNS])
+def test_band_merge_pair_forms_agree(runs):
+    """The band merge holds (key, doc) pairs as one uint64 while docs fit 32 bits (``_Narrow``:
+    numpy's stable sort, or from _RADIX_RUNS runs the compiled radix sort on the key) and as two
+    arrays beyond (``_Wide``: a two-key lexsort): the same distinct pairs in (key, doc) order."""
+    k, d = _sorted_runs(np.random.default_rng(runs), runs)
     expect = sorted(set(zip(k.tolist(), d.tolist(), strict=True)))
     scratch = np.empty(len(k) + 3, dtype=np.uint64)
-    rk, rd = mh_merge._sorted_unique_pairs(k.copy(), d.copy(), len(ks), scratch)
-    nk, nd = mh_merge._sorted_unique_pairs(k.copy(), d.copy(), 1)
-    assert list(zip(rk.tolist(), rd.tolist(), strict=True)) == expect
-    assert np.array_equal(rk, nk) and np.array_equal(rd, nd)
+    pairs = mh_merge._Narrow.sorted_unique(mh_merge._Narrow.from_keys_docs(k, d), runs, scratch)
+    assert [(int(p) >> 32, int(p) & 0xFFFFFFFF) for p in pairs] == expect
+    wide_k, wide_d = mh_merge._Wide.sorted_unique((k.copy(), d + 2**32), runs, scratch)  # docs past 32 bits
+    assert list(zip(wide_k.tolist(), (wide_d - 2**32).tolist(), strict=True)) == expect
 
 
 def test_merge_readers_are_cached_until_a_file_changes(tmp_path):

@@ -30,6 +30,7 @@ LOAD = 16  # entries per directory cell (aimed at): directory 2 bits per entry
 MAX_DIR_BITS = 26
 KEY_BITS = 32
 _U64 = np.uint64
+_LOW32 = _U64(0xFFFFFFFF)
 _OFFSET_CHUNK = 1 << 20
 
 
@@ -139,9 +140,19 @@ class TableWriter:
     def add(self, keys: np.ndarray, ids: np.ndarray) -> None:
         keys = np.asarray(keys, dtype=_U64)
         rbits = KEY_BITS - self.dir_bits
-        self.cells.add((keys >> _U64(rbits)).astype(np.int64) - self.first_cell)
         rem = keys & _U64((1 << rbits) - 1)
-        vals = np.concatenate([self.left, (rem << _U64(self.id_bits)) | np.asarray(ids, dtype=_U64)])
+        self._add(keys >> _U64(rbits), (rem << _U64(self.id_bits)) | np.asarray(ids, dtype=_U64))
+
+    def add_pairs(self, pairs: np.ndarray) -> None:
+        """``add`` of sorted ``key << 32 | id`` values (ids below 2**32), without splitting them."""
+        rbits = KEY_BITS - self.dir_bits
+        rem = (pairs >> _U64(32)) & _U64((1 << rbits) - 1)
+        self._add(pairs >> _U64(32 + rbits), (rem << _U64(self.id_bits)) | (pairs & _LOW32))
+
+    def _add(self, cells: np.ndarray, vals: np.ndarray) -> None:
+        """Entries given as their directory cell and packed value (key remainder, id)."""
+        self.cells.add(cells.astype(np.int64) - self.first_cell)
+        vals = np.concatenate([self.left, vals]) if len(self.left) else vals
         full = len(vals) // 64 * 64
         if full:
             self._put(pack(vals[:full], self.width))

@@ -141,10 +141,10 @@ def _key_rows(column: np.ndarray, lo: int, hi: int, shift: int = 0) -> tuple[int
     return a, b
 
 
-def _run_sources(r: _Run, band: int, block: int, layout: dict[str, Any],
+def _run_sources(r: _Run, band: int, block: int, layout: dict[str, Any], ops: type[_Narrow] | type[_Wide],
                  keys: tuple[int, int] = (0, 1 << packed.KEY_BITS)):
-    """Sorted (key uint64, doc int64) blocks of one band of one run, the keys in ``[keys[0],
-    keys[1])`` only (for an existing index: bounds on its directory cells)."""
+    """Sorted blocks of (key, doc) pairs (in ``ops``' form) of one band of one run, the keys in
+    ``[keys[0], keys[1])`` only (for an existing index: bounds on its directory cells)."""
     lo, hi = keys
     whole = (lo, hi) == (0, 1 << packed.KEY_BITS)
     if r.pairs:
@@ -152,7 +152,7 @@ def _run_sources(r: _Run, band: int, block: int, layout: dict[str, Any],
         a, b = (0, len(kr)) if whole else _key_rows(load_npy(r.prefix + "keys.npy"), lo, hi)
         for s in range(a, b, block):
             e = min(s + block, b)
-            yield kr.read(s, e).astype(np.uint64), dr.read(s, e).astype(np.int64)
+            yield ops.from_keys_docs(kr.read(s, e), dr.read(s, e))
         return
     if r.base:
         # an existing format-3 index: decode its band table a range of directory cells at a time
@@ -165,12 +165,11 @@ def _run_sources(r: _Run, band: int, block: int, layout: dict[str, Any],
             c1 = min(c0 + step, hi >> rbits)
             k, doc = packed.decode_range(cells.read_row_span(band, c0, c1 + 1), words, c0, c1, d, ib)
             if len(k):
-                yield k, doc
+                yield ops.from_keys_docs(k, doc)
         return
     # a map run: per band, (key << 32 | doc - its first doc) sorted (``shards._write_keyed_run``);
     # the run's first_doc already includes its doc_shift
     pr = r.reader("band_pairs")
-    base = np.int64(r.first_doc)
     if whole:
         a, b = 0, r.n
     else:
@@ -178,12 +177,134 @@ def _run_sources(r: _Run, band: int, block: int, layout: dict[str, Any],
     for s in range(a, b, block):
         # no local names for the blocks: a suspended generator would keep them alive, a block
         # more per run on top of what the merge holds
-        yield _split_pairs(pr.read_row_span(band, s, min(s + block, b)), base)
+        yield ops.from_run_pairs(pr.read_row_span(band, s, min(s + block, b)), r.first_doc)
 
 
-def _split_pairs(pairs: np.ndarray, base: np.int64) -> tuple[np.ndarray, np.ndarray]:
-    """(keys uint64, docs int64) of a map run's ``key << 32 | doc - base`` pairs."""
-    return pairs >> _U64(32), (pairs & _U64(0xFFFFFFFF)).view(np.int64) + base
+class _Narrow:
+    """The band merge's blocks while every doc ordinal is below 2**32 (an index of up to 4 G docs):
+    one uint64 ``key << 32 | doc`` per pair, sorted by (key, doc) as plain integers, so each step
+    is one array operation where two arrays took two or three."""
+
+    empty = np.zeros(0, dtype=_U64)
+
+    @staticmethod
+    def from_keys_docs(k: np.ndarray, d: np.ndarray) -> np.ndarray:
+        return (np.asarray(k, dtype=_U64) << _U64(32)) | np.asarray(d).astype(_U64)
+
+    @staticmethod
+    def from_run_pairs(pairs: np.ndarray, first_doc: int) -> np.ndarray:
+        pairs += _U64(first_doc)  # a map run's docs count from its first: no carry below 2**32
+        return pairs
+
+    @staticmethod
+    def size(b: np.ndarray) -> int:
+        return len(b)
+
+    @staticmethod
+    def last(b: np.ndarray) -> int:
+        return int(b[-1])
+
+    @staticmethod
+    def first(b: np.ndarray) -> int:
+        return int(b[0])
+
+    @staticmethod
+    def upto(b: np.ndarray, bound: int) -> int:
+        """How many pairs of ``b`` are <= ``bound``."""
+        return int(np.searchsorted(b, _U64(bound), side="right"))
+
+    @staticmethod
+    def head(b: np.ndarray, n: int) -> np.ndarray:
+        return b[:n]
+
+    @staticmethod
+    def tail(b: np.ndarray, n: int) -> np.ndarray:
+        return b[n:]
+
+    @staticmethod
+    def concat(bs: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(bs)
+
+    @staticmethod
+    def sorted_unique(b: np.ndarray, runs: int, scratch: np.ndarray) -> np.ndarray:
+        """The distinct pairs of ``b`` in order; ``b`` (consumed) is ``runs`` sorted blocks one
+        after the other, the docs of each above those of the blocks before it (one block per run,
+        runs in doc order). numpy's stable sort (a timsort for 64-bit keys) merges a few runs at
+        ~8 ns a pair, but ~26 at 64 runs and ~40 at 512; from ``_RADIX_RUNS`` runs the compiled
+        radix sort on the key (``scratch``: its second buffer, at least as long) takes ~10 ns
+        whatever their number. Both give the same pairs."""
+        if runs >= _RADIX_RUNS and kernel.enabled():
+            return kernel.kernels()["sorted_unique_pairs"](b, scratch)
+        b.sort(kind="stable")
+        return b[np.r_[True, b[1:] != b[:-1]]] if len(b) > 1 else b
+
+    @staticmethod
+    def add(out: Any, b: np.ndarray) -> None:
+        out.add_pairs(b)
+
+
+class _Wide:
+    """The band merge's blocks past 2**32 docs: (keys uint64, docs int64) array pairs."""
+
+    empty = (np.zeros(0, dtype=_U64), np.zeros(0, dtype=np.int64))
+
+    @staticmethod
+    def from_keys_docs(k: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return np.asarray(k, dtype=_U64), np.asarray(d).astype(np.int64)
+
+    @staticmethod
+    def from_run_pairs(pairs: np.ndarray, first_doc: int) -> tuple[np.ndarray, np.ndarray]:
+        return pairs >> _U64(32), (pairs & _U64(0xFFFFFFFF)).view(np.int64) + np.int64(first_doc)
+
+    @staticmethod
+    def size(b: tuple[np.ndarray, np.ndarray]) -> int:
+        return len(b[0])
+
+    @staticmethod
+    def last(b: tuple[np.ndarray, np.ndarray]) -> tuple[int, int]:
+        return int(b[0][-1]), int(b[1][-1])
+
+    @staticmethod
+    def first(b: tuple[np.ndarray, np.ndarray]) -> tuple[int, int]:
+        return int(b[0][0]), int(b[1][0])
+
+    @staticmethod
+    def upto(b: tuple[np.ndarray, np.ndarray], bound: tuple[int, int]) -> int:
+        k, d = b
+        take = int(np.searchsorted(k, _U64(bound[0]), side="left"))
+        eq = int(np.searchsorted(k, _U64(bound[0]), side="right"))
+        return take + int(np.searchsorted(d[take:eq], bound[1], side="right"))
+
+    @staticmethod
+    def head(b: tuple[np.ndarray, np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
+        return b[0][:n], b[1][:n]
+
+    @staticmethod
+    def tail(b: tuple[np.ndarray, np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
+        return b[0][n:], b[1][n:]
+
+    @staticmethod
+    def concat(bs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+        return np.concatenate([b[0] for b in bs]), np.concatenate([b[1] for b in bs])
+
+    @staticmethod
+    def sorted_unique(b: tuple[np.ndarray, np.ndarray], runs: int, scratch: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        """The distinct pairs in (key, doc) order (a two-key lexsort: docs past 32 bits)."""
+        k, d = b
+        order = np.lexsort((d, k))
+        k, d = k[order], d[order]
+        del order
+        new = np.r_[True, (k[1:] != k[:-1]) | (d[1:] != d[:-1])]
+        return k[new], d[new]
+
+    @staticmethod
+    def add(out: Any, b: tuple[np.ndarray, np.ndarray]) -> None:
+        out.add(*b)
+
+
+def _pair_ops(layout: dict[str, Any]) -> type[_Narrow] | type[_Wide]:
+    return _Narrow if int(layout["doc_span"]) <= 1 << 32 else _Wide
 
 
 def _merge_band(runs: list[_Run], band: int, out: packed.TableWriter | _PairsWriter | _RangeTableWriter,
@@ -194,90 +315,49 @@ def _merge_band(runs: list[_Run], band: int, out: packed.TableWriter | _PairsWri
 
     Docs of different runs differ, and within a run (key, window) order is (key, doc) order, so
     every pair <= the smallest "last pair of a block" over runs that have more data is final."""
-    prev: tuple[int, int] | None = None
+    ops = _pair_ops(layout)
+    prev: Any = None
     block = max(_MIN_BLOCK, _MERGE_ENTRIES // max(1, len(runs)))  # bounded memory whatever the run count
-    its = [_run_sources(r, band, block, layout, keys) for r in runs]
-    cur: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(runs)
+    its = [_run_sources(r, band, block, layout, ops, keys) for r in runs]
+    cur: list[Any] = [None] * len(runs)
     done = [False] * len(runs)
-    empty = (np.zeros(0, np.uint64), np.zeros(0, np.int64))
     scratch = np.zeros(0, dtype=_U64)  # the radix sort's second buffer, kept from pass to pass
     while True:
         # Top up every run holding less than half a block, not only the exhausted ones: else each
         # pass frees about one run's block and the passes number the blocks of all runs, each
         # looping over every run (quadratic in the run count; hours per band at 10 GB).
         for i in range(len(runs)):
-            if not done[i] and (cur[i] is None or len(cur[i][0]) < block // 2):
+            if not done[i] and (cur[i] is None or ops.size(cur[i]) < block // 2):
                 nxt = next(its[i], None)
                 if nxt is None:
                     done[i] = True
                     if cur[i] is None:
-                        cur[i] = empty
-                elif cur[i] is None or not len(cur[i][0]):
+                        cur[i] = ops.empty
+                elif cur[i] is None or not ops.size(cur[i]):
                     cur[i] = nxt
                 else:
-                    cur[i] = (np.concatenate([cur[i][0], nxt[0]]), np.concatenate([cur[i][1], nxt[1]]))
-        live = [i for i in range(len(runs)) if cur[i] is not None and len(cur[i][0])]
+                    cur[i] = ops.concat([cur[i], nxt])
+        live = [i for i in range(len(runs)) if cur[i] is not None and ops.size(cur[i])]
         if not live:
             return
         more = [i for i in live if not done[i]]
-        if more:
-            bk, bd = min((int(cur[i][0][-1]), int(cur[i][1][-1])) for i in more)
-        ks, ds = [], []
+        bound = min(ops.last(cur[i]) for i in more) if more else None
+        parts = []
         for i in live:
-            k, d = cur[i]
-            if more:
-                take = int(np.searchsorted(k, np.uint64(bk), side="left"))
-                eq = int(np.searchsorted(k, np.uint64(bk), side="right"))
-                take += int(np.searchsorted(d[take:eq], bd, side="right"))
-            else:
-                take = len(k)
-            ks.append(k[:take])
-            ds.append(d[:take])
-            cur[i] = (k[take:], d[take:])
-        nruns = sum(1 for x in ks if len(x))
-        k, d = np.concatenate(ks), np.concatenate(ds)
-        del ks, ds
-        if len(scratch) < len(k):
-            scratch = np.empty(max(len(k), 2 * len(scratch)), dtype=_U64)
-        k, d = _sorted_unique_pairs(k, d, nruns, scratch)
-        if len(k) and prev is not None and (int(k[0]), int(d[0])) == prev:
-            k, d = k[1:], d[1:]
-        if len(k):
-            prev = (int(k[-1]), int(d[-1]))
-        out.add(k, d)
-
-
-def _sorted_unique_pairs(k: np.ndarray, d: np.ndarray, runs: int = 1, scratch: np.ndarray | None = None
-                         ) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct (key, doc) pairs of ``k`` (uint64), ``d`` (int64) in (key, doc) order; both
-    arrays are consumed (overwritten). The input is ``runs`` sorted blocks one after the other,
-    the docs of each above those of the blocks before it (one block per run, runs in doc order).
-    Keys are 32-bit (``packed.KEY_BITS``), so while docs fit 32 bits a pair sorts in place as one
-    uint64 ``key << 32 | doc`` (a third of the time and half the memory of a two-key lexsort);
-    wider docs take the lexsort. numpy's stable sort (a timsort for 64-bit keys) merges a few
-    runs at ~8 ns a pair, but ~26 at 64 runs and ~40 at 512; from ``_RADIX_RUNS`` runs the
-    compiled radix sort on the key (``scratch``: its second buffer, at least as long) takes
-    ~10 ns whatever their number. Both give the same pairs."""
-    k, d = np.asarray(k, dtype=_U64), np.asarray(d, dtype=np.int64)
-    if not len(k):
-        return k, d
-    if int(d.max()) < 1 << 32 and int(d.min()) >= 0 and int(k.max()) < 1 << packed.KEY_BITS:
-        pair = np.left_shift(k, _U64(32), out=k)
-        np.bitwise_or(pair, d.view(_U64), out=pair)  # docs >= 0: same bits as uint64
-        del k, d
-        if runs >= _RADIX_RUNS and kernel.enabled():
-            pair = kernel.kernels()["sorted_unique_pairs"](
-                pair, scratch if scratch is not None and len(scratch) >= len(pair) else np.empty_like(pair))
-        else:
-            pair.sort(kind="stable")
-            if len(pair) > 1:
-                pair = pair[np.r_[True, pair[1:] != pair[:-1]]]
-        return pair >> _U64(32), (pair & _U64(0xFFFFFFFF)).view(np.int64)
-    order = np.lexsort((d, k))
-    k, d = k[order], d[order]
-    del order
-    new = np.r_[True, (k[1:] != k[:-1]) | (d[1:] != d[:-1])]
-    return k[new], d[new]
+            take = ops.upto(cur[i], bound) if more else ops.size(cur[i])
+            parts.append(ops.head(cur[i], take))
+            cur[i] = ops.tail(cur[i], take)
+        nruns = sum(1 for x in parts if ops.size(x))
+        b = ops.concat(parts)
+        del parts
+        if len(scratch) < ops.size(b):
+            scratch = np.empty(max(ops.size(b), 2 * len(scratch)), dtype=_U64)
+        b = ops.sorted_unique(b, nruns, scratch)
+        if ops.size(b) and prev is not None and ops.first(b) == prev:
+            b = ops.tail(b, 1)
+        if ops.size(b):
+            prev = ops.last(b)
+        ops.add(out, b)
 
 
 _PARTIAL = ".npy.partial"
@@ -466,6 +546,9 @@ class _PairsWriter:
         self.keys.write(k)
         self.docs.write(d)
 
+    def add_pairs(self, pairs: np.ndarray) -> None:
+        self.add(pairs >> _U64(32), pairs & _U64(0xFFFFFFFF))
+
     def close(self) -> None:
         self.keys.close()
         self.docs.close()
@@ -512,6 +595,9 @@ class _RangeTableWriter:
 
     def add(self, k: np.ndarray, d: np.ndarray) -> None:
         self.table.add(k, d)
+
+    def add_pairs(self, pairs: np.ndarray) -> None:
+        self.table.add_pairs(pairs)
 
     def close(self) -> None:
         self.table.close()
