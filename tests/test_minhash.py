@@ -687,6 +687,26 @@ def test_packed_key_ranges_joined_equal_one_table(dir_bits, id_bits, ranges):
     assert np.array_equal(np.concatenate(words_out), whole_words)
 
 
+def test_packed_offsets_writer_counts_every_value(monkeypatch):
+    """``OffsetsWriter`` (the tables' directories, a MinHash index's doc -> window offsets): for
+    each value, the items before it, whatever the chunking of the stream (ties across chunks,
+    empty chunks, values past one output chunk)."""
+    from tcqa_data.decontam import packed
+
+    monkeypatch.setattr(packed, "_OFFSET_CHUNK", 7)
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        size, n = int(rng.integers(1, 60)), int(rng.integers(0, 80))
+        values = np.sort(rng.integers(0, size, n))
+        cuts = np.sort(rng.integers(0, n + 1, int(rng.integers(0, 5))))
+        out: list[np.ndarray] = []
+        w = packed.OffsetsWriter(out.append, size)
+        for a, b in zip(np.r_[0, cuts], np.r_[cuts, n], strict=True):
+            w.add(values[a:b])
+        w.close()
+        assert np.array_equal(np.concatenate(out), np.searchsorted(values, np.arange(size + 1)))
+
+
 def _sorted_runs(rng, runs: int):
     """``runs`` sorted blocks of (key, doc) pairs, docs rising from block to block (as a merge
     pass takes them), with keys repeated within a block and across blocks and some pairs twice."""
