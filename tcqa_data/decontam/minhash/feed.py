@@ -20,6 +20,8 @@ from typing import NamedTuple
 import numpy as np
 
 from tcqa_data.decontam import kernel
+from tcqa_data.decontam.minhash.params import MinHashParams
+from tcqa_data.decontam.minhash.windows import codepoint_window_spans
 from tcqa_data.decontam.readers.documents import SkipStats
 from tcqa_data.decontam.readers.inputs import CorpusInput, InputShard
 from tcqa_data.decontam.readers.jsonl_batches import grown_array, scan_jsonl_batches
@@ -103,3 +105,15 @@ def normalized_codepoints(cps: np.ndarray, doc_start: np.ndarray, at_start: np.n
     return kernel.kernels()["janitor_from_cps"](cps, np.asarray(doc_start, dtype=np.int64), JANITOR_ASCII_MAP,
                                                 np.asarray(at_start, dtype=np.int64),
                                                 np.asarray(at_end, dtype=np.int64))
+
+
+def codepoint_windows(cps: np.ndarray, doc_start: np.ndarray, params: MinHashParams
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The MinHash windows of documents given as code points (compiled ``punkt-fast``, Janitor
+    normalization), as the map cuts them and the queries re-cut candidate docs: ``(each window's
+    doc, the docs' normalized bytes, their doc starts, each window's byte start and end there)``;
+    ``sketch.sign_normalized`` signs the windows."""
+    win_doc, starts, ends = codepoint_window_spans(cps, doc_start, params)
+    first = doc_start[win_doc]
+    data, nstart, ws, we = normalized_codepoints(cps, doc_start, first + starts, first + ends)
+    return win_doc, data, nstart, ws, we

@@ -11,17 +11,18 @@ from typing import Any
 
 import numpy as np
 
-from tcqa_data.decontam import packed
+from tcqa_data.decontam import kernel, packed
 from tcqa_data.decontam.arrays import sorted_unique
 from tcqa_data.decontam.minhash.params import INDEX_STORAGE_FORMAT, MinHashParams
 from tcqa_data.decontam.minhash.sketch import (
     EMPTY_HASH,
     band_keys,
+    sign_normalized,
     sign_spans,
     stored_band_keys,
     stored_signatures,
 )
-from tcqa_data.decontam.minhash.windows import window_spans
+from tcqa_data.decontam.minhash.windows import texts_codepoints, window_spans
 from tcqa_data.errors import TcqaError
 from tcqa_data.io_utils import load_npy, read_json
 
@@ -32,6 +33,24 @@ _SIGN_THREADS = 2  # text-verified candidate batches signed at once (the machine
 
 # ---------------------------------------------------------------------------------------------
 # Query
+
+
+def window_signatures(texts: Sequence[str], params: MinHashParams
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(text index of each window, signatures, shingle counts)`` of every window of ``texts``, as the
+    build's map computed them. Compiled ``punkt-fast`` windows with Janitor signatures: on code
+    points, as ``ShardWriter.add_codepoints`` (``feed.codepoint_windows``: one UTF-32 copy of the
+    texts cut into windows and normalized, then signed; the ``str`` path encodes each text twice
+    more, and looks up every char's byte offset); otherwise ``ShardWriter.add_texts``' ``str``
+    path. Both give the same windows and signatures."""
+    if not (params.sentence_splitter == "punkt-fast" and params.normalization == "janitor"
+            and kernel.enabled()):
+        win_doc, starts, ends = window_spans(texts, params)
+        return win_doc, *sign_spans(texts, win_doc, starts, ends, params)
+    from tcqa_data.decontam.minhash.feed import codepoint_windows
+
+    win_doc, data, _, ws, we = codepoint_windows(*texts_codepoints(texts), params)
+    return win_doc, *sign_normalized(data, ws, we, params)
 
 
 class MinHashIndex:
@@ -143,9 +162,7 @@ class MinHashIndex:
             return [np.asarray(self.signatures[a:b])
                     for a, b in zip(first.tolist(), last.tolist(), strict=True)]
         # the whole batch at once, as the build's map cuts and signs windows
-        texts = texts_of(docs)
-        win_doc, starts, ends = window_spans(texts, self.params)
-        sigs, counts = sign_spans(texts, win_doc, starts, ends, self.params)
+        win_doc, sigs, counts = window_signatures(texts_of(docs), self.params)
         keep = counts > 0  # as the map: windows without tokens were not indexed
         sigs, own = sigs[keep], np.asarray(win_doc, dtype=np.int64)[keep]
         bounds = np.searchsorted(own, np.arange(len(docs) + 1))
@@ -209,6 +226,9 @@ class MinHashIndex:
         ds, qs = np.divmod(code, len(sigs))  # sorted by doc, then query
         bounds = np.flatnonzero(np.r_[True, ds[1:] != ds[:-1], True])  # each candidate doc's pairs
         cand_docs = ds[bounds[:-1]]
+        # equal values counted in the narrowest type that holds num_perm (a bool sum in int64 costs
+        # about twice as much); the same counts, so the same similarities
+        count_dtype = np.uint8 if p.num_perm < 256 else np.int64
         starts = range(0, len(cand_docs), _VERIFY_DOCS)
         for b0, doc_sigs in zip(starts, self._signed_batches([cand_docs[b:b + _VERIFY_DOCS] for b in starts]),
                                 strict=True):
@@ -221,7 +241,8 @@ class MinHashIndex:
                     continue
                 for c0 in range(a, b, 256):  # bounded [queries, windows, num_perm] comparisons
                     qq = qs[c0:min(c0 + 256, b)]
-                    sims = (ws[None, :, :] == cmp_sigs[qq][:, None, :]).sum(axis=2) / p.num_perm
+                    eq = ws[None, :, :] == cmp_sigs[qq][:, None, :]
+                    sims = np.add.reduce(eq, axis=2, dtype=count_dtype) / p.num_perm
                     k = sims.argmax(axis=1)  # first maximum: the lowest window id
                     s = sims[np.arange(len(qq)), k]
                     # docs ascend, so on equal similarity the window found first (lower id) stays

@@ -20,7 +20,7 @@ from tcqa_data.decontam.minhash.sketch import (
     stored_band_keys_t,
     stored_signatures,
 )
-from tcqa_data.decontam.minhash.windows import codepoint_window_spans, window_spans
+from tcqa_data.decontam.minhash.windows import window_spans
 from tcqa_data.io_utils import write_json_atomic, write_npy_atomic
 
 PART_WINDOWS = 65536  # windows per map-side run (16 MiB of signatures at 128 permutations)
@@ -107,13 +107,11 @@ class ShardWriter:
         """``add_texts`` of docs given as code points (``feed.CodepointBatch``: doc ``k`` is
         ``cps[doc_start[k]:doc_start[k + 1]]``); compiled ``punkt-fast`` windows and Janitor
         normalization only. Returns the docs' normalized bytes and their doc starts
-        (``feed.normalized_codepoints``: the n-gram side hashes the same buffer)."""
-        from tcqa_data.decontam.minhash.feed import normalized_codepoints
+        (``feed.codepoint_windows``: the n-gram side hashes the same buffer)."""
+        from tcqa_data.decontam.minhash.feed import codepoint_windows
 
         ords = self._ordinals(ordinals)
-        win_doc, starts, ends = codepoint_window_spans(cps, doc_start, self.params)
-        first = doc_start[win_doc]
-        data, nstart, ws, we = normalized_codepoints(cps, doc_start, first + starts, first + ends)
+        win_doc, data, nstart, ws, we = codepoint_windows(cps, doc_start, self.params)
         if len(ords):
             sigs, counts = sign_normalized(data, ws, we, self.params)
             self._add(ords, win_doc, sigs, counts)

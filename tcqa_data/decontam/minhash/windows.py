@@ -334,13 +334,26 @@ def _word_hashes(words: frozenset) -> np.ndarray:
     return np.array(sorted({_fnv64(w) for w in words if w.isascii()}), dtype=np.uint64)
 
 
-def _window_spans_compiled(texts: Sequence[str], params: MinHashParams
-                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    # one code point per str character (surrogatepass: a lone surrogate is one too)
-    cps = np.frombuffer(b"".join([t.encode("utf-32-le", "surrogatepass") for t in texts]), dtype=np.uint32)
+def texts_codepoints(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """``(cps, doc_start)`` of ``texts`` as ``codepoint_window_spans`` takes them: one uint32 per
+    ``str`` character (surrogatepass: a lone surrogate is one too), text ``k`` being
+    ``cps[doc_start[k]:doc_start[k + 1]]``."""
     doc_start = np.zeros(len(texts) + 1, dtype=np.int64)
     np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)), out=doc_start[1:])
-    return codepoint_window_spans(cps, doc_start, params)
+    cps = np.empty(int(doc_start[-1]), dtype=np.uint32)
+    # each text written in place (a join of UTF-32 copies costs a second pass over 4 bytes a
+    # char); an ASCII text as its bytes (a copy, where the UTF-32 codec goes char by char)
+    for t, a, b in zip(texts, doc_start[:-1].tolist(), doc_start[1:].tolist(), strict=True):
+        if t.isascii():
+            cps[a:b] = np.frombuffer(t.encode("ascii"), dtype=np.uint8)
+        else:
+            cps[a:b] = np.frombuffer(t.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    return cps, doc_start
+
+
+def _window_spans_compiled(texts: Sequence[str], params: MinHashParams
+                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return codepoint_window_spans(*texts_codepoints(texts), params)
 
 
 def codepoint_window_spans(cps: np.ndarray, doc_start: np.ndarray, params: MinHashParams

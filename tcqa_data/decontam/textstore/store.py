@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -173,15 +173,36 @@ class TextStore:
         """Texts of the docs with these ordinals (in this order)."""
         ords = [int(o) for o in ordinals]
         self.prefetch(ords)
-        got = {o: self.text(o) for o in sorted(set(ords))}  # file order: row groups decode once
+        uniq = sorted(set(ords))  # file order: row groups decode once
+        got = self._jsonl_lines(uniq)
+        got.update((o, self.text(o)) for o in uniq if o not in got)
         return [got[o] for o in ords]
 
-    def prefetch(self, ordinals: Sequence[int] | np.ndarray) -> None:
-        """Ask the OS to read these docs' lines of uncompressed JSONL inputs ahead (other kinds:
-        nothing). Candidate docs lie anywhere in a large corpus: one synchronous disk read per doc
-        would wait on each in turn, while these reads are queued together, in file order."""
-        if not hasattr(os, "posix_fadvise"):
-            return
+    def _jsonl_lines(self, ords: list[int]) -> dict[int, str]:
+        """``text`` of the docs among ``ords`` that are lines of uncompressed JSONL inputs, read
+        with one open file per input and one ``pread`` per line (``text`` opens the file and reads
+        it line-buffered for each doc, which cost more than the JSON decoding)."""
+        out: dict[int, str] = {}
+        for rec, docs, start, end in self._line_spans(ords):
+            fd = os.open(self._check_file(rec), os.O_RDONLY)
+            try:
+                for o, a, b in zip(docs.tolist(), start.tolist(), end.tolist(), strict=True):
+                    raw = os.pread(fd, max(b - a, 0), a)
+                    nl = raw.find(b"\n")
+                    if nl < 0 and a + len(raw) < int(rec["size"]):
+                        continue  # not a whole line (offsets out of order): text() reads it
+                    # as text(): the line with its newline, a byte order mark dropped
+                    out[o] = json.loads(raw[:nl + 1 if nl >= 0 else len(raw)].removeprefix(b"\xef\xbb\xbf")
+                                        .decode("utf-8"))[self.text_field]
+            finally:
+                os.close(fd)
+        return out
+
+    def _line_spans(self, ordinals: Sequence[int] | np.ndarray
+                    ) -> Iterator[tuple[dict[str, Any], np.ndarray, np.ndarray, np.ndarray]]:
+        """Per uncompressed JSONL input holding some of these docs: ``(its record, the docs'
+        ordinals (sorted, distinct), each one's first byte, the next doc's first byte or the
+        file's end)``; a doc's line (and maybe lines the index skipped) lies in between."""
         if not self._inputs:
             return
         ords = sorted_unique(np.asarray(ordinals, dtype=np.int64))
@@ -196,16 +217,25 @@ class TextStore:
             with ThreadPoolExecutor(16) as pool:
                 list(pool.map(self._array, new))
         for i, rec in zip(inputs, recs, strict=True):
-            e = self._inputs[i]
             if rec["kind"] != "offsets":
                 continue
             offs = self._array(rec)
-            local = ords[which == i] - int(e["doc_offset"])
+            docs = ords[which == i]
+            local = docs - int(self._inputs[i]["doc_offset"])
             start = np.asarray(offs[local], dtype=np.int64)
             nxt = local + 1
             end = np.full(len(local), int(rec["size"]), dtype=np.int64)  # the last doc: to the end
             inside = nxt < len(offs)
             end[inside] = np.asarray(offs[nxt[inside]], dtype=np.int64)
+            yield rec, docs, start, end
+
+    def prefetch(self, ordinals: Sequence[int] | np.ndarray) -> None:
+        """Ask the OS to read these docs' lines of uncompressed JSONL inputs ahead (other kinds:
+        nothing). Candidate docs lie anywhere in a large corpus: one synchronous disk read per doc
+        would wait on each in turn, while these reads are queued together, in file order."""
+        if not hasattr(os, "posix_fadvise"):
+            return
+        for rec, _, start, end in self._line_spans(ordinals):
             try:
                 fd = os.open(self._check_file(rec), os.O_RDONLY)
             except OSError:
