@@ -332,6 +332,18 @@ class Aligner:
             self._docs.move_to_end(ordinal)
         return d
 
+    def _load(self, parts: Sequence[tuple[str, str, int, int]], ordinals: Sequence[int]) -> None:
+        """Read the docs that aligning ``parts`` to ``ordinals`` will need and the cache lacks, in
+        one batch (``TextStore.texts``: one open file per input, not one per doc)."""
+        need = [o for o in ordinals if o not in self._docs
+                and any((text, o) not in self._fields for _, text, _, _ in parts)]
+        if not need:
+            return
+        for o, text in zip(need, self.store.texts(need), strict=True):
+            self._docs[o] = _doc_text(text, self.scheme)
+        while len(self._docs) > _DOC_CACHE:
+            self._docs.popitem(last=False)
+
     def _field(self, text: str, tokens: list[str], ordinal: int) -> FieldAlignment:
         key = (text, ordinal)
         fa = self._fields.get(key)
@@ -354,6 +366,7 @@ class Aligner:
         parts = [(name, fields[name], s, e) for name, (s, e) in field_pos.items()] or [("", query, 0, n)]
         best: tuple[int, int] | None = None
         best_parts: list[tuple[str, int, int, FieldAlignment]] = []
+        self._load(parts, cands)
         for o in cands:
             covered = np.zeros(n, dtype=bool)
             got = []
