@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
@@ -122,12 +123,56 @@ def _warm_header(path: str | os.PathLike) -> None:
 
 def load_npy(path: str | os.PathLike, mmap_mode: str | None = "r"):
     """``np.load(path, mmap_mode=..., allow_pickle=False)``, safe from several threads at once
-    (see ``_NPY_HEADER_LOCK``)."""
+    (see ``_NPY_HEADER_LOCK``). A memory map keeps a file descriptor open while it lives, so this
+    process's limit on open files is raised first (``raise_open_file_limit``)."""
     import numpy as np
 
-    _warm_header(path)
-    with _NPY_HEADER_LOCK:
-        return np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
+    if mmap_mode is not None:
+        raise_open_file_limit()
+    try:
+        _warm_header(path)
+        with _NPY_HEADER_LOCK:
+            return np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
+    except OSError as exc:
+        if exc.errno != errno.EMFILE:
+            raise
+        from tcqa_data.errors import TcqaError
+
+        raise TcqaError(f"{path}: too many open files ({_open_file_limit()} allowed): an index is read "
+                        "through memory maps, one open file each, and a large one has thousands of "
+                        "files; raise the limit (`ulimit -n 65536`) and run again") from exc
+
+
+def _open_file_limit() -> str:
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return "the system's limit"
+    return str(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+
+
+@functools.lru_cache(maxsize=1)
+def raise_open_file_limit() -> None:
+    """Raise this process's soft limit on open files to its hard limit, once. Numpy's memory maps
+    keep a descriptor each, and a query maps every index file it reads: against the index of a
+    10 GB corpus of 487 files, about 3,500 (n-gram buckets, band tables, each input's text-store
+    offsets and anchor tables), past the common default soft limit of 1,024."""
+    try:
+        import resource
+    except ImportError:  # not POSIX: nothing to raise
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    if soft == resource.RLIM_INFINITY or soft >= want:
+        return
+    for target in (want, 1 << 16, 10240):  # some systems cap below the hard limit (macOS: OPEN_MAX)
+        if target <= soft:
+            break
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            return
+        except (ValueError, OSError):
+            continue
 
 
 class NpyRowReader:

@@ -507,3 +507,44 @@ def test_reduce_one_provenance_doc_and_int64_docs(tmp_path):
         assert p1["docs_more"].shape == (len(p1["docs_more_rows"]), 0)
         assert i64["docs"].dtype == np.int64 and np.array_equal(i64["docs"], p2["docs"])
         assert np.array_equal(i64["docs_more"], p2["docs_more"].astype(np.int64))
+
+
+_FD_SCRIPT = """
+import resource, sys
+import numpy as np
+from tcqa_data.errors import TcqaError
+from tcqa_data.io_utils import load_npy
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+if sys.argv[2] == "both":
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+else:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
+maps = []
+try:
+    for _ in range(300):  # each memory map keeps a descriptor
+        maps.append(load_npy(sys.argv[1]))
+    print("ok", resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+except TcqaError as exc:
+    print("error", exc)
+"""
+
+
+@pytest.mark.parametrize("lowered", ["soft", "both"])
+def test_index_files_past_the_open_file_limit(tmp_path, lowered):
+    """Queries map every index file they read, one open descriptor each (thousands for a large
+    corpus of many files): ``load_npy`` raises the soft limit to the hard one, and where the hard
+    limit itself is too low says which file and what to do instead of an OSError."""
+    import subprocess
+    import sys
+
+    resource = pytest.importorskip("resource")
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 400:
+        pytest.skip("this machine's hard limit on open files is below 400")
+    path = tmp_path / "a.npy"
+    np.save(path, np.arange(10))
+    out = subprocess.run([sys.executable, "-c", _FD_SCRIPT, str(path), lowered], capture_output=True,
+                         text=True, check=True).stdout
+    if lowered == "soft":
+        assert out.startswith("ok") and int(out.split()[1]) > 300
+    else:
+        assert out.startswith("error") and str(path) in out and "ulimit -n" in out
