@@ -5,6 +5,7 @@ datasketch loop, peak RSS of the build process tree, index size per corpus byte.
     .venv/bin/python scripts/bench_index.py                       # wiki sample, Janitor on 0.2 GB too
     .venv/bin/python scripts/bench_index.py --synthetic-gb 1      # + a 1 GB corpus derived from it
     .venv/bin/python scripts/bench_index.py --janitor-gb 0        # without Janitor on 0.2 GB of fresh text
+    .venv/bin/python scripts/bench_index.py --janitor-only        # only the side-by-side with Janitor
     .venv/bin/python scripts/bench_index.py --band-merge-runs 400,1600,3200   # MinHash band merge only
     .venv/bin/python scripts/bench_index.py --bucket-merge-runs 8192,16384    # n-gram bucket merge only
 
@@ -144,8 +145,10 @@ def timed_build(inputs: list[str], out: Path, workers: int, minhash: bool, extra
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     wall, cpu_main = json.loads(stdout.strip().splitlines()[-1])
     # CPU time of the whole tree (the build process and its workers, startup included)
-    cpu_tree = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    user_tree, sys_tree = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
+    cpu_tree = user_tree + sys_tree
     return {"seconds": wall, "cpu_seconds_build_process": cpu_main, "cpu_seconds_tree": cpu_tree,
+            "user_seconds_tree": user_tree, "sys_seconds_tree": sys_tree, "load_avg_1min": os.getloadavg()[0],
             "wall_with_startup": time.perf_counter() - t0, "peak_rss_tree": peak[0], "peak_pss_tree": peak[1],
             "peak_anon_pss_tree": peak[2], "peak_disk_growth": disk_peak[0],
             "peak_pss_tree_by_phase": {k: v[0] for k, v in phase_peak.items()},
@@ -465,6 +468,9 @@ def janitor_side_by_side(gb: float, folder: Path, repeat: int) -> dict:
            "janitor_text_mb_per_cpu_s": round(text_mb / t_jan, 2),
            "build_cpu_seconds_tree": [round(x["cpu_seconds_tree"], 2) for x in builds],
            "build_cpu_seconds_build_process": [round(x["cpu_seconds_build_process"], 2) for x in builds],
+           "build_user_sys_seconds_tree": [[round(x["user_seconds_tree"], 2), round(x["sys_seconds_tree"], 2)]
+                                           for x in builds],
+           "load_avg_1min_after_builds": [round(x["load_avg_1min"], 2) for x in builds],
            "corpus_mb_per_cpu_s_whole_process": round(size_mb / b["cpu_seconds_tree"], 2),
            "speedup_vs_janitor_whole_process": round(t_jan / b["cpu_seconds_tree"], 2),
            "speedup_vs_janitor_build_process": round(t_jan / b["cpu_seconds_build_process"], 2),
@@ -493,6 +499,8 @@ def main() -> None:
     ap.add_argument("--band-merge-windows", type=int, default=8192, help="windows per synthetic run")
     ap.add_argument("--janitor-gb", type=float, default=0.2,
                     help="also compare with Janitor side by side on a synthetic corpus this big (0: skip)")
+    ap.add_argument("--janitor-only", action="store_true",
+                    help="only the side-by-side with Janitor (--janitor-gb, default 0.2 GB)")
     ap.add_argument("--bucket-merge-runs", default="",
                     help="only measure the n-gram bucket merge at these run counts, e.g. 8192,32768")
     ap.add_argument("--bucket-merge-pairs", type=int, default=2048, help="pairs per synthetic run")
@@ -512,6 +520,14 @@ def main() -> None:
             res["bucket_merge"] = bucket_merge_memory([int(x) for x in args.bucket_merge_runs.split(",")],
                                                       args.bucket_merge_pairs, bench,
                                                       args.bucket_merge_group_runs)
+        res["load_avg_end"] = os.getloadavg()
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(res, indent=2))
+        return
+
+    if args.janitor_only:
+        res["janitor_side_by_side"] = janitor_side_by_side(args.janitor_gb or 0.2, bench, args.repeat)
+        print("janitor side by side", res["janitor_side_by_side"], flush=True)
         res["load_avg_end"] = os.getloadavg()
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(res, indent=2))

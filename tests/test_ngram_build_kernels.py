@@ -174,3 +174,18 @@ def test_run_writer_buffers_write_the_lists_runs(tmp_path, monkeypatch, wiki_sam
         for r in range(out["numba"]["runs"][str(n)]):
             for kind, a in nruns.run_paths(tmp_path / "numba", n, r).items():
                 assert a.read_bytes() == nruns.run_paths(tmp_path / "numpy", n, r)[kind].read_bytes(), (n, r)
+
+
+def test_kernels_load_without_scipy_linalg():
+    """``kernel.kernels()`` sets numba up without the scipy.linalg import numba's BLAS probe
+    makes (~0.3 CPU-s per build process); the kernels still run, and scipy.linalg still imports."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("scipy")
+    code = ("import sys, numpy as np; from tcqa_data.decontam import kernel; k = kernel.kernels(); "
+            "h, d = k['dedupe_pairs'](np.array([1, 1, 2], np.uint64), np.array([0, 0, 0], np.int64)); "
+            "assert h.tolist() == [1, 2], h; assert 'scipy.linalg' not in sys.modules; "
+            "import scipy.linalg.cython_blas; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "ok"

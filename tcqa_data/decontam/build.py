@@ -23,12 +23,12 @@ The map side (``map_shard``, the pool/engine loop) is in ``build_map``, the redu
 from __future__ import annotations
 
 import dataclasses
+import gc
 import hashlib
 import os
 import shutil
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -40,6 +40,7 @@ from tcqa_data.decontam import ngram_reduce as nred
 from tcqa_data.decontam import ngram_runs as nruns
 from tcqa_data.decontam.build_map import (
     BATCH_CHARS,
+    _fixed_mmap_threshold,
     _init_worker,
     _minhash_module,
     _run_maps,
@@ -113,6 +114,18 @@ def _clear_index(out: Path) -> None:
 def _describe_diff(old: dict, new: dict) -> str:
     keys = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
     return "; ".join(f"{k}: index has {old.get(k)!r}, asked for {new.get(k)!r}" for k in keys)
+
+
+def _pause_cyclic_gc() -> bool:
+    """Turn Python's cyclic garbage collector off; True if it was on (the caller turns it back
+    on). The map and reduce make few reference cycles, but their thousands of small allocations
+    (per batch, per bucket) kept triggering collections that traverse every object numba and
+    pyarrow loaded: about 0.1 CPU-s of a 200 MB build. Pool workers forked meanwhile turn it
+    back on (``build_map._init_worker``)."""
+    if not gc.isenabled():
+        return False
+    gc.disable()
+    return True
 
 
 def build_index(
@@ -248,10 +261,12 @@ def build_index(
     pool = q = None
     reduced = False
     if eng is None and workers > 1:
-        import multiprocessing as mp
+        import multiprocessing as mp  # here: one worker never loads it
+        from concurrent.futures import ProcessPoolExecutor
 
         q = mp.get_context().Queue()
         pool = ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, initargs=(q,))
+    gc_paused = _pause_cyclic_gc()  # for the map and reduce (not the text store pass's pools)
     try:
         paths = [c.path for c in resolved]
         if eng is not None:
@@ -259,6 +274,10 @@ def build_index(
             workers = eng.parallelism
         else:
             check_writable_dir(out)  # a clear error naming the folder, not a traceback
+            # this process reads every input (checksums, the split's newline count) before its
+            # maps: with glibc's default thresholds each 16 MB read buffer is fresh memory,
+            # page-faulted in again (~20 k faults per 200 MB)
+            _fixed_mmap_threshold()
         sums = run_tasks(sha256_file, [{"path": p} for p in paths], desc="index-checksum", engine=eng,
                          pool=pool)
         entries: list[dict[str, Any]] = []
@@ -343,6 +362,8 @@ def build_index(
                            engine=eng)
         reduced = True
     finally:
+        if gc_paused:
+            gc.enable()
         if pool is not None:
             pool.shutdown(cancel_futures=True)
         if not reduced:

@@ -7,14 +7,15 @@ progress bar. Pure over paths: a map writes only under ``_work/maps/<key>/`` and
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import queue
 import shutil
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, wait
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -28,6 +29,9 @@ from tcqa_data.decontam.readers.inputs import CorpusInput, InputShard
 from tcqa_data.decontam.readers.jsonl_batches import iter_normalized_batches, normalized_batches_supported
 from tcqa_data.io_utils import atomic_path, read_json, write_json_atomic
 from tcqa_data.progress import progress_bar, rate_text
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
 
 # Texts hashed together (bounds the per-batch numpy arrays, ~10 x this in memory).
 BATCH_CHARS = 4_000_000
@@ -64,6 +68,7 @@ _progress_q = None  # set in pool workers by the initializer
 def _init_worker(q) -> None:
     global _progress_q
     _progress_q = q
+    gc.enable()  # forked from a build that paused it (build._pause_cyclic_gc)
     _fixed_mmap_threshold()
 
 

@@ -49,6 +49,31 @@ def name() -> str:
 @lru_cache(maxsize=1)
 def kernels() -> dict:
     """The compiled kernels (compiles or loads them from the cache on first use)."""
+    _set_up_numba()
     from tcqa_data.decontam._numba_kernels import KERNELS
 
     return KERNELS
+
+
+_BLAS_PROBE = "scipy.linalg.cython_blas"
+
+
+def _set_up_numba() -> None:
+    """Numba's one-time set-up of its compiler context (its first dispatch does it otherwise),
+    without importing scipy.linalg: numba imports it there only to learn whether BLAS can back
+    ``np.correlate``/``np.convolve`` in jitted code (``numba.np.arraymath._HAVE_BLAS``), which no
+    kernel here uses, and that import costs ~0.3 CPU-s (scipy's array-API layer walks numpy),
+    about 5% of a 200 MB n-gram build. Numba then takes its own loop for those two functions.
+    Nothing changes where scipy.linalg or numba's array functions are loaded already."""
+    import sys
+
+    if _BLAS_PROBE in sys.modules or "numba.np.arraymath" in sys.modules:
+        return
+    from numba.core.registry import cpu_target
+
+    sys.modules[_BLAS_PROBE] = None  # type: ignore[assignment]  # numba's probe: an ImportError
+    try:
+        cpu_target.target_context.refresh()
+    finally:
+        if _BLAS_PROBE in sys.modules and sys.modules[_BLAS_PROBE] is None:
+            del sys.modules[_BLAS_PROBE]

@@ -326,7 +326,7 @@ class _BucketPairs:
                 a, b, h = cur.take(bound)
                 if b > a:
                     ts.append(h >> self.drop if keys else h)
-                    ds.append(rd.read(a, b).astype(np.int64, copy=False) + doff)
+                    ds.append(np.add(rd.read(a, b), doff, dtype=np.int64))  # widened and moved in one pass
                     if keys:
                         ws.append(np.ones(b - a, dtype=np.int64))
             yield key_end, ts, ds, ws

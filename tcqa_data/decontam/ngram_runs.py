@@ -166,10 +166,13 @@ def write_run(run_dir: str | os.PathLike, n: int, run: int, h: np.ndarray, d: np
     offsets = np.empty(num_buckets + 2, dtype=np.int64)
     offsets[:num_buckets] = np.searchsorted(hs, lo)
     offsets[num_buckets] = len(hs)
-    base = int(ds.min()) if len(ds) else 0
+    base, top = (int(ds.min()), int(ds.max())) if len(ds) else (0, 0)
     offsets[num_buckets + 1] = base
-    rel = ds - base if base else ds
-    rel = rel.astype(np.uint16) if len(rel) and int(rel.max()) < 1 << 16 else narrow_ordinals(rel)
+    if len(ds) and top - base < 1 << 16:
+        rel = np.empty(len(ds), dtype=np.uint16)  # one pass, no int64 temporary
+        np.subtract(ds, base, out=rel, casting="unsafe")
+    else:
+        rel = narrow_ordinals(ds - base if base else ds)
     p = run_paths(run_dir, n, run)
     write_npy_atomic(p["hashes"], hs)
     write_npy_atomic(p["docs"], rel)

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from numba.cpython.unsafe.numbers import trailing_zeros
+
+from tcqa_data.decontam._numba_kernels.ngram import _HIGH8, _ONES8
 
 # jsonl_scan statuses
 SCAN_END, SCAN_BATCH_FULL, SCAN_DEFER, SCAN_ROOM = 0, 1, 2, 3
@@ -445,21 +448,48 @@ def _plain_bytes(amap):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _is_blank(buf, a, b):
+    """Whether ``buf[a:b]`` is only ``bytes.strip()`` whitespace."""
+    for q in range(a, b):
+        c = buf[q]
+        if not (c == 32 or 9 <= c <= 13):
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _next_line(buf, pos, end):
     """(index of the newline ending the line at ``pos``, or ``end``; whether the line is blank:
     only ``bytes.strip()`` whitespace)."""
     nl = pos
     while nl < end and buf[nl] != 10:
         nl += 1
-    for q in range(pos, nl):
-        c = buf[q]
-        if not (c == 32 or 9 <= c <= 13):
-            return nl, False
-    return nl, True
+    return nl, _is_blank(buf, pos, nl)
+
+
+_NL8 = np.uint64(0x0A0A0A0A0A0A0A0A)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _line_end(buf, words, pos, end):
+    """``_next_line``'s newline, found 8 bytes at a time: ``words[i]`` is ``buf[i:i + 8]`` as a
+    little-endian uint64 (an overlapping view, ``len(buf) - 7`` long), and the classic zero-byte
+    test on ``word ^ 0x0A..0A`` marks the first newline byte (as ``token_hashes_1p`` finds spaces):
+    the scan took ~30% longer searching a byte at a time (documents are lines of KBs)."""
+    nl = pos
+    while nl + 8 <= end and nl < len(words):
+        x = words[nl] ^ _NL8
+        z = (x - _ONES8) & ~x & _HIGH8
+        if z != 0:
+            return nl + (trailing_zeros(z) >> 3)
+        nl += 8
+    while nl < end and buf[nl] != 10:
+        nl += 1
+    return nl
 
 
 @njit(cache=True, nogil=True)
-def jsonl_scan(buf, pos, end, key, amap, out, o, doc_pos, doc_line, ndocs, line,
+def jsonl_scan(buf, words, pos, end, key, amap, out, o, doc_pos, doc_line, ndocs, line,
                chars, limit, counts):
     """Read JSONL lines from ``buf[pos:end]`` (whole lines; the last may lack its newline) into
     one hashing batch: each document's normalized text goes to ``out[o:]`` followed by a space,
@@ -468,12 +498,12 @@ def jsonl_scan(buf, pos, end, key, amap, out, o, doc_pos, doc_line, ndocs, line,
     (``SCAN_END``), when the batch reaches ``limit`` chars (``SCAN_BATCH_FULL``), before a line
     Python's reader must handle (``SCAN_DEFER``: it starts at the returned pos) or when
     ``out``/the doc arrays may be too small for the next line (``SCAN_ROOM``). Returns (status,
-    pos, o, ndocs, line, chars)."""
+    pos, o, ndocs, line, chars). ``words``: ``buf`` as overlapping uint64 (``_line_end``)."""
     plain = _plain_bytes(amap)
     no_cps = np.empty(0, dtype=np.uint32)
     while pos < end:
-        nl, blank = _next_line(buf, pos, end)
-        if blank:
+        nl = _line_end(buf, words, pos, end)
+        if _is_blank(buf, pos, nl):
             counts[0] += 1
             line += 1
             pos = nl + 1

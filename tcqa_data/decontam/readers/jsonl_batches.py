@@ -49,10 +49,13 @@ def normalized_batches_supported(fmt: str, text_field: str, id_field: str | None
 
 
 def _jsonl_blocks(fh, inp: CorpusInput, lines: Iterable[bytes], offset: int, end: int | None
-                  ) -> Iterator[tuple[bytes, int]]:
-    """The shard's lines as blocks of whole lines (about ``_BLOCK_BYTES``) with the offset of each
-    block: read in bulk from plain files, joined from the line iterator of compressed ones (so a
-    truncated stream ends exactly where ``_iter_jsonl`` ends; ``_Truncated`` follows the block)."""
+                  ) -> Iterator[tuple[bytes, int, int]]:
+    """The shard's lines as blocks of whole lines (about ``_BLOCK_BYTES``): ``(data, offset,
+    length)``, the lines being ``data[:length]`` and ``offset`` where they start. Plain files are
+    read in bulk, each block from the start of its first line (the partial line after a block's
+    last newline is read again with the next block: cheaper than copying every block to join
+    it); compressed ones are joined from the line iterator (so a truncated stream ends exactly
+    where ``_iter_jsonl`` ends; ``_Truncated`` follows the block)."""
     if inp.format != "jsonl":
         acc: list[bytes] = []
         size = 0
@@ -61,38 +64,38 @@ def _jsonl_blocks(fh, inp: CorpusInput, lines: Iterable[bytes], offset: int, end
                 acc.append(raw)
                 size += len(raw)
                 if size >= _BLOCK_BYTES:
-                    yield b"".join(acc), offset
+                    yield b"".join(acc), offset, size
                     offset, acc, size = offset + size, [], 0
         except _Truncated:
             if acc:
-                yield b"".join(acc), offset
+                yield b"".join(acc), offset, size
             raise
         if acc:
-            yield b"".join(acc), offset
+            yield b"".join(acc), offset, size
         return
-    carry = b""
     while end is None or offset < end:
-        chunk = fh.read(_BLOCK_BYTES)
-        data = carry + chunk if carry else chunk
-        if not chunk:
-            if data:
-                yield data, offset
+        fh.seek(offset)
+        data = fh.read(_BLOCK_BYTES)
+        if not data:
             return
-        if end is not None and offset + len(data) >= end:
-            # the last line of the shard is the one holding byte end - 1
-            cut = data.find(b"\n", end - 1 - offset)
-            if cut >= 0:
-                yield data[:cut + 1], offset
+        while True:
+            if end is not None and offset + len(data) >= end:
+                # the last line of the shard is the one holding byte end - 1
+                cut = data.find(b"\n", end - 1 - offset)
+                if cut >= 0:
+                    yield data, offset, cut + 1
+                    return
+            else:
+                cut = data.rfind(b"\n")
+                if cut >= 0:
+                    break
+            more = fh.read(_BLOCK_BYTES)  # a line longer than the block: read on
+            if not more:
+                yield data, offset, len(data)  # the last line, without a newline
                 return
-            carry = data
-            continue
-        cut = data.rfind(b"\n")
-        if cut < 0:
-            carry = data  # a line longer than the block: read on
-            continue
-        yield data[:cut + 1], offset
+            data += more
+        yield data, offset, cut + 1
         offset += cut + 1
-        carry = data[cut + 1:]
 
 
 def scan_jsonl_batches(inp: CorpusInput | InputShard, text_field: str, on_error: str, stats: SkipStats | None,
@@ -117,8 +120,8 @@ def scan_jsonl_batches(inp: CorpusInput | InputShard, text_field: str, on_error:
     with open(corpus_input.path, "rb") as fh:
         lines, offset, end, line, compressed = _jsonl_source(fh, corpus_input, shard)
         try:
-            for block, block_offset in _jsonl_blocks(fh, corpus_input, lines, offset, end):
-                buf = np.frombuffer(block, dtype=np.uint8)
+            for block, block_offset, block_len in _jsonl_blocks(fh, corpus_input, lines, offset, end):
+                buf = np.frombuffer(block, dtype=np.uint8, count=block_len)
                 pos = 0
                 while pos < len(buf):
                     status, pos, line = batch.scan(buf, pos, line, key, counts)
@@ -127,8 +130,8 @@ def scan_jsonl_batches(inp: CorpusInput | InputShard, text_field: str, on_error:
                     if status == SCAN_BATCH_FULL:
                         yield batch.finish()
                         continue
-                    nl = block.find(b"\n", pos)
-                    stop = len(block) if nl < 0 else nl + 1
+                    nl = block.find(b"\n", pos, block_len)
+                    stop = block_len if nl < 0 else nl + 1
                     if status == SCAN_ROOM:
                         batch.room(stop - pos + 2)
                         continue
@@ -146,6 +149,14 @@ def scan_jsonl_batches(inp: CorpusInput | InputShard, text_field: str, on_error:
                     ctx.count(reason, n)
     if batch.ndocs:
         yield batch.finish()
+
+
+def _words(buf: Any) -> Any:
+    """``buf`` (uint8) as overlapping little-endian uint64: element i is ``buf[i:i + 8]`` (the
+    scan kernel's 8-byte newline search; a view, no copy)."""
+    import numpy as np
+
+    return np.ndarray((max(0, len(buf) - 7),), dtype="<u8", buffer=buf, offset=0, strides=(1,))
 
 
 def grown_array(a: Any, size: int) -> Any:
@@ -183,8 +194,8 @@ class _NormalizedBatchBuilder:
         from tcqa_data.decontam.hashing import JANITOR_ASCII_MAP
 
         status, pos, self.o, self.ndocs, line, self.chars = self.kernel(
-            buf, pos, len(buf), key, JANITOR_ASCII_MAP, self.out[:len(self.out) - self.PAD], self.o,
-            self.doc_pos, self.doc_line, self.ndocs, line, self.chars, self.batch_chars, counts)
+            buf, _words(buf), pos, len(buf), key, JANITOR_ASCII_MAP, self.out[:len(self.out) - self.PAD],
+            self.o, self.doc_pos, self.doc_line, self.ndocs, line, self.chars, self.batch_chars, counts)
         return status, pos, line
 
     def room(self, need_bytes: int) -> None:
