@@ -1,7 +1,7 @@
 """JSONL text into Janitor bytes or code points: the compiled reader's line scan.
 
 ``jsonl_scan`` decodes each line's top-level text field into Janitor-normalized bytes (the n-gram
-map); ``jsonl_scan_cps`` into one uint32 per ``str`` character (the MinHash map, ``minhash/feed.py``),
+map) or into one uint32 per ``str`` character (the MinHash map, ``minhash/feed.py``),
 then ``janitor_from_cps`` gives the Janitor bytes of those code points with each character's offset
 there. ``janitor_char_offsets`` maps ``str`` offsets to normalized byte offsets for the str path."""
 
@@ -11,7 +11,7 @@ import numpy as np
 from numba import njit
 from numba.cpython.unsafe.numbers import trailing_zeros
 
-from tcqa_data.decontam._numba_kernels.ngram import _HIGH8, _ONES8
+from tcqa_data.decontam._numba_kernels.mix import HIGH8, ONES8
 
 # jsonl_scan statuses
 SCAN_END, SCAN_BATCH_FULL, SCAN_DEFER, SCAN_ROOM = 0, 1, 2, 3
@@ -457,29 +457,20 @@ def _is_blank(buf, a, b):
     return True
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _next_line(buf, pos, end):
-    """(index of the newline ending the line at ``pos``, or ``end``; whether the line is blank:
-    only ``bytes.strip()`` whitespace)."""
-    nl = pos
-    while nl < end and buf[nl] != 10:
-        nl += 1
-    return nl, _is_blank(buf, pos, nl)
-
-
 _NL8 = np.uint64(0x0A0A0A0A0A0A0A0A)
 
 
 @njit(cache=True, nogil=True, inline="always")
 def _line_end(buf, words, pos, end):
-    """``_next_line``'s newline, found 8 bytes at a time: ``words[i]`` is ``buf[i:i + 8]`` as a
-    little-endian uint64 (an overlapping view, ``len(buf) - 7`` long), and the classic zero-byte
-    test on ``word ^ 0x0A..0A`` marks the first newline byte (as ``token_hashes_1p`` finds spaces):
-    the scan took ~30% longer searching a byte at a time (documents are lines of KBs)."""
+    """The newline ending the line at ``pos`` (or ``end``), found 8 bytes at a time: ``words[i]``
+    is ``buf[i:i + 8]`` as a little-endian uint64 (an overlapping view, ``len(buf) - 7`` long),
+    and the zero-byte test on ``word ^ 0x0A..0A`` marks the first newline byte (as
+    ``token_hashes_1p`` finds spaces): a byte at a time took ~30% longer (documents are lines of
+    KBs)."""
     nl = pos
     while nl + 8 <= end and nl < len(words):
         x = words[nl] ^ _NL8
-        z = (x - _ONES8) & ~x & _HIGH8
+        z = (x - ONES8) & ~x & HIGH8
         if z != 0:
             return nl + (trailing_zeros(z) >> 3)
         nl += 8
@@ -489,18 +480,21 @@ def _line_end(buf, words, pos, end):
 
 
 @njit(cache=True, nogil=True)
-def jsonl_scan(buf, words, pos, end, key, amap, out, o, doc_pos, doc_line, ndocs, line,
+def jsonl_scan(buf, words, pos, end, key, amap, out, out_cps, cps, o, docs, doc_line, ndocs, line,
                chars, limit, counts):
     """Read JSONL lines from ``buf[pos:end]`` (whole lines; the last may lack its newline) into
-    one hashing batch: each document's normalized text goes to ``out[o:]`` followed by a space,
-    with its start in ``doc_pos`` and its line number in ``doc_line``; ``chars`` sums their chars.
-    Blank lines and empty texts are counted in ``counts[0]``/``counts[1]``. Stops at the end
-    (``SCAN_END``), when the batch reaches ``limit`` chars (``SCAN_BATCH_FULL``), before a line
-    Python's reader must handle (``SCAN_DEFER``: it starts at the returned pos) or when
-    ``out``/the doc arrays may be too small for the next line (``SCAN_ROOM``). Returns (status,
-    pos, o, ndocs, line, chars). ``words``: ``buf`` as overlapping uint64 (``_line_end``)."""
+    one batch, each document's text as Janitor-normalized bytes into ``out[o:]`` followed by a
+    space, with its start in ``docs`` (``doc_pos``), or with ``cps`` as code points into
+    ``out_cps[o:]``, doc ``k`` being ``out_cps[docs[k]:docs[k + 1]]`` (``doc_start``, no
+    separators); its line number goes to ``doc_line``, and ``chars`` sums the normalized docs'
+    chars. Blank lines and empty texts are counted in ``counts[0]``/``counts[1]``. Stops at the
+    end (``SCAN_END``), when the batch reaches ``limit`` chars (``SCAN_BATCH_FULL``), before a line
+    Python's reader must handle (``SCAN_DEFER``: it starts at the returned pos) or when the output
+    or the doc arrays may be too small for the next line (``SCAN_ROOM``). The same documents,
+    statuses and counts either way. Returns (status, pos, o, ndocs, line, chars). ``words``:
+    ``buf`` as overlapping uint64 (``_line_end``)."""
     plain = _plain_bytes(amap)
-    no_cps = np.empty(0, dtype=np.uint32)
+    room = len(out_cps) if cps else len(out)
     while pos < end:
         nl = _line_end(buf, words, pos, end)
         if _is_blank(buf, pos, nl):
@@ -508,9 +502,9 @@ def jsonl_scan(buf, words, pos, end, key, amap, out, o, doc_pos, doc_line, ndocs
             line += 1
             pos = nl + 1
             continue
-        if ndocs == len(doc_pos) or o + (nl - pos) + 2 > len(out):
+        if ndocs + cps >= len(docs) or o + (nl - pos) + 2 > room:
             return SCAN_ROOM, pos, o, ndocs, line, chars
-        o2, c, nonspace = _scan_line(buf, pos, nl, key, out, no_cps, o, amap, plain, False)
+        o2, c, nonspace = _scan_line(buf, pos, nl, key, out, out_cps, o, amap, plain, cps)
         if o2 < 0:
             return SCAN_DEFER, pos, o, ndocs, line, chars
         line += 1
@@ -518,13 +512,20 @@ def jsonl_scan(buf, words, pos, end, key, amap, out, o, doc_pos, doc_line, ndocs
         if not nonspace:
             counts[1] += 1
             continue
-        doc_pos[ndocs] = o
         doc_line[ndocs] = line
-        ndocs += 1
-        out[o2] = 32
-        o = o2 + 1
-        chars += c
-        if chars >= limit:
+        if cps:
+            ndocs += 1
+            o = o2
+            docs[ndocs] = o
+            full = o - docs[0] >= limit
+        else:
+            docs[ndocs] = o
+            ndocs += 1
+            out[o2] = 32
+            o = o2 + 1
+            chars += c
+            full = chars >= limit
+        if full:
             return SCAN_BATCH_FULL, pos, o, ndocs, line, chars
     return SCAN_END, min(pos, end), o, ndocs, line, chars
 
@@ -610,39 +611,6 @@ def _decode_text_cps(buf, i, end, out, o, amap, plain):
 
 
 @njit(cache=True, nogil=True)
-def jsonl_scan_cps(buf, pos, end, key, amap, out, o, doc_start, doc_line, ndocs, line, limit, counts):
-    """``jsonl_scan`` with each document's text as code points: doc ``k`` is
-    ``out[doc_start[k]:doc_start[k + 1]]`` (no separators; chars = code points). The same
-    documents, statuses and counts as ``jsonl_scan``. Returns (status, pos, o, ndocs, line)."""
-    plain = _plain_bytes(amap)
-    no_bytes = np.empty(0, dtype=np.uint8)
-    while pos < end:
-        nl, blank = _next_line(buf, pos, end)
-        if blank:
-            counts[0] += 1
-            line += 1
-            pos = nl + 1
-            continue
-        if ndocs + 1 >= len(doc_start) or o + (nl - pos) + 2 > len(out):
-            return SCAN_ROOM, pos, o, ndocs, line
-        o2, _, nonspace = _scan_line(buf, pos, nl, key, no_bytes, out, o, amap, plain, True)
-        if o2 < 0:
-            return SCAN_DEFER, pos, o, ndocs, line
-        line += 1
-        pos = nl + 1
-        if not nonspace:
-            counts[1] += 1
-            continue
-        doc_line[ndocs] = line
-        ndocs += 1
-        o = o2
-        doc_start[ndocs] = o
-        if o - doc_start[0] >= limit:
-            return SCAN_BATCH_FULL, pos, o, ndocs, line
-    return SCAN_END, min(pos, end), o, ndocs, line
-
-
-@njit(cache=True, nogil=True)
 def janitor_from_cps(cps, doc_start, amap, at_start, at_end):
     """The Janitor-normalized UTF-8 of documents given as code points, in ``hash_normalized``'s
     layout (a space first, a space after each doc, 8 spaces of padding: the bytes
@@ -686,5 +654,5 @@ def janitor_from_cps(cps, doc_start, amap, at_start, at_end):
     return out[:o + 8], nstart, off_start, off_end
 
 
-KERNELS = {"jsonl_scan": jsonl_scan, "jsonl_scan_cps": jsonl_scan_cps, "janitor_from_cps": janitor_from_cps,
+KERNELS = {"jsonl_scan": jsonl_scan, "janitor_from_cps": janitor_from_cps,
            "janitor_char_offsets": janitor_char_offsets}

@@ -1,4 +1,4 @@
-"""Hash mixing shared by the n-gram and MinHash kernels."""
+"""Hash mixing and byte masks shared by the kernels (``ngram``, ``minhash``, ``jsonl``)."""
 
 from __future__ import annotations
 
@@ -17,3 +17,8 @@ def fmix(z):
     z *= _F2
     z ^= z >> _S31
     return z
+
+
+# the zero-byte test on 8 bytes at once, ``(x - ONES8) & ~x & HIGH8``: a token's end, a line's end
+ONES8 = np.uint64(0x0101010101010101)
+HIGH8 = np.uint64(0x8080808080808080)

@@ -9,7 +9,7 @@ import numpy as np
 from numba import njit
 from numba.cpython.unsafe.numbers import leading_zeros, trailing_zeros
 
-from tcqa_data.decontam._numba_kernels.mix import fmix
+from tcqa_data.decontam._numba_kernels.mix import HIGH8, ONES8, fmix
 
 _K_LEN = np.uint64(0xD6E8FEB86659FD93)
 
@@ -262,8 +262,6 @@ def merge_sorted_keys(h, d, drop, provenance, none, docs_out):
 
 
 _SP8 = np.uint64(0x2020202020202020)
-_ONES8 = np.uint64(0x0101010101010101)
-_HIGH8 = np.uint64(0x8080808080808080)
 
 
 @njit(cache=True, nogil=True)
@@ -295,7 +293,7 @@ def token_hashes_1p(data, words, doc_start, salt_tok, max_bytes, tok, huge):
         w = w0
         while True:
             x = w ^ _SP8
-            z = (x - _ONES8) & ~x & _HIGH8
+            z = (x - ONES8) & ~x & HIGH8
             if z != 0:
                 e += trailing_zeros(z) >> 3
                 break

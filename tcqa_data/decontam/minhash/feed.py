@@ -4,7 +4,7 @@
 on ``str`` offsets) and its Janitor-normalized bytes (the n-gram hashes and the window
 signatures). Read through ``iter_documents`` that is a ``json.loads`` and a ``str`` per line, a
 UTF-32 copy for the window kernels, and two UTF-8 encodings. Here a compiled pass
-(``_numba_kernels.jsonl.jsonl_scan_cps``) decodes each line's text field straight into code points
+(``_numba_kernels.jsonl.jsonl_scan``) decodes each line's text field straight into code points
 (one ``uint32`` per ``str`` character), and a second (``janitor_from_cps``) writes the
 normalized bytes in the layout of ``readers.iter_normalized_batches`` with every character's
 byte offset there. The documents, batches, refs, errors and skip counts are those of
@@ -38,10 +38,10 @@ class CodepointBatch(NamedTuple):
 
 
 class _CodepointBatchBuilder:
-    """One ``CodepointBatch`` built by ``jsonl_scan_cps`` (``readers.scan_jsonl_batches``' batch)."""
+    """One ``CodepointBatch`` built by ``jsonl_scan`` on code points (``scan_jsonl_batches``' batch)."""
 
     def __init__(self, batch_chars: int) -> None:
-        self.kernel = kernel.kernels()["jsonl_scan_cps"]
+        self.kernel = kernel.kernels()["jsonl_scan"]
         self.batch_chars = batch_chars
         # room for a batch and a long line: uint32 code points, kept under glibc's 32 MiB mmap
         # threshold (the build fixes it there) so that every batch reuses heap pages instead of
@@ -54,13 +54,13 @@ class _CodepointBatchBuilder:
         self.doc_start, self.doc_line = np.zeros(1025, np.int64), np.empty(1024, np.int64)
         self.o = self.ndocs = 0
 
-    def scan(self, buf: np.ndarray, pos: int, line: int, key: np.ndarray, counts: np.ndarray
-             ) -> tuple[int, int, int]:
+    def scan(self, buf: np.ndarray, words: np.ndarray, pos: int, line: int, key: np.ndarray,
+             counts: np.ndarray) -> tuple[int, int, int]:
         from tcqa_data.decontam.hashing import JANITOR_ASCII_MAP
 
-        status, pos, self.o, self.ndocs, line = self.kernel(
-            buf, pos, len(buf), key, JANITOR_ASCII_MAP, self.out, self.o, self.doc_start, self.doc_line,
-            self.ndocs, line, self.batch_chars, counts)
+        status, pos, self.o, self.ndocs, line, _ = self.kernel(
+            buf, words, pos, len(buf), key, JANITOR_ASCII_MAP, np.empty(0, dtype=np.uint8), self.out, True,
+            self.o, self.doc_start, self.doc_line, self.ndocs, line, 0, self.batch_chars, counts)
         return status, pos, line
 
     def room(self, need: int) -> None:

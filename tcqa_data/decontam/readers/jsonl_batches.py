@@ -103,7 +103,7 @@ def scan_jsonl_batches(inp: CorpusInput | InputShard, text_field: str, on_error:
     """Drive a compiled JSONL scan kernel over one input or shard, yielding ``batch.finish()`` for
     each full batch and the last one. ``batch`` (``_NormalizedBatchBuilder``,
     ``minhash.feed._CodepointBatchBuilder``) holds the kernel and the batch's arrays:
-    ``scan(buf, pos, line, key, counts) -> (status, pos, line)`` runs the kernel on whole lines,
+    ``scan(buf, words, pos, line, key, counts) -> (status, pos, line)`` runs the kernel on whole lines,
     ``room(nbytes)`` grows the arrays for the next line, ``add(doc) -> full`` appends a document
     the Python line reader (``_jsonl_document``) read, for the lines the kernel defers. Errors,
     refs and skip counts are those of ``iter_documents``."""
@@ -122,9 +122,10 @@ def scan_jsonl_batches(inp: CorpusInput | InputShard, text_field: str, on_error:
         try:
             for block, block_offset, block_len in _jsonl_blocks(fh, corpus_input, lines, offset, end):
                 buf = np.frombuffer(block, dtype=np.uint8, count=block_len)
+                words = _words(buf)
                 pos = 0
                 while pos < len(buf):
-                    status, pos, line = batch.scan(buf, pos, line, key, counts)
+                    status, pos, line = batch.scan(buf, words, pos, line, key, counts)
                     if status == SCAN_END:
                         break
                     if status == SCAN_BATCH_FULL:
@@ -153,7 +154,7 @@ def scan_jsonl_batches(inp: CorpusInput | InputShard, text_field: str, on_error:
 
 def _words(buf: Any) -> Any:
     """``buf`` (uint8) as overlapping little-endian uint64: element i is ``buf[i:i + 8]`` (the
-    scan kernel's 8-byte newline search; a view, no copy)."""
+    scan kernel's 8-byte newline search; a view, no copy), passed to each batch's ``scan``."""
     import numpy as np
 
     return np.ndarray((max(0, len(buf) - 7),), dtype="<u8", buffer=buf, offset=0, strides=(1,))
@@ -190,12 +191,15 @@ class _NormalizedBatchBuilder:
         self.doc_pos, self.doc_line = np.empty(1024, np.int64), np.empty(1024, np.int64)
         self.o, self.ndocs, self.chars = 1, 0, 0
 
-    def scan(self, buf: Any, pos: int, line: int, key: Any, counts: Any) -> tuple[int, int, int]:
+    def scan(self, buf: Any, words: Any, pos: int, line: int, key: Any, counts: Any) -> tuple[int, int, int]:
+        import numpy as np
+
         from tcqa_data.decontam.hashing import JANITOR_ASCII_MAP
 
         status, pos, self.o, self.ndocs, line, self.chars = self.kernel(
-            buf, _words(buf), pos, len(buf), key, JANITOR_ASCII_MAP, self.out[:len(self.out) - self.PAD],
-            self.o, self.doc_pos, self.doc_line, self.ndocs, line, self.chars, self.batch_chars, counts)
+            buf, words, pos, len(buf), key, JANITOR_ASCII_MAP, self.out[:len(self.out) - self.PAD],
+            np.empty(0, dtype=np.uint32), False, self.o, self.doc_pos, self.doc_line, self.ndocs, line,
+            self.chars, self.batch_chars, counts)
         return status, pos, line
 
     def room(self, need_bytes: int) -> None:
