@@ -1,5 +1,5 @@
 """Query side of MinHash verification (``verify="text"``): candidate docs are cut into windows and
-signed on code points with the build's chain (``query.window_signatures``), the same windows and
+signed on code points with the build's chain (``feed.window_signatures``), the same windows and
 signatures as the ``str`` path (``window_spans`` + ``sign_spans``); the text store reads candidate
 lines in batches (``TextStore.texts``), the same texts as one ``text`` per doc."""
 
@@ -16,8 +16,7 @@ from test_textstore_build import _corpus
 
 from tcqa_data.decontam import kernel
 from tcqa_data.decontam.build import build_index
-from tcqa_data.decontam.minhash import MinHashIndex, MinHashParams
-from tcqa_data.decontam.minhash import query as mq
+from tcqa_data.decontam.minhash import MinHashIndex, MinHashParams, feed
 from tcqa_data.decontam.minhash.sketch import sign_spans
 from tcqa_data.decontam.minhash.windows import texts_codepoints, window_spans
 from tcqa_data.decontam.textstore.store import TextStore
@@ -71,12 +70,12 @@ def test_codepoint_signatures_equal_the_str_path(real_texts, kernels_on, params)
     the same windows (text index and count) and the same 32-bit signatures and shingle counts."""
     texts = EDGE + real_texts[:40] + MORE_EDGE + real_texts[40:] + EDGE
     for batch in (texts, texts[:1], MORE_EDGE, [t for t in texts if t.strip()], [""], []):
-        got = mq.window_signatures(batch, params)
+        got = feed.window_signatures(batch, params)
         want = _str_path(batch, params)
         assert len(got[0]) == len(want[0])
         for a, b in zip(got, want, strict=True):
             assert a.dtype == b.dtype and np.array_equal(a, b)
-    win_doc, sigs, counts = mq.window_signatures(texts, params)
+    win_doc, sigs, counts = feed.window_signatures(texts, params)
     assert len(win_doc) > 1000 and (counts == 0).any() and (counts > 0).any()
 
 
@@ -85,11 +84,11 @@ def test_other_settings_keep_the_str_path(real_texts, monkeypatch):
     texts = real_texts[:3] + MORE_EDGE
     monkeypatch.setenv(kernel.ENV, "numpy")
     p = MinHashParams(verify="text")
-    for a, b in zip(mq.window_signatures(texts, p), _str_path(texts, p), strict=True):
+    for a, b in zip(feed.window_signatures(texts, p), _str_path(texts, p), strict=True):
         assert np.array_equal(a, b)
     monkeypatch.setenv(kernel.ENV, "numba")
     p = MinHashParams(verify="text", sentence_splitter="punkt")
-    for a, b in zip(mq.window_signatures(texts, p), _str_path(texts, p), strict=True):
+    for a, b in zip(feed.window_signatures(texts, p), _str_path(texts, p), strict=True):
         assert np.array_equal(a, b)
 
 

@@ -274,9 +274,9 @@ def build_index(
             workers = eng.parallelism
         else:
             check_writable_dir(out)  # a clear error naming the folder, not a traceback
-            # this process reads every input (checksums, the split's newline count) before its
-            # maps: with glibc's default thresholds each 16 MB read buffer is fresh memory,
-            # page-faulted in again (~20 k faults per 200 MB)
+            # this process reads every input (checksums, the split's newline count) and may run
+            # the maps itself: with glibc's default thresholds each 16 MB read buffer is fresh
+            # memory, page-faulted in again (~20 k faults per 200 MB)
             _fixed_mmap_threshold()
         sums = run_tasks(sha256_file, [{"path": p} for p in paths], desc="index-checksum", engine=eng,
                          pool=pool)

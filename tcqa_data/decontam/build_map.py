@@ -285,7 +285,7 @@ def _run_maps(tasks: list[dict], work_dir: str, cfg: dict, pool: ProcessPoolExec
             results = engine.map(_map_shard_task, [{"task": t} for t in tasks], desc="index-map",
                                  shared={"work_dir": work_dir, "cfg": cfg}, on_done=shard_done)
         elif pool is None or len(tasks) <= 1:
-            _fixed_mmap_threshold()
+            # this process's malloc thresholds: fixed by build_index before its checksum reads
             results = [map_shard(t, work_dir, cfg, advance) for t in tasks]
         else:
             results_by_i: dict[int, dict] = {}

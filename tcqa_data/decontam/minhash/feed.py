@@ -14,14 +14,15 @@ about go through the Python line reader, as there.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 import numpy as np
 
 from tcqa_data.decontam import kernel
 from tcqa_data.decontam.minhash.params import MinHashParams
-from tcqa_data.decontam.minhash.windows import codepoint_window_spans
+from tcqa_data.decontam.minhash.sketch import sign_normalized, sign_spans
+from tcqa_data.decontam.minhash.windows import codepoint_window_spans, texts_codepoints, window_spans
 from tcqa_data.decontam.readers.documents import SkipStats
 from tcqa_data.decontam.readers.inputs import CorpusInput, InputShard
 from tcqa_data.decontam.readers.jsonl_batches import grown_array, scan_jsonl_batches
@@ -42,6 +43,7 @@ class _CodepointBatchBuilder:
 
     def __init__(self, batch_chars: int) -> None:
         self.kernel = kernel.kernels()["jsonl_scan"]
+        self.no_bytes = np.empty(0, dtype=np.uint8)  # the kernel's byte output, unused here
         self.batch_chars = batch_chars
         # room for a batch and a long line: uint32 code points, kept under glibc's 32 MiB mmap
         # threshold (the build fixes it there) so that every batch reuses heap pages instead of
@@ -59,7 +61,7 @@ class _CodepointBatchBuilder:
         from tcqa_data.decontam.hashing import JANITOR_ASCII_MAP
 
         status, pos, self.o, self.ndocs, line, _ = self.kernel(
-            buf, words, pos, len(buf), key, JANITOR_ASCII_MAP, np.empty(0, dtype=np.uint8), self.out, True,
+            buf, words, pos, len(buf), key, JANITOR_ASCII_MAP, self.no_bytes, self.out, True,
             self.o, self.doc_start, self.doc_line, self.ndocs, line, 0, self.batch_chars, counts)
         return status, pos, line
 
@@ -117,3 +119,20 @@ def codepoint_windows(cps: np.ndarray, doc_start: np.ndarray, params: MinHashPar
     first = doc_start[win_doc]
     data, nstart, ws, we = normalized_codepoints(cps, doc_start, first + starts, first + ends)
     return win_doc, data, nstart, ws, we
+
+
+def window_signatures(texts: Sequence[str], params: MinHashParams
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(text index of each window, signatures, shingle counts)`` of every window of ``texts``
+    (the map's documents that come as ``str``, and verification's candidate docs). Compiled
+    ``punkt-fast`` windows with Janitor signatures: on code points, as ``ShardWriter.add_codepoints``
+    (``codepoint_windows``: one UTF-32 copy of the texts cut into windows and normalized, then
+    signed; the ``str`` path encodes each text twice more, and looks up every char's byte offset);
+    otherwise the ``str`` path (``windows.window_spans``, ``sketch.sign_spans``). Both give the
+    same windows and signatures."""
+    if not (params.sentence_splitter == "punkt-fast" and params.normalization == "janitor"
+            and kernel.enabled()):
+        win_doc, starts, ends = window_spans(texts, params)
+        return win_doc, *sign_spans(texts, win_doc, starts, ends, params)
+    win_doc, data, _, ws, we = codepoint_windows(*texts_codepoints(texts), params)
+    return win_doc, *sign_normalized(data, ws, we, params)

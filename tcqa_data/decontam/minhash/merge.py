@@ -580,7 +580,8 @@ def _range_prefix(out_dir: str | os.PathLike, band: int, rng: int) -> str:
 
 
 def _pairs_doc_dtype(plan: dict[str, Any]) -> np.dtype:
-    return np.dtype(_U32 if int(plan["layout"]["doc_span"]) <= 2**32 else np.int64)
+    """Docs of a group run: 32-bit where the merge holds its pairs as one uint64 (``_Narrow``)."""
+    return np.dtype(_U32 if _pair_ops(plan["layout"]) is _Narrow else np.int64)
 
 
 class _RangeTableWriter:

@@ -11,18 +11,16 @@ from typing import Any
 
 import numpy as np
 
-from tcqa_data.decontam import kernel, packed
+from tcqa_data.decontam import packed
 from tcqa_data.decontam.arrays import sorted_unique
+from tcqa_data.decontam.minhash.feed import window_signatures
 from tcqa_data.decontam.minhash.params import INDEX_STORAGE_FORMAT, MinHashParams
 from tcqa_data.decontam.minhash.sketch import (
     EMPTY_HASH,
     band_keys,
-    sign_normalized,
-    sign_spans,
     stored_band_keys,
     stored_signatures,
 )
-from tcqa_data.decontam.minhash.windows import texts_codepoints, window_spans
 from tcqa_data.errors import TcqaError
 from tcqa_data.io_utils import load_npy, read_json
 
@@ -33,24 +31,6 @@ _SIGN_THREADS = 2  # text-verified candidate batches signed at once (the machine
 
 # ---------------------------------------------------------------------------------------------
 # Query
-
-
-def window_signatures(texts: Sequence[str], params: MinHashParams
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(text index of each window, signatures, shingle counts)`` of every window of ``texts``, as the
-    build's map computed them. Compiled ``punkt-fast`` windows with Janitor signatures: on code
-    points, as ``ShardWriter.add_codepoints`` (``feed.codepoint_windows``: one UTF-32 copy of the
-    texts cut into windows and normalized, then signed; the ``str`` path encodes each text twice
-    more, and looks up every char's byte offset); otherwise ``ShardWriter.add_texts``' ``str``
-    path. Both give the same windows and signatures."""
-    if not (params.sentence_splitter == "punkt-fast" and params.normalization == "janitor"
-            and kernel.enabled()):
-        win_doc, starts, ends = window_spans(texts, params)
-        return win_doc, *sign_spans(texts, win_doc, starts, ends, params)
-    from tcqa_data.decontam.minhash.feed import codepoint_windows
-
-    win_doc, data, _, ws, we = codepoint_windows(*texts_codepoints(texts), params)
-    return win_doc, *sign_normalized(data, ws, we, params)
 
 
 class MinHashIndex:

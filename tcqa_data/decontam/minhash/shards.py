@@ -16,15 +16,13 @@ from tcqa_data.decontam.minhash.sketch import (
     STORAGE_FORMAT,
     band_pairs,
     sign_normalized,
-    sign_spans,
     stored_band_keys_t,
     stored_signatures,
 )
-from tcqa_data.decontam.minhash.windows import window_spans
 from tcqa_data.io_utils import write_json_atomic, write_npy_atomic
 
 PART_WINDOWS = 65536  # windows per map-side run (16 MiB of signatures at 128 permutations)
-_BATCH_CHARS = 1 << 20  # characters of documents per window_spans() + sign_spans() call
+_BATCH_CHARS = 1 << 20  # characters of documents per feed.window_signatures() call
 
 _U32 = np.uint32
 
@@ -98,9 +96,9 @@ class ShardWriter:
         ords = self._ordinals(ordinals)
         if not len(ords):
             return
-        win_doc, starts, ends = window_spans(texts, self.params)
-        sigs, counts = sign_spans(texts, win_doc, starts, ends, self.params)
-        self._add(ords, win_doc, sigs, counts)
+        from tcqa_data.decontam.minhash.feed import window_signatures
+
+        self._add(ords, *window_signatures(texts, self.params))
 
     def add_codepoints(self, ordinals, cps: np.ndarray, doc_start: np.ndarray
                        ) -> tuple[np.ndarray, np.ndarray]:

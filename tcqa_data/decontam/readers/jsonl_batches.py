@@ -176,9 +176,12 @@ class _NormalizedBatchBuilder:
     PAD = 9  # spaces after the last document: hashing reads 8 bytes at a time
 
     def __init__(self, batch_chars: int) -> None:
+        import numpy as np
+
         from tcqa_data.decontam import kernel
 
         self.kernel = kernel.kernels()["jsonl_scan"]
+        self.no_cps = np.empty(0, dtype=np.uint32)  # the kernel's code-point output, unused here
         self.batch_chars = batch_chars
         self.first_cap = min(2 * batch_chars, 1 << 24) + (1 << 16)
         self._reset()
@@ -192,14 +195,12 @@ class _NormalizedBatchBuilder:
         self.o, self.ndocs, self.chars = 1, 0, 0
 
     def scan(self, buf: Any, words: Any, pos: int, line: int, key: Any, counts: Any) -> tuple[int, int, int]:
-        import numpy as np
-
         from tcqa_data.decontam.hashing import JANITOR_ASCII_MAP
 
         status, pos, self.o, self.ndocs, line, self.chars = self.kernel(
             buf, words, pos, len(buf), key, JANITOR_ASCII_MAP, self.out[:len(self.out) - self.PAD],
-            np.empty(0, dtype=np.uint32), False, self.o, self.doc_pos, self.doc_line, self.ndocs, line,
-            self.chars, self.batch_chars, counts)
+            self.no_cps, False, self.o, self.doc_pos, self.doc_line, self.ndocs, line, self.chars,
+            self.batch_chars, counts)
         return status, pos, line
 
     def room(self, need_bytes: int) -> None:

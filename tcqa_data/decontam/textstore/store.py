@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -172,18 +172,20 @@ class TextStore:
     def texts(self, ordinals: Sequence[int] | np.ndarray) -> list[str]:
         """Texts of the docs with these ordinals (in this order)."""
         ords = [int(o) for o in ordinals]
-        self.prefetch(ords)
         uniq = sorted(set(ords))  # file order: row groups decode once
-        got = self._jsonl_lines(uniq)
+        spans = list(self._line_spans(uniq))
+        self._advise(spans)
+        got = self._jsonl_lines(spans)
         got.update((o, self.text(o)) for o in uniq if o not in got)
         return [got[o] for o in ords]
 
-    def _jsonl_lines(self, ords: list[int]) -> dict[int, str]:
-        """``text`` of the docs among ``ords`` that are lines of uncompressed JSONL inputs, read
+    def _jsonl_lines(self, spans: list[tuple[dict[str, Any], np.ndarray, np.ndarray, np.ndarray]]
+                     ) -> dict[int, str]:
+        """``text`` of the docs of these ``_line_spans`` (lines of uncompressed JSONL inputs), read
         with one open file per input and one ``pread`` per line (``text`` opens the file and reads
         it line-buffered for each doc, which cost more than the JSON decoding)."""
         out: dict[int, str] = {}
-        for rec, docs, start, end in self._line_spans(ords):
+        for rec, docs, start, end in spans:
             fd = os.open(self._check_file(rec), os.O_RDONLY)
             try:
                 for o, a, b in zip(docs.tolist(), start.tolist(), end.tolist(), strict=True):
@@ -233,9 +235,13 @@ class TextStore:
         """Ask the OS to read these docs' lines of uncompressed JSONL inputs ahead (other kinds:
         nothing). Candidate docs lie anywhere in a large corpus: one synchronous disk read per doc
         would wait on each in turn, while these reads are queued together, in file order."""
+        self._advise(self._line_spans(ordinals))
+
+    def _advise(self, spans: Iterable[tuple[dict[str, Any], np.ndarray, np.ndarray, np.ndarray]]) -> None:
+        """``prefetch`` of these ``_line_spans``."""
         if not hasattr(os, "posix_fadvise"):
             return
-        for rec, _, start, end in self._line_spans(ordinals):
+        for rec, _, start, end in spans:
             try:
                 fd = os.open(self._check_file(rec), os.O_RDONLY)
             except OSError:
