@@ -440,9 +440,10 @@ class WorkerKiller(threading.Thread):
         while not self.stop.is_set() and time.time() < deadline:
             for proc in psutil.Process().children(recursive=True):
                 try:
-                    title = proc.cmdline()[0] if proc.cmdline() else ""
+                    cmdline = proc.cmdline()  # once: a worker may exit between two reads
                 except psutil.Error:
                     continue
+                title = cmdline[0] if cmdline else ""
                 if title.startswith("ray::index-"):
                     self.seen.add(title)
                 if not self.killed and title.startswith(self.prefix) and self.ready():

@@ -375,3 +375,20 @@ def test_a_new_benchmark_is_a_yaml_file(wiki_index, squad_validation, tmp_path):
     assert cont["dirty"].tolist()[:3] == [True, True, True]
     assert TaskSpec.from_yaml(out / "my_squad" / "task.yaml").doc_to_decontamination_query == \
         "{{question}} {{context}}"
+
+
+def test_portable_ref_rewrites_the_longest_input_path_prefix(tmp_path):
+    """Corpus doc refs ``<input path>:<line>`` become ``<file name>:<line>``: the longest input path
+    that starts the ref wins (paths may hold colons, and one input's path + ':' may start another's),
+    and refs from an id field are left alone."""
+    from tcqa_data.prep.pipeline import portable_ref
+
+    paths = ["/data/a.jsonl", "/data/a.jsonl:v2/b.jsonl", "c:d/e.jsonl", "hf://org/set/cfg:train"]
+    (tmp_path / "manifest.json").write_text(json.dumps({"inputs": [{"path": p} for p in paths]}))
+    fix = portable_ref(tmp_path)
+    assert fix("/data/a.jsonl:12") == "a.jsonl:12"
+    assert fix("/data/a.jsonl:v2/b.jsonl:7") == "b.jsonl:7"  # not "a.jsonl:v2/b.jsonl:7"
+    assert fix("c:d/e.jsonl:3") == "e.jsonl:3"
+    assert fix("hf://org/set/cfg:train:41") == "hf://org/set/cfg:train:41"  # hub ids are portable as they are
+    for ref in ("Apollo program", "title: with colon", "/data/a.jsonl", "", None):
+        assert fix(ref) == ref

@@ -342,23 +342,27 @@ def _score_unique(docs: Sequence[QueryDoc], index_dir: str, n: int, *, max_corpu
         "matched_doc_ngrams", "match_spans", "match_fields", "field_names", "field_words",
         "field_matched_words", "match_field")}
     pending_refs: list[list[int]] = []
+    # field values repeat across docs (a SQuAD passage has about five questions, an MC-TACO
+    # sentence several candidates): each distinct value tokenized once
+    field_tok = lru_cache(maxsize=4096)(tok)
     for i, d in enumerate(docs):
         tokens = all_tokens[i]
         lo, hi = offsets[i], offsets[i + 1]
         c = counted[lo:hi]
         k = hi - lo
         covered = np.zeros(len(tokens), dtype=bool)
-        if c.any():
+        hit = bool(c.any())  # most docs have no hit: their match columns are empty, computed for none
+        if hit:
             diff = np.zeros(len(tokens) + 1, dtype=np.int32)
             starts = np.flatnonzero(c)
             np.add.at(diff, starts, 1)
             np.add.at(diff, starts + n, -1)
             covered = np.cumsum(diff[:-1]) > 0
-        owner = attribute_fields(tokens, d.fields, tok) if d.fields else [""] * len(tokens)
+        owner = attribute_fields(tokens, d.fields, field_tok) if d.fields else [""] * len(tokens)
         names = list(d.fields)
         fw = Counter(owner)
-        fm = Counter(o for o, cov in zip(owner, covered, strict=False) if cov)
-        spans_w = _runs(covered)
+        fm = Counter(o for o, cov in zip(owner, covered.tolist(), strict=False) if cov) if hit else Counter()
+        spans_w = _runs(covered) if hit else []
         char_spans = token_char_spans(d.query, scheme) if spans_w else []
         spans = [[int(char_spans[s][0]), int(char_spans[e - 1][1])] for s, e in spans_w]
         span_fields = [_majority_owner(owner[s:e]) for s, e in spans_w]
