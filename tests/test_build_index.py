@@ -292,3 +292,15 @@ def test_hf_dataset_input(tmp_path, wiki_lines, monkeypatch):
     text = json.loads(wiki_lines[2])["text"]
     hit = idx.lookup(ngram_hashes(text, 13), 13)
     assert hit.found.all() and idx.doc_refs([2]) == [f"{folder}:train:3"]
+
+
+def test_arrow_repeated_string_is_the_same_array_as_one_string_per_row():
+    """docs.parquet's input column is built from one encoded copy of the path, not one per row:
+    the same Arrow array (so the same file bytes) as ``arrow_strings`` of the repeated value."""
+    from tcqa_data.decontam.build_map import arrow_repeated_string, arrow_strings
+
+    cases = (("/data/ü/part-0001.jsonl", 7), ("", 4), ("x", 0), ("hf://org/set/cfg:train", 50_000))
+    for value, count in cases:
+        got = arrow_repeated_string(value, count)
+        assert got.equals(arrow_strings([value] * count)), (value, count)
+        assert got.to_pylist()[:3] == [value] * min(count, 3)

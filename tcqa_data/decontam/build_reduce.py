@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 from tcqa_data.decontam import ngram_index as ni
 from tcqa_data.decontam import ngram_reduce as nred
 from tcqa_data.decontam import ngram_runs as nruns
-from tcqa_data.decontam.build_map import _minhash_module, arrow_int64, arrow_strings
+from tcqa_data.decontam.build_map import _minhash_module, arrow_int64, arrow_repeated_string
 from tcqa_data.decontam.engines import Engine, run_tasks
 from tcqa_data.errors import TcqaError
 from tcqa_data.io_utils import atomic_path, write_json_atomic
@@ -196,7 +196,7 @@ def _write_docs_table(path: Path, all_inputs: list[dict], out: Path, maps: Path)
                     buf.append(pa.Table.from_arrays([
                         arrow_int64(np.arange(ordinal, ordinal + k)),
                         _as_type(t.column("doc_ref"), pa.string()),
-                        arrow_strings([e["path"]] * k),
+                        arrow_repeated_string(e["path"], k),
                         _as_type(t.column("row"), pa.int64()),
                     ], schema=_DOCS_SCHEMA))
                     ordinal += k
