@@ -348,6 +348,7 @@ def build_index(
             e["shards"] = [r["key"] for r in shards]
             e["docs"] = sum(r["docs"] for r in shards)
             e["shard_docs"] = [r["docs"] for r in shards]
+            e["shard_runs"] = [r["runs"] for r in shards]  # {n: runs}: the reduce lists no folders
             e["text_chars"] = sum(r["text_chars"] for r in shards)
             e["ngrams"] = {str(n): sum(r["ngrams"][str(n)] for r in shards) for n in ns}
             sk = SkipStats()

@@ -16,7 +16,6 @@ import pyarrow.parquet as pq
 
 from tcqa_data.decontam import ngram_index as ni
 from tcqa_data.decontam import ngram_reduce as nred
-from tcqa_data.decontam import ngram_runs as nruns
 from tcqa_data.decontam.build_map import _minhash_module, arrow_int64, arrow_repeated_string
 from tcqa_data.decontam.engines import Engine, run_tasks
 from tcqa_data.errors import TcqaError
@@ -90,9 +89,11 @@ def _reduce(out: Path, work: Path, params: dict, cfg: dict, ns: list[int], entri
             if e.get("_old"):
                 continue
             doff = e["doc_offset"]
-            for key, nd in zip(e["shards"], e["shard_docs"], strict=True):
+            # the runs each map reported (a listing per map folder is a metadata round trip per
+            # shard on shared storage: ~150 k at 10 TB)
+            for key, nd, runs in zip(e["shards"], e["shard_docs"], e["shard_runs"], strict=True):
                 run_dir = str(maps / key / "ngrams")
-                sources += [nred.RunSource(run_dir, r, doff) for r in nruns.list_runs(run_dir, n)]
+                sources += [nred.RunSource(run_dir, r, doff) for r in range(int(runs[str(n)]))]
                 doff += nd
         sources_by_n[n] = tuple(sources)
     # many runs: the first level merges each bucket of each group of runs into one run
@@ -138,7 +139,7 @@ def _reduce(out: Path, work: Path, params: dict, cfg: dict, ns: list[int], entri
 
     inputs_out = []
     for e in all_inputs:
-        e = {k: v for k, v in e.items() if k not in ("_old", "shards", "shard_docs", "hf")}
+        e = {k: v for k, v in e.items() if k not in ("_old", "shards", "shard_docs", "shard_runs", "hf")}
         inputs_out.append(e)
     docs_total = sum(e["docs"] for e in all_inputs)
     counts = {
