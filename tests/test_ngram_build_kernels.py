@@ -222,13 +222,17 @@ def _decode_bucket(root, n, bucket, dir_bits):
     return {int(k): (int(f), d) for k, f, d in zip(full.tolist(), df.tolist(), docs, strict=True)}
 
 
-@pytest.mark.parametrize("mode", ["numba", "numpy"])
-def test_reduce_counts_distinct_pairs_of_partitioned_runs(tmp_path, monkeypatch, mode):
+@pytest.mark.parametrize(("mode", "keep"), [("numba", True), ("numpy", True), ("numba", False)])
+def test_reduce_counts_distinct_pairs_of_partitioned_runs(tmp_path, monkeypatch, mode, keep):
     """Runs are not deduplicated: the reduce makes a key's df its number of distinct (hash, doc)
     pairs (a doc repeating an n-gram counts once; two n-grams of one doc that share a stored key
     count twice) and its provenance the smallest distinct docs, with the kernels and the numpy
-    fallback, one or many chunks, one level or two, and docs in or out of order in a run."""
+    fallback, one or many chunks, one level or two, and docs in or out of order in a run.
+    ``keep``: runs' bucket offsets kept by the worker's cache, or read per bucket (as with more
+    than _KEEP_BUCKETS buckets)."""
     monkeypatch.setenv(kernel.ENV, mode)
+    if not keep:
+        monkeypatch.setattr(nred, "_KEEP_BUCKETS", 0)
     rng = np.random.default_rng(9)
     nb, dir_bits, prov = 2, 0, 3
     key_shift = 64 - ni.key_bits(nb, dir_bits)  # stored key = h >> 32

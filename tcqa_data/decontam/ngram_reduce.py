@@ -261,74 +261,93 @@ class _RunFiles(NamedTuple):
     offsets: NpyRowReader
     doc_base: int  # the doc ordinal its stored docs are relative to
     cell_bits: int | None  # a partitioned run's cells; None: sorted, with bucket offsets
+    buckets: np.ndarray | None  # the buckets' row offsets, where kept (see _run_files)
+
+
+# Runs whose bucket offsets the cache keeps: up to 1,024 buckets, 8 KB a run at most (64 MB for
+# the cache's 8,192 runs); with more, each bucket reads its own two offsets.
+_KEEP_BUCKETS = 1024
 
 
 def _run_files(run_dir: str, n: int, run: int, num_buckets: int) -> _RunFiles:
     """A map run's (or group run's) readers. A worker reduces many buckets of the same runs:
-    their .npy headers are read once per worker, not once per bucket (with hundreds of runs that
-    was most of a small bucket's time); the offsets themselves are read per bucket, by the
-    bucket's slice (a partitioned run's are 64 KB or more: cached whole, 8,192 runs would
-    hold 0.5 GB). Keyed by the files' identity, so a run rewritten under the same name is read
-    again."""
+    their .npy headers and bucket offsets are read once per worker, not once per bucket (with
+    hundreds of runs that was most of a small bucket's time); a partitioned run's cell offsets
+    (64 KB or more) are not kept: a bucket cut in several chunks reads its cells' offsets.
+    Keyed by the files' identity, so a run rewritten under the same name is read again."""
     # offsets.npy is written last, after hashes and docs, each by a rename: a rewritten run has
     # a new offsets file (one stat per run and bucket)
     st = os.stat(run_file(run_dir, n, run, "offsets"))
     return _run_files_cached(run_dir, n, run, num_buckets, (st.st_ino, st.st_mtime_ns, st.st_size))
 
 
-@lru_cache(maxsize=8192)  # ~2 KB per run (three readers)
+@lru_cache(maxsize=8192)  # ~2 KB per run with 64 buckets (three readers, 65 offsets)
 def _run_files_cached(run_dir: str, n: int, run: int, num_buckets: int, stamp: tuple) -> _RunFiles:
     offsets = NpyRowReader(run_file(run_dir, n, run, "offsets"))
     hashes, docs = (NpyRowReader(run_file(run_dir, n, run, k)) for k in ("hashes", "docs"))
     rows = len(offsets)
+    keep = num_buckets <= _KEEP_BUCKETS
     if rows > num_buckets + 2:  # partitioned: 2**bits + 1 cell offsets (2**bits >= buckets), base, bits
         base, bits = (int(x) for x in offsets.read(rows - 2, rows))
         if rows != (1 << bits) + 3:
             raise TcqaError(f"{offsets.path}: {rows} offsets do not match {bits} cell bits")
-        return _RunFiles(hashes, docs, offsets, base, bits)
+        per = (1 << bits) // num_buckets
+        buckets = offsets.read(0, rows - 2)[::per].copy() if keep else None
+        return _RunFiles(hashes, docs, offsets, base, bits, buckets)
     # sorted: num_buckets + 1 bucket offsets, then the base (absent in the earliest runs)
     base = int(offsets.read(rows - 1, rows)[0]) if rows > num_buckets + 1 else 0
-    return _RunFiles(hashes, docs, offsets, base, None)
+    buckets = offsets.read(0, num_buckets + 1) if keep else None
+    return _RunFiles(hashes, docs, offsets, base, None, buckets)
+
+
+def _bucket_rows(f: _RunFiles, bucket: int, per: int) -> tuple[int, int]:
+    """Run ``f``'s rows of ``bucket``, whose offsets are ``per`` entries apart (cells a bucket;
+    1 for a sorted run)."""
+    if f.buckets is not None:
+        return int(f.buckets[bucket]), int(f.buckets[bucket + 1])
+    if per == 1:
+        a, b = f.offsets.read(bucket, bucket + 2)
+        return int(a), int(b)
+    a, b = (int(f.offsets.read(c, c + 1)[0]) for c in (bucket * per, (bucket + 1) * per))
+    return a, b
 
 
 class _Cells:
-    """The row offsets of cells ``[first, end]`` of a run's offsets file, read forward in blocks
-    of at most ``block`` cells (a bucket of 2**13 cells does not hold them all at once)."""
+    """The row offsets of cells ``[first, end)`` of a run's offsets file, read forward on demand
+    in blocks of ``block`` cells (a bucket of 2**13 cells does not hold them all at once)."""
 
     def __init__(self, offsets: NpyRowReader, first: int, end: int, block: int = 256) -> None:
         self.reader = offsets
         self.end = end
         self.block = block
         self.at0 = first
-        self.buf = offsets.read(first, min(end, first + block) + 1)
+        self.buf = np.empty(0, dtype=np.int64)
 
     def at(self, cell: int) -> int:
-        """The first row of ``cell`` (cells asked for in non-decreasing order, bar the end)."""
+        """The first row of ``cell`` (``first <= cell < end``, asked for in increasing order)."""
         i = cell - self.at0
         if not 0 <= i < len(self.buf):
-            if cell == self.end:
-                return int(self.reader.read(cell, cell + 1)[0])
-            self.at0 = cell
-            self.buf = self.reader.read(cell, min(self.end, cell + self.block) + 1)
-            i = 0
+            self.at0, i = cell, 0
+            self.buf = self.reader.read(cell, min(self.end, cell + self.block))
         return int(self.buf[i])
 
 
 class _CellCursor:
-    """Forward reader of a partitioned run's rows in a bucket, by whole cells: :meth:`take`
-    returns the rows of the cells below a bound (a cell bound: rows inside a cell are in no
-    hash order)."""
+    """Forward reader of a partitioned run's rows ``[start, end)`` in a bucket, by whole cells:
+    :meth:`take` returns the rows of the cells below a bound (a cell bound: rows inside a cell
+    are in no hash order)."""
 
-    def __init__(self, hashes: NpyRowReader, cells: _Cells, start: int, shift: int) -> None:
+    def __init__(self, hashes: NpyRowReader, cells: _Cells, start: int, end: int, shift: int) -> None:
         self.reader = hashes
         self.cells = cells
         self.pos = start
+        self.end = end
         self.shift = shift
 
     def take(self, bound: int | None) -> tuple[int, int, np.ndarray]:
         """``(a, b, hashes)``: rows ``[a, b)`` of the cells below ``bound`` (all if None)."""
         cell = self.cells.end if bound is None else bound >> self.shift
-        a, b = self.pos, self.cells.at(min(cell, self.cells.end))
+        a, b = self.pos, self.end if cell >= self.cells.end else self.cells.at(cell)
         self.pos = b
         return a, b, self.reader.read(a, b)
 
@@ -367,12 +386,9 @@ class _BucketPairs:
         align = 0  # cells of a bucket that chunks must cut at (the coarsest partitioned run's)
         for src in sources:
             f = _run_files(src.run_dir, n, src.run, num_buckets)
-            if f.cell_bits is None:
-                cells, (a, b) = None, (int(x) for x in f.offsets.read(bucket, bucket + 2))
-            else:
-                per = 1 << (f.cell_bits - bucket_bits)
-                cells = _Cells(f.offsets, bucket * per, (bucket + 1) * per)
-                a, b = cells.at(bucket * per), cells.at((bucket + 1) * per)
+            per = 1 if f.cell_bits is None else 1 << (f.cell_bits - bucket_bits)
+            a, b = _bucket_rows(f, bucket, per)
+            cells = None if f.cell_bits is None else _Cells(f.offsets, bucket * per, (bucket + 1) * per)
             if b > a:
                 runs.append(_BucketRun(f, a, b, src.doc_offset + f.doc_base, cells))
                 total += b - a
@@ -419,7 +435,7 @@ class _BucketPairs:
         curs: list[tuple[_Cursor | _CellCursor, NpyRowReader, int]] = []
         for r in self._runs:
             cur = (_Cursor(r.files.hashes, r.start, r.end, self._step(r.end - r.start)) if r.cells is None
-                   else _CellCursor(r.files.hashes, r.cells, r.start, 64 - r.files.cell_bits))
+                   else _CellCursor(r.files.hashes, r.cells, r.start, r.end, 64 - r.files.cell_bits))
             curs.append((cur, r.files.docs, r.doc_offset))
         for c in range(self.nchunks):
             key_end = self._key_end(c)
