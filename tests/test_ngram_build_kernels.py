@@ -117,35 +117,51 @@ def test_reduce_compiled_equals_numpy(tmp_path, monkeypatch, colliding):
 
 
 def test_run_docs_relative_and_runs_of_the_earlier_layout_read(tmp_path):
-    """Runs store docs relative to their first doc (uint16 when the span fits); runs written in
-    the earlier layout (absolute uint32 docs, no base) reduce to the same bytes."""
+    """Runs are partitioned into cells (stably: each cell keeps its docs in order) and store docs
+    relative to their first doc (uint16 when the span fits); runs written in the earlier layouts
+    (sorted and deduplicated, with bucket offsets: absolute uint32 docs and no base, or a base)
+    reduce to the same bytes."""
     rng = np.random.default_rng(4)
     nb = 2
     h = rng.integers(0, 2**64 - 1, 5000, dtype=np.uint64)
+    h[100:200] = h[:100]  # repeated pairs and repeated hashes in other docs
     d = np.sort(rng.integers(100_000, 100_900, 5000))
     nruns.write_run(tmp_path / "new", 13, 0, h, d, nb)
     p = nruns.run_paths(tmp_path / "new", 13, 0)
-    off = np.load(p["offsets"])
-    assert np.load(p["docs"]).dtype == np.uint16 and nruns.run_doc_base(off, nb) == int(d.min())
+    off, hs_run, ds_run = np.load(p["offsets"]), np.load(p["hashes"]), np.load(p["docs"])
+    bits = nruns.cell_bits(nb)
+    assert bits == nruns.MIN_CELL_BITS and len(off) == (1 << bits) + 3 and off[-1] == bits
+    assert ds_run.dtype == np.uint16 and off[-2] == int(d.min()) and off[1 << bits] == len(h) == len(hs_run)
+    cell = hs_run >> np.uint64(64 - bits)
+    assert np.array_equal(np.searchsorted(cell, np.arange((1 << bits) + 1)), off[:-2])
+    order = np.argsort(h >> np.uint64(64 - bits), kind="stable")
+    assert np.array_equal(hs_run, h[order])
+    assert np.array_equal(ds_run.astype(np.int64) + int(d.min()), d[order])
     hs, ds = nruns.sort_pairs(h, d)
-    q = nruns.run_paths(tmp_path / "old", 13, 0)
-    write_npy_atomic(q["hashes"], hs)
-    write_npy_atomic(q["docs"], ds.astype(np.uint32))
-    write_npy_atomic(q["offsets"], off[:nb + 1])
+    bucket_off = np.append(np.searchsorted(hs, np.array([0, 1 << 63], dtype=np.uint64)), len(hs))
+    for layout, docs, offsets in (("old", ds.astype(np.uint32), bucket_off),
+                                  ("based", (ds - 99_000).astype(np.uint32), np.append(bucket_off, 99_000))):
+        q = nruns.run_paths(tmp_path / layout, 13, 0)
+        write_npy_atomic(q["hashes"], hs)
+        write_npy_atomic(q["docs"], docs)
+        write_npy_atomic(q["offsets"], offsets.astype(np.int64))
     for b in range(nb):
-        for layout in ("new", "old"):
+        for layout in ("new", "old", "based"):
             src = [nred.RunSource(str(tmp_path / layout), 0, 7)]
-            nred.reduce_bucket(tmp_path / f"idx-{layout}", 13, b, src, num_buckets=nb, dir_bits=3)
+            nred.reduce_bucket(tmp_path / f"idx-{layout}", 13, b, src, num_buckets=nb, dir_bits=3,
+                               chunk_pairs=400)
         for kind in ni.BUCKET_FILES:
-            assert ni.bucket_paths(tmp_path / "idx-new", 13, b)[kind].read_bytes() == \
-                ni.bucket_paths(tmp_path / "idx-old", 13, b)[kind].read_bytes(), kind
+            want = ni.bucket_paths(tmp_path / "idx-new", 13, b)[kind].read_bytes()
+            for layout in ("old", "based"):
+                assert ni.bucket_paths(tmp_path / f"idx-{layout}", 13, b)[kind].read_bytes() == want, kind
     docs = np.load(ni.bucket_paths(tmp_path / "idx-new", 13, 0)["docs"])
     assert docs.min() >= 100_007
 
 
 def test_run_writer_buffers_write_the_lists_runs(tmp_path, monkeypatch, wiki_sample):
-    """The compiled map (batches hashed straight into one buffer per n, sorted in place) spills
-    the same runs as the numpy path, mixing normalized batches and text batches."""
+    """The compiled map (batches hashed straight into one buffer per n, partitioned into one
+    kept buffer) spills the same runs as the numpy path, mixing normalized batches and text
+    batches."""
     import json
 
     texts = []
@@ -189,3 +205,107 @@ def test_kernels_load_without_scipy_linalg():
             "import scipy.linalg.cython_blas; print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "ok"
+
+
+def _decode_bucket(root, n, bucket, dir_bits):
+    """A format-2 bucket as {stored key: (df, provenance docs)} (test decoder)."""
+    p = ni.bucket_paths(root, n, bucket)
+    keys = np.load(p["keys"]).astype(np.uint64)
+    cells = np.repeat(np.arange(2 ** dir_bits, dtype=np.uint64), np.diff(np.load(p["dir"]).astype(np.int64)))
+    full = (np.uint64(bucket) << np.uint64(dir_bits + 32)) | (cells << np.uint64(32)) | keys
+    df = np.load(p["df"]).astype(np.int64)
+    df[np.load(p["df_over_rows"]).astype(np.int64)] = np.load(p["df_over"])
+    docs = [[int(x)] for x in np.load(p["docs"])]
+    more = np.load(p["docs_more"])
+    for r, row in zip(np.load(p["docs_more_rows"]).tolist(), more.tolist(), strict=True):
+        docs[r] += [x for x in row if x != ni.DOC_NONE]
+    return {int(k): (int(f), d) for k, f, d in zip(full.tolist(), df.tolist(), docs, strict=True)}
+
+
+@pytest.mark.parametrize(("mode", "keep"), [("numba", True), ("numpy", True), ("numba", False)])
+def test_reduce_counts_distinct_pairs_of_partitioned_runs(tmp_path, monkeypatch, mode, keep):
+    """Runs are not deduplicated: the reduce makes a key's df its number of distinct (hash, doc)
+    pairs (a doc repeating an n-gram counts once; two n-grams of one doc that share a stored key
+    count twice) and its provenance the smallest distinct docs, with the kernels and the numpy
+    fallback, one or many chunks, one level or two, and docs in or out of order in a run.
+    ``keep``: runs' bucket offsets kept by the worker's cache, or read per bucket (as with more
+    than _KEEP_BUCKETS buckets)."""
+    monkeypatch.setenv(kernel.ENV, mode)
+    if not keep:
+        monkeypatch.setattr(nred, "_KEEP_BUCKETS", 0)
+    rng = np.random.default_rng(9)
+    nb, dir_bits, prov = 2, 0, 3
+    key_shift = 64 - ni.key_bits(nb, dir_bits)  # stored key = h >> 32
+    top = rng.integers(0, 2**32, 40, dtype=np.uint64)  # 40 stored keys: 10 of one n-gram, 30 of 3
+    sources, offset, want = [], 0, {}
+    for s in range(3):
+        for r in range(2):
+            k = 3000
+            key = rng.integers(0, 40, k)
+            h = (top[key] << np.uint64(32)) | (rng.integers(1, 4, k) * (key >= 10)).astype(np.uint64)
+            d = rng.integers(r * 50, r * 50 + 50, k)
+            if not (s == 1 and r == 0):
+                d = np.sort(d)  # a map's runs come doc by doc; one run here does not
+            nruns.write_run(tmp_path / f"in{s}", 13, r, h, d, nb)
+            sources.append(nred.RunSource(str(tmp_path / f"in{s}"), r, offset))
+            for hv, dv in zip(h.tolist(), (d + offset).tolist(), strict=True):
+                want.setdefault(hv >> key_shift, set()).add((hv, dv))
+        offset += 100
+    assert sum(len(p) for p in want.values()) < 6 * 3000 * 0.8  # many repeated pairs
+    assert sum(len({hv for hv, _ in p}) > 1 for p in want.values()) == 30  # keys of several n-grams
+    want = {key: (len(p), sorted({dv for _, dv in p})[:prov]) for key, p in want.items()}
+    assert max(f for f, _ in want.values()) > 255  # df overflow too
+    kw = dict(num_buckets=nb, dir_bits=dir_bits, provenance=prov)
+    got = {}
+    for chunk in (1_000_000, 500):
+        for b in range(nb):
+            nred.reduce_bucket(tmp_path / f"one{chunk}", 13, b, sources, chunk_pairs=chunk, **kw)
+            got.update(_decode_bucket(tmp_path / f"one{chunk}", 13, b, dir_bits))
+        assert got == want, chunk
+    groups = nred.run_groups(len(sources), group_runs=4)
+    got = {}
+    for b in range(nb):
+        for g, (lo, hi) in enumerate(groups):
+            nred.merge_bucket_group(tmp_path / "groups", 13, b, g, sources[lo:hi], chunk_pairs=700,
+                                    num_buckets=nb, dir_bits=dir_bits)
+        grouped = nred.group_sources(tmp_path / "groups", b, len(groups))
+        nred.reduce_bucket(tmp_path / "two", 13, b, grouped, chunk_pairs=900, **kw)
+        got.update(_decode_bucket(tmp_path / "two", 13, b, dir_bits))
+    assert got == want
+
+
+def test_merge_kernel_counts_distinct_pairs():
+    """``merge_sorted_keys`` on pairs sorted by key: a group of one hash counts its distinct docs;
+    a group of several hashes (or docs out of order) counts distinct (hash, doc) pairs."""
+    k = kernel.kernels()
+    a, b, c = (np.uint64((7 << 32) | 1), np.uint64((7 << 32) | 2), np.uint64(9 << 32))
+    h = np.array([a, b, a, a, b, c, c, c], dtype=np.uint64)
+    d = np.array([0, 0, 0, 2, 5, 1, 1, 3], dtype=np.int64)
+    t, df, docs = k["merge_sorted_keys"](h, d, 32, 2, -1, np.empty((8, 2), np.int64))
+    assert t.tolist() == [7, 9] and df.tolist() == [4, 2] and docs.tolist() == [[0, 2], [1, 3]]
+    h = np.array([a, a, a, b], dtype=np.uint64)
+    d = np.array([4, 1, 4, 1], dtype=np.int64)  # out of order
+    t, df, docs = k["merge_sorted_keys"](h, d, 32, 3, -1, np.empty((4, 3), np.int64))
+    assert df.tolist() == [3] and docs.tolist() == [[1, 4, -1]]
+
+
+@pytest.mark.parametrize("mode", ["numba", "numpy"])
+def test_build_counts_an_ngram_repeated_in_a_doc_once(tmp_path, monkeypatch, mode):
+    """A whole build: a doc repeating an n-gram counts once in its df (runs keep repeats)."""
+    import json
+
+    from tcqa_data.decontam.build import build_index
+    from tcqa_data.decontam.hashing import ngram_hashes
+
+    monkeypatch.setenv(kernel.ENV, mode)
+    docs = ["alpha beta gamma " * 4, "beta gamma alpha delta", "alpha beta gamma alpha beta gamma"]
+    src = tmp_path / "c.jsonl"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in docs))
+    build_index([str(src)], tmp_path / "idx", ngram_sizes=(3,), workers=1, minhash=False, quiet=True,
+                text_store="none", num_buckets=4, provenance=3, run_pairs=4)
+    idx = ni.NgramIndex.open(tmp_path / "idx")
+    res = idx.lookup(ngram_hashes("alpha beta gamma", 3), 3)
+    assert res.found.tolist() == [True] and res.doc_freq.tolist() == [2]
+    assert res.docs[0].tolist() == [0, 2, -1]
+    res = idx.lookup(ngram_hashes("gamma alpha beta", 3), 3)
+    assert res.doc_freq.tolist() == [2] and res.docs[0].tolist() == [0, 2, -1]

@@ -15,10 +15,12 @@ way.
 
 Build side, as pure functions over paths so any engine can schedule them:
 
-* map (:mod:`ngram_runs`): :class:`RunWriter` turns documents of one input into sorted *runs* (unique
-  ``(hash, local doc)`` pairs sorted by hash then doc, with per-bucket offsets);
-* reduce (:mod:`ngram_reduce`): :func:`reduce_bucket` merges the slices of one bucket from every run (and, on
-  ``--append``, the bucket of the existing index) into the final files. It reads its inputs
+* map (:mod:`ngram_runs`): :class:`RunWriter` turns documents of one input into *runs*
+  (``(hash, local doc)`` pairs partitioned into cells of the hash's top bits, with the cells'
+  offsets; not sorted, repeats kept);
+* reduce (:mod:`ngram_reduce`): :func:`reduce_bucket` sorts and merges the slices of one bucket from every run
+  (and, on ``--append``, the bucket of the existing index) into the final files, deduplicating
+  (hash, doc) pairs. It reads its inputs
   with explicit positioned reads in bounded blocks, never memory maps, so its memory does not
   grow with the corpus (mapped run pages would count in the worker's RSS).
 

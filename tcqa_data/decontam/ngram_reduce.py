@@ -3,7 +3,9 @@
 :func:`reduce_bucket` reads run slices (and, on ``--append``, the existing index's bucket) with
 explicit positioned reads in bounded blocks, never memory maps, so its memory does not grow with
 the corpus (mapped run pages would count in the worker's RSS). The layout it writes is described
-in :mod:`ngram_index`.
+in :mod:`ngram_index`, the runs it reads in :mod:`ngram_runs`: the map's runs are partitioned
+into cells of the hash's top bits, not sorted nor deduplicated, so a bucket is read in chunks of
+whole cells, and each chunk is sorted by key and deduplicated here.
 """
 
 from __future__ import annotations
@@ -32,9 +34,15 @@ from tcqa_data.decontam.ngram_index import (
     bucket_paths,
     key_bits,
 )
-from tcqa_data.decontam.ngram_runs import _sort_by_hash, _sort_by_hash_compiled, run_doc_base, run_file
+from tcqa_data.decontam.ngram_runs import (
+    _sort_by_hash,
+    _sort_by_hash_compiled,
+    _sort_dedupe_in_place,
+    run_file,
+    sort_pairs,
+)
 from tcqa_data.errors import TcqaError
-from tcqa_data.io_utils import NpyRowReader, NpyStream, load_npy, write_npy_atomic
+from tcqa_data.io_utils import NpyRowReader, NpyStream, write_npy_atomic
 
 # Pairs per reduce chunk: bounds the reduce's memory whatever the corpus size.
 DEFAULT_CHUNK_PAIRS = 1_000_000
@@ -245,54 +253,156 @@ class _OldBucket:
         _explode_old(t, df, docs, old, ts, ds, ws)
 
 
-def _run_files(run_dir: str, n: int, run: int) -> tuple[NpyRowReader, NpyRowReader, np.ndarray]:
-    """A map run's readers (hashes, docs) and bucket offsets. A worker reduces many buckets of
-    the same runs: their .npy headers and offsets are read once per worker, not once per bucket
-    (with hundreds of runs that was most of a small bucket's time). Keyed by the files' identity,
-    so a run rewritten under the same name is read again."""
+class _RunFiles(NamedTuple):
+    """A run's readers and what its offsets file says about it (:mod:`ngram_runs`)."""
+
+    hashes: NpyRowReader
+    docs: NpyRowReader
+    offsets: NpyRowReader
+    doc_base: int  # the doc ordinal its stored docs are relative to
+    cell_bits: int | None  # a partitioned run's cells; None: sorted, with bucket offsets
+    buckets: np.ndarray | None  # the buckets' row offsets, where kept (see _run_files)
+
+
+# Runs whose bucket offsets the cache keeps: up to 1,024 buckets, 8 KB a run at most (64 MB for
+# the cache's 8,192 runs); with more, each bucket reads its own two offsets.
+_KEEP_BUCKETS = 1024
+
+
+def _run_files(run_dir: str, n: int, run: int, num_buckets: int) -> _RunFiles:
+    """A map run's (or group run's) readers. A worker reduces many buckets of the same runs:
+    their .npy headers and bucket offsets are read once per worker, not once per bucket (with
+    hundreds of runs that was most of a small bucket's time); a partitioned run's cell offsets
+    (64 KB or more) are not kept: a bucket cut in several chunks reads its cells' offsets.
+    Keyed by the files' identity, so a run rewritten under the same name is read again."""
     # offsets.npy is written last, after hashes and docs, each by a rename: a rewritten run has
     # a new offsets file (one stat per run and bucket)
     st = os.stat(run_file(run_dir, n, run, "offsets"))
-    return _run_files_cached(run_dir, n, run, (st.st_ino, st.st_mtime_ns, st.st_size))
+    return _run_files_cached(run_dir, n, run, num_buckets, (st.st_ino, st.st_mtime_ns, st.st_size))
 
 
-@lru_cache(maxsize=8192)  # ~2 KB per run (two readers, 66 offsets by default)
-def _run_files_cached(run_dir: str, n: int, run: int, stamp: tuple) -> tuple[NpyRowReader, NpyRowReader,
-                                                                             np.ndarray]:
-    offsets = load_npy(run_file(run_dir, n, run, "offsets"), mmap_mode=None)
-    offsets.setflags(write=False)  # shared by every bucket's task in this process
+@lru_cache(maxsize=8192)  # ~2 KB per run with 64 buckets (three readers, 65 offsets)
+def _run_files_cached(run_dir: str, n: int, run: int, num_buckets: int, stamp: tuple) -> _RunFiles:
+    offsets = NpyRowReader(run_file(run_dir, n, run, "offsets"))
     hashes, docs = (NpyRowReader(run_file(run_dir, n, run, k)) for k in ("hashes", "docs"))
-    return hashes, docs, offsets
+    rows = len(offsets)
+    keep = num_buckets <= _KEEP_BUCKETS
+    if rows > num_buckets + 2:  # partitioned: 2**bits + 1 cell offsets (2**bits >= buckets), base, bits
+        base, bits = (int(x) for x in offsets.read(rows - 2, rows))
+        if rows != (1 << bits) + 3:
+            raise TcqaError(f"{offsets.path}: {rows} offsets do not match {bits} cell bits")
+        per = (1 << bits) // num_buckets
+        buckets = offsets.read(0, rows - 2)[::per].copy() if keep else None
+        return _RunFiles(hashes, docs, offsets, base, bits, buckets)
+    # sorted: num_buckets + 1 bucket offsets, then the base (absent in the earliest runs)
+    base = int(offsets.read(rows - 1, rows)[0]) if rows > num_buckets + 1 else 0
+    buckets = offsets.read(0, num_buckets + 1) if keep else None
+    return _RunFiles(hashes, docs, offsets, base, None, buckets)
+
+
+def _bucket_rows(f: _RunFiles, bucket: int, per: int) -> tuple[int, int]:
+    """Run ``f``'s rows of ``bucket``, whose offsets are ``per`` entries apart (cells a bucket;
+    1 for a sorted run)."""
+    if f.buckets is not None:
+        return int(f.buckets[bucket]), int(f.buckets[bucket + 1])
+    if per == 1:
+        a, b = f.offsets.read(bucket, bucket + 2)
+        return int(a), int(b)
+    a, b = (int(f.offsets.read(c, c + 1)[0]) for c in (bucket * per, (bucket + 1) * per))
+    return a, b
+
+
+class _Cells:
+    """The row offsets of cells ``[first, end)`` of a run's offsets file, read forward on demand
+    in blocks of ``block`` cells (a bucket of 2**13 cells does not hold them all at once)."""
+
+    def __init__(self, offsets: NpyRowReader, first: int, end: int, block: int = 256) -> None:
+        self.reader = offsets
+        self.end = end
+        self.block = block
+        self.at0 = first
+        self.buf = np.empty(0, dtype=np.int64)
+
+    def at(self, cell: int) -> int:
+        """The first row of ``cell`` (``first <= cell < end``, asked for in increasing order)."""
+        i = cell - self.at0
+        if not 0 <= i < len(self.buf):
+            self.at0, i = cell, 0
+            self.buf = self.reader.read(cell, min(self.end, cell + self.block))
+        return int(self.buf[i])
+
+
+class _CellCursor:
+    """Forward reader of a partitioned run's rows ``[start, end)`` in a bucket, by whole cells:
+    :meth:`take` returns the rows of the cells below a bound (a cell bound: rows inside a cell
+    are in no hash order)."""
+
+    def __init__(self, hashes: NpyRowReader, cells: _Cells, start: int, end: int, shift: int) -> None:
+        self.reader = hashes
+        self.cells = cells
+        self.pos = start
+        self.end = end
+        self.shift = shift
+
+    def take(self, bound: int | None) -> tuple[int, int, np.ndarray]:
+        """``(a, b, hashes)``: rows ``[a, b)`` of the cells below ``bound`` (all if None)."""
+        cell = self.cells.end if bound is None else bound >> self.shift
+        a, b = self.pos, self.end if cell >= self.cells.end else self.cells.at(cell)
+        self.pos = b
+        return a, b, self.reader.read(a, b)
 
 
 _Chunk = tuple[int, list[np.ndarray], list[np.ndarray], list[np.ndarray]]
+
+
+class _BucketRun(NamedTuple):
+    """One run's share of a bucket."""
+
+    files: _RunFiles
+    start: int  # its rows [start, end)
+    end: int
+    doc_offset: int  # added to its stored docs
+    cells: _Cells | None  # a partitioned run's cells in the bucket
 
 
 class _BucketPairs:
     """The pairs of bucket ``bucket`` of ``sources`` (map runs, or a first level's group runs, in
     doc-ordinal order) and of ``old`` (a format-2 index with the same ``dir_bits``), read forward
     by key range: the bucket's local key range is cut into equal sub-ranges of about
-    ``chunk_pairs`` pairs, and each input is read in blocks of about its share of one (+1/4
-    slack), so the pairs held at once stay near ``chunk_pairs`` however big the bucket is."""
+    ``chunk_pairs`` pairs, at the runs' cell bounds when a run is partitioned (a level reads at
+    most GROUP_RUNS runs, whose pairs in one cell stay under about run_pairs / 2: see
+    ``ngram_runs.MIN_CELL_BITS``). Sorted inputs are read in blocks of about their share of a
+    chunk (+1/4 slack), partitioned ones by their cells in the chunk, so the pairs held at once
+    stay near ``chunk_pairs`` however big the bucket is."""
 
     def __init__(self, n: int, bucket: int, sources: Sequence[RunSource], *, dir_bits: int, num_buckets: int,
                  provenance: int, old: OldIndex | None, chunk_pairs: int) -> None:
         self.lo = _bucket_range(bucket, num_buckets)[0]
         self.drop = np.uint64(64 - key_bits(num_buckets, dir_bits))
         self.span = 1 << (dir_bits + SUFFIX_BITS)  # local keys (without the bucket bits): [0, span)
-        runs: list[tuple[NpyRowReader, NpyRowReader, int, int, int]] = []  # hashes, docs, a, b, doc offset
+        bucket_bits = num_buckets.bit_length() - 1
+        runs: list[_BucketRun] = []
         total = 0
+        align = 0  # cells of a bucket that chunks must cut at (the coarsest partitioned run's)
         for src in sources:
-            hashes, docs, off = _run_files(src.run_dir, n, src.run)
-            a, b = int(off[bucket]), int(off[bucket + 1])
+            f = _run_files(src.run_dir, n, src.run, num_buckets)
+            per = 1 if f.cell_bits is None else 1 << (f.cell_bits - bucket_bits)
+            a, b = _bucket_rows(f, bucket, per)
+            cells = None if f.cell_bits is None else _Cells(f.offsets, bucket * per, (bucket + 1) * per)
             if b > a:
-                runs.append((hashes, docs, a, b, src.doc_offset + run_doc_base(off, num_buckets)))
+                runs.append(_BucketRun(f, a, b, src.doc_offset + f.doc_base, cells))
                 total += b - a
-        self.first_doc = min((r[4] for r in runs), default=0)  # no doc of the runs is below it
+                if cells is not None:
+                    align = min(align or per, per)
+        self.first_doc = min((r.doc_offset for r in runs), default=0)  # no doc of the runs is below it
         old_rows = len(NpyRowReader(bucket_paths(old.root, n, bucket)["keys"])) if old is not None else 0
         total += old_rows * max(1, provenance)
-        # enough chunks for the pairs and for the directory entries each chunk writes
+        # enough chunks for the pairs and for the directory entries each chunk writes (at most
+        # 2**(32 - bucket bits) / align of them when chunks are cut at cells)
         self.nchunks = max(1, -(-total // chunk_pairs), -(-(1 << dir_bits) // chunk_pairs))
+        if align:
+            self.nchunks = min(self.nchunks, align)
+        self.align = align
         self._runs = runs
         self._old = (old, n, bucket, dir_bits, old_rows)
 
@@ -304,32 +414,60 @@ class _BucketPairs:
     def _step(self, rows: int) -> int:
         return rows // self.nchunks + rows // (4 * self.nchunks) + 1024
 
+    def _key_end(self, c: int) -> int:
+        """Chunk ``c``'s local key bound: at a cell bound when a run is partitioned."""
+        if self.align:
+            return self.span // self.align * (self.align * (c + 1) // self.nchunks)
+        return self.span * (c + 1) // self.nchunks
+
     def chunks(self, keys: bool) -> Iterator[_Chunk]:
         """``(key_end, hashes, docs, weights)`` per chunk: the pairs with local key below
         ``key_end``, as one array per input (the old index first), docs as absolute int64
-        ordinals. ``keys``: stored keys (``hash >> drop``) and weights (the old index's entries
-        carry their df beyond the stored docs) instead of the runs' hashes and no weights (new
-        runs only)."""
+        ordinals; the runs' pairs may repeat (a doc's n-gram twice) and come in each run's
+        order (partitioned runs: by cell, each cell's docs in order). ``keys``: stored keys
+        (``hash >> drop``) and weights (the old index's entries carry their df beyond the
+        stored docs) instead of the runs' hashes and no weights (new runs only); the runs'
+        pairs then come as one array of distinct (hash, doc) pairs."""
         old, n, bucket, dir_bits, old_rows = self._old
         old_bucket = _OldBucket(old.root, n, bucket, dir_bits, self._step(old_rows)) if old_rows else None
         if old_bucket is not None and not keys:
             raise ValueError("an old index's entries come as weighted keys: use keys=True")
-        curs = [(_Cursor(rh, a, b, self._step(b - a)), rd, doff) for rh, rd, a, b, doff in self._runs]
+        curs: list[tuple[_Cursor | _CellCursor, NpyRowReader, int]] = []
+        for r in self._runs:
+            cur = (_Cursor(r.files.hashes, r.start, r.end, self._step(r.end - r.start)) if r.cells is None
+                   else _CellCursor(r.files.hashes, r.cells, r.start, r.end, 64 - r.files.cell_bits))
+            curs.append((cur, r.files.docs, r.doc_offset))
         for c in range(self.nchunks):
-            key_end = self.span * (c + 1) // self.nchunks
+            key_end = self._key_end(c)
             bound = self.lo + (key_end << int(self.drop))
             bound = bound if bound < 1 << 64 else None
             ts, ds, ws = [], [], []
             if old_bucket is not None:
                 old_bucket.take(key_end, old, ts, ds, ws)
+            hs, dn = [], []
             for cur, rd, doff in curs:
                 a, b, h = cur.take(bound)
                 if b > a:
-                    ts.append(h >> self.drop if keys else h)
-                    ds.append(np.add(rd.read(a, b), doff, dtype=np.int64))  # widened and moved in one pass
-                    if keys:
-                        ws.append(np.ones(b - a, dtype=np.int64))
+                    hs.append(h)
+                    dn.append(np.add(rd.read(a, b), doff, dtype=np.int64))  # widened and moved in one pass
+            if keys and hs:
+                h, d = _distinct_pairs(hs, dn)
+                del hs, dn
+                ts.append(h >> self.drop)
+                ds.append(d)
+                ws.append(np.ones(len(h), dtype=np.int64))
+                del h, d
+            else:
+                ts, ds = ts + hs, ds + dn
             yield key_end, ts, ds, ws
+
+
+def _distinct_pairs(hs: list[np.ndarray], ds: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (hash, doc) pairs of runs' pieces, sorted by hash then doc."""
+    h, d = np.concatenate(hs), np.concatenate(ds)  # new arrays: sorted in place
+    if kernel.enabled():
+        return _sort_dedupe_in_place(kernel.kernels(), h, d)
+    return sort_pairs(h, d)
 
 
 def reduce_bucket(out_root: str | os.PathLike, n: int, bucket: int, sources: Sequence[RunSource], *,
@@ -352,7 +490,8 @@ def reduce_bucket(out_root: str | os.PathLike, n: int, bucket: int, sources: Seq
                          provenance=provenance, old=old, chunk_pairs=chunk_pairs)
     mask = np.uint64(pairs.span - 1)
     # new runs only, with the kernels: one in-place sort of the hashes by key and one merge pass
-    # (the runs are distinct (hash, doc) pairs: see _merge_pairs)
+    # that also dedupes (hash, doc) pairs (see _merge_pairs); else distinct (hash, doc) pairs
+    # as weighted keys (_BucketPairs.chunks) and _merge_keys
     fast = not pairs.has_old and kernel.enabled()
     writer = _BucketWriter(bucket_paths(out_root, n, bucket), provenance, ddtype)
     try:
@@ -383,7 +522,8 @@ def reduce_bucket(out_root: str | os.PathLike, n: int, bucket: int, sources: Seq
 # (~1.2 GB per task at 1 TB). Past GROUP_RUNS runs of one n-gram size the reduce runs in two
 # levels, as the MinHash band merge does: each bucket of each group of GROUP_RUNS runs (in doc
 # order) is merged into one sorted run of that bucket first, then each bucket merges its groups'
-# runs, so no merge reads more than GROUP_RUNS runs. Same index bytes as one level.
+# runs, so no merge reads more than GROUP_RUNS runs. Same index bytes as one level. (The map's
+# runs' cell count, ngram_runs.MIN_CELL_BITS, is sized on GROUP_RUNS.)
 GROUP_RUNS = 4096
 GROUPS_DIR = "ngram_groups"  # the groups' runs: build scratch in the reduce's stage folder
 
@@ -411,8 +551,10 @@ def merge_bucket_group(groups_dir: str | os.PathLike, n: int, bucket: int, group
                        num_buckets: int = DEFAULT_NUM_BUCKETS, chunk_pairs: int = DEFAULT_CHUNK_PAIRS,
                        doc_dtype: np.dtype | str = DOC_DTYPE) -> int:
     """The first level of a two-level reduce: bucket ``bucket`` of ``sources`` (one group of map
-    runs, in doc order) as one run of the map's format, number ``group``, holding only that
-    bucket: its distinct (hash, doc) pairs sorted by hash then doc. Docs are stored relative to
+    runs, in doc order) as one sorted run (``ngram_runs``: bucket offsets), number ``group``,
+    holding only that bucket: its distinct (hash, doc) pairs sorted by hash then doc (the
+    second level can cut it at any key: a bucket of every group holds the whole corpus's
+    pairs of that bucket, more than whole cells allow). Docs are stored relative to
     the group's first doc as ``doc_dtype`` (uint32 unless the corpus has 2**32 docs or more).
     Returns the run's number of pairs."""
     pairs = _BucketPairs(n, bucket, sources, dir_bits=dir_bits, num_buckets=num_buckets, provenance=1,
@@ -426,14 +568,8 @@ def merge_bucket_group(groups_dir: str | os.PathLike, n: int, bucket: int, group
         for _, ts, ds, _ in pairs.chunks(keys=False):
             if not ts:
                 continue
-            h, d = np.concatenate(ts), np.concatenate(ds)
+            h, d = _distinct_pairs(ts, ds)
             del ts, ds
-            # the runs come in doc order and each is sorted by (hash, doc): a stable sort by
-            # hash orders equal hashes by doc
-            if kernel.enabled():
-                kernel.kernels()["msd_sort"](h, d, np.empty_like(h), np.empty_like(d), 0)
-            else:
-                h, d = _sort_by_hash(h, d)
             hashes.write(h)
             docs.write(d - base)
             del h, d
@@ -461,12 +597,13 @@ def _provenance_dtype(d: np.ndarray, doc_dtype: np.dtype | str) -> tuple[np.dtyp
 
 def _merge_pairs(hs: list[np.ndarray], ds: list[np.ndarray], drop: int, provenance: int,
                  doc_dtype: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`_merge_keys` of runs' pairs, with the kernels: ``hs`` the runs' sorted hashes (keys
-    ``h >> drop``), ``ds`` their docs. The pairs are distinct (each run is deduplicated and a
-    doc's pairs are in one run), so a key's df is its number of pairs; with the runs in doc
-    order (as the build lists them) a stable sort by key leaves each key's docs in order, and
-    the merge kernel sorts the docs of the rare key that is not (two hashes of one key in one
-    run, or runs out of order)."""
+    """:func:`_merge_keys` of runs' pairs, with the kernels: ``hs`` the runs' hashes in each
+    run's order (partitioned runs: cell by cell; keys ``h >> drop``), ``ds`` their docs. Pairs
+    may repeat (a doc holding an n-gram twice), never across runs (a doc's pairs are in one
+    run). With the runs in doc order (as the build lists them) and each cell in doc order, a
+    stable sort by key leaves each key's docs in order: the merge kernel then counts a key's
+    distinct docs when it has one hash, and sorts and counts exactly the rare key that has
+    several hashes (distinct n-grams sharing a stored key) or docs out of order."""
     k = kernel.kernels()
     h = np.concatenate(hs) if len(hs) > 1 else np.array(hs[0], dtype=np.uint64, copy=True)
     d = np.concatenate(ds) if len(ds) > 1 else ds[0]  # ds[0] is this chunk's own (shifted) array
@@ -518,7 +655,7 @@ def _valid_docs(docs: np.ndarray) -> np.ndarray:
 
 def _merge(h: np.ndarray, d: np.ndarray, w: np.ndarray, provenance: int, doc_dtype: np.dtype = DOC_DTYPE
            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    # Pairs are unique across sources (inputs hold distinct docs), so no pair dedupe is needed.
+    # (key, doc) pairs are distinct (_merge_keys), so a key's df is the sum of its weights.
     doc_dtype, none = _provenance_dtype(d, doc_dtype)
     if kernel.enabled():
         k = kernel.kernels()

@@ -1,10 +1,20 @@
-"""N-gram index, map side: documents -> sorted runs of unique ``(hash, local doc)`` pairs.
+"""N-gram index, map side: documents -> runs of ``(hash, local doc)`` pairs partitioned into cells.
 
-A :class:`RunWriter` hashes batches of one input's documents and spills *runs* (pairs sorted by
-hash then doc, deduplicated, with per-bucket row offsets) to ``run_dir``; the reduce
-(:mod:`ngram_reduce`) merges one bucket of every run. The run files are build scratch, not index
-format: local doc ordinals are stored relative to the run's first doc, as uint16 or uint32
-when they fit (:func:`write_run`).
+A :class:`RunWriter` hashes batches of one input's documents and spills *runs* to ``run_dir``;
+the reduce (:mod:`ngram_reduce`) merges one bucket of every run. A run is only partitioned, not
+sorted: its pairs are scattered (stably, so each cell keeps its pairs in doc order) into the
+cells of the top :func:`cell_bits` bits of the hash, with the cells' row offsets; repeated
+pairs stay (the reduce sorts each chunk by key anyway, and dedupes there). The run files are
+build scratch, not index format (:func:`write_run`):
+
+* ``hashes.npy``: uint64, cell by cell;
+* ``docs.npy``: docs relative to the run's first doc, as uint16 or uint32 when they fit;
+* ``offsets.npy`` (written last: marks the run complete): int64, the ``2**cell_bits + 1`` cell
+  row offsets, then the run's first doc, then ``cell_bits``.
+
+The reduce also reads runs *sorted* by (hash, doc) with per-bucket offsets (``num_buckets + 1``
+row offsets, then the first doc; the two-level reduce's group runs, and the map's runs before
+the partition): a sorted run can be cut at any hash, a partitioned one only at cell bounds.
 """
 
 from __future__ import annotations
@@ -18,13 +28,21 @@ from typing import Any
 import numpy as np
 
 from tcqa_data.decontam import kernel
-from tcqa_data.decontam.arrays import narrow_ordinals
 from tcqa_data.decontam.hashing import batch_ngram_hashes, hash_normalized, hash_normalized_into
-from tcqa_data.decontam.ngram_index import DEFAULT_NUM_BUCKETS, _bucket_range
+from tcqa_data.decontam.ngram_index import DEFAULT_NUM_BUCKETS
 from tcqa_data.io_utils import write_npy_atomic
 
 # Pairs per spilled run: bounds the map's memory whatever the corpus size.
 DEFAULT_RUN_PAIRS = 2_000_000
+# Fewest cells a run is partitioned into over the whole hash space: 2 x GROUP_RUNS (the most
+# runs one reduce level reads, ngram_reduce). The reduce reads partitioned runs at cell bounds
+# only, so a cell of all of a level's runs must fit in a reduce chunk: it holds about
+# GROUP_RUNS x run_pairs / 2**13 = run_pairs / 2 pairs (= the default chunk_pairs) at most,
+# whatever the corpus size (the second level reads sorted runs, cut anywhere). More cells cost
+# the map more (one counting-scatter pass: ~5 ns a pair into 2**8 cells, ~13 into 2**13, ~20
+# into 2**16, whose count table and scatter targets no longer fit the caches) and each run
+# 8 bytes per cell of offsets (64 KB), read by the reduce in blocks, never whole.
+MIN_CELL_BITS = 13
 
 
 # --------------------------------------------------------------------------- sorting
@@ -95,21 +113,12 @@ def _radix_sort_pairs(k: dict, h: np.ndarray, payload: np.ndarray) -> tuple[np.n
     return hs, ps
 
 
-def _sort_dedupe_in_place(k: dict, h: np.ndarray, d: np.ndarray, scratch: list | None = None,
-                          docs_in_order: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def _sort_dedupe_in_place(k: dict, h: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``sort_pairs`` of uint64 ``h`` and int64 ``d`` that it may overwrite (views of them are
-    returned). ``scratch``: a list holding the sort's two scratch arrays, grown and kept there
-    for the next call (a map's runs reuse them: fresh arrays are page-faulted in again).
-    ``docs_in_order``: ``d`` is non-decreasing, so the stable sort leaves equal hashes' docs
-    in order (no tie pass)."""
+    returned)."""
     n = len(h)
-    if scratch is None:
-        scratch = []
-    if not scratch or len(scratch[0]) < n:
-        scratch[:] = [np.empty(n, dtype=np.uint64), np.empty(n, dtype=np.int64)]
-    k["msd_sort"](h, d, scratch[0][:n], scratch[1][:n], 0)
-    if not docs_in_order:
-        k["order_ties"](h, d, np.empty(0, dtype=np.int64))
+    k["msd_sort"](h, d, np.empty(n, dtype=np.uint64), np.empty(n, dtype=np.int64), 0)
+    k["order_ties"](h, d, np.empty(0, dtype=np.int64))
     return k["dedupe_pairs"](h, d)
 
 
@@ -130,6 +139,12 @@ def sort_pairs(h: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 # --------------------------------------------------------------------------- map side
 
 
+def cell_bits(num_buckets: int) -> int:
+    """The cell bits of a run for ``num_buckets`` buckets: at least MIN_CELL_BITS, and every
+    bucket a whole number of cells."""
+    return max(MIN_CELL_BITS, num_buckets.bit_length() - 1)
+
+
 def run_file(run_dir: str | os.PathLike, n: int, run: int, kind: str) -> str:
     """One file of a run (``kind``: hashes, docs or offsets), as a string: cheaper than a Path
     where the reduce looks up every run once per bucket."""
@@ -147,47 +162,74 @@ def list_runs(run_dir: str | os.PathLike, n: int) -> list[int]:
     return sorted(int(p.name[3:8]) for p in base.glob("run*.offsets.npy"))
 
 
+def _doc_dtype(base: int, top: int) -> np.dtype:
+    """The width a run stores its docs in, relative to ``base``: uint16 where the run spans under
+    65536 docs (10 instead of 12 bytes per pair on the build's scratch disk; page-cache writes
+    cost ~3 ns a byte), else uint32, else int64; the reduce widens them to int64 whatever it is."""
+    span = top - base
+    return np.dtype(np.uint16 if span < 1 << 16 else np.uint32 if span <= 0xFFFFFFFF else np.int64)
+
+
+def partition_pairs(h: np.ndarray, d: np.ndarray, bits: int, *, scratch: list | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """``(hashes, docs, offsets, base)``: the pairs grouped by cell ``h >> (64 - bits)``, stably
+    (each cell keeps the input order), ``offsets`` the ``2**bits + 1`` cells' row offsets, docs
+    as ``d - base`` (``base`` the smallest doc) in :func:`_doc_dtype`'s width. ``scratch``: with
+    the kernels, a list holding the output hash array, grown and kept there for the next call
+    (a map's runs reuse it: fresh arrays are page-faulted in again); the hashes returned are
+    then a view of it."""
+    n = len(h)
+    shift = 64 - bits
+    offsets = np.empty((1 << bits) + 1, dtype=np.int64)
+    if kernel.enabled():
+        k = kernel.kernels()
+        h = np.ascontiguousarray(h, dtype=np.uint64)
+        d = np.ascontiguousarray(d, dtype=np.int64)
+        base, top = (int(x) for x in k["cell_counts"](h, d, shift, offsets)) if n else (0, 0)
+        if scratch is None:
+            scratch = []
+        if not scratch or len(scratch[0]) < n:
+            scratch[:] = [np.empty(n, dtype=np.uint64)]
+        hs = scratch[0][:n]
+        ds = np.empty(n, dtype=_doc_dtype(base, top))
+        if n:
+            k["scatter_cells"](h, d, base, shift, offsets, hs, ds)
+        return hs, ds, offsets, base
+    h = np.asarray(h, dtype=np.uint64)
+    d = np.asarray(d, dtype=np.int64)
+    base, top = (int(d.min()), int(d.max())) if n else (0, 0)
+    cells = (h >> np.uint64(shift)).astype(np.uint16 if bits <= 16 else np.uint32)
+    order = np.argsort(cells, kind="stable")  # a radix sort for 16-bit keys
+    offsets[0] = 0
+    np.cumsum(np.bincount(cells, minlength=1 << bits), out=offsets[1:])
+    ds = np.empty(n, dtype=_doc_dtype(base, top))
+    np.subtract(d[order], base, out=ds, casting="unsafe")
+    return h[order], ds, offsets, base
+
+
 def write_run(run_dir: str | os.PathLike, n: int, run: int, h: np.ndarray, d: np.ndarray,
               num_buckets: int, *, scratch: list | None = None) -> int:
-    """Sort, dedupe and write one run; returns its number of pairs. ``offsets.npy`` is last.
-    ``scratch``: with the kernels, ``h`` (uint64) and ``d`` (int64, non-decreasing: a map's
-    pairs) are sorted in place, with the sort's scratch arrays kept in this list (see
-    ``_sort_dedupe_in_place``)."""
-    if scratch is not None and kernel.enabled():
-        # a map's pairs come doc by doc: their docs are in order
-        hs, ds = _sort_dedupe_in_place(kernel.kernels(), h, d, scratch, docs_in_order=True)
-    else:
-        hs, ds = sort_pairs(h, d)
-    lo = np.array([_bucket_range(b, num_buckets)[0] for b in range(num_buckets)], dtype=np.uint64)
-    # the bucket offsets, then the run's first doc (``run_doc_base``): docs are stored relative
-    # to it, as uint16 where the run spans under 65536 docs (10 instead of 12 bytes per pair on
-    # the build's scratch disk; page-cache writes cost ~3 ns a byte), else uint32, else int64;
-    # the reduce widens them to int64 whatever the width
-    offsets = np.empty(num_buckets + 2, dtype=np.int64)
-    offsets[:num_buckets] = np.searchsorted(hs, lo)
-    offsets[num_buckets] = len(hs)
-    base, top = (int(ds.min()), int(ds.max())) if len(ds) else (0, 0)
-    offsets[num_buckets + 1] = base
-    if len(ds) and top - base < 1 << 16:
-        rel = np.empty(len(ds), dtype=np.uint16)  # one pass, no int64 temporary
-        np.subtract(ds, base, out=rel, casting="unsafe")
-    else:
-        rel = narrow_ordinals(ds - base if base else ds)
+    """Partition (:func:`partition_pairs`, cells of :func:`cell_bits`) and write one run; returns
+    its number of pairs. ``offsets.npy`` is last. No sort, no dedupe: the reduce does both. ``d``
+    non-decreasing (a map's pairs come doc by doc) leaves each cell's docs in order, which the
+    reduce's merge expects in its common case (it handles any order). ``scratch``: see
+    :func:`partition_pairs`."""
+    bits = cell_bits(num_buckets)
+    hs, ds, cells, base = partition_pairs(h, d, bits, scratch=scratch)
+    offsets = np.empty(len(cells) + 2, dtype=np.int64)
+    offsets[:-2] = cells
+    offsets[-2] = base
+    offsets[-1] = bits
     p = run_paths(run_dir, n, run)
     write_npy_atomic(p["hashes"], hs)
-    write_npy_atomic(p["docs"], rel)
+    write_npy_atomic(p["docs"], ds)
     write_npy_atomic(p["offsets"], offsets)
     return len(hs)
 
 
-def run_doc_base(offsets: np.ndarray, num_buckets: int) -> int:
-    """The doc ordinal a run's stored docs are relative to (0 for runs written without one)."""
-    return int(offsets[num_buckets + 1]) if len(offsets) > num_buckets + 1 else 0
-
-
 @dataclass
 class RunWriter:
-    """Map side for one input shard: hash batches of documents, spill sorted runs to ``run_dir``.
+    """Map side for one input shard: hash batches of documents, spill partitioned runs to ``run_dir``.
 
     Docs get local ordinals ``0, 1, ...`` in the order added; the reduce adds the input's offset.
     """
@@ -205,8 +247,8 @@ class RunWriter:
         self._pending: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {n: [] for n in self.ngram_sizes}
         self._pending_len = 0
         self._runs = {n: 0 for n in self.ngram_sizes}
-        # With the kernels, each n's pairs go into one buffer kept across runs and sorted in
-        # place at each spill (the sort's scratch kept too): no per-batch arrays, no
+        # With the kernels, each n's pairs go into one buffer kept across runs and partitioned
+        # at each spill (into one output buffer kept too): no per-batch arrays, no
         # concatenation, and pages faulted in once per map instead of once per run.
         self._compiled = kernel.enabled()
         self._buf: dict[int, list] = {n: [np.empty(0, np.uint64), np.empty(0, np.int64), 0]
@@ -274,7 +316,7 @@ class RunWriter:
             self._pending[n] = []
             h = np.concatenate([p[0] for p in parts])
             d = np.concatenate([p[1] for p in parts])
-            del parts  # free the batch arrays before sorting: peak memory is ~4 x run_pairs x 16 B
+            del parts  # free the batch arrays before partitioning: peak memory is ~3 x run_pairs x 16 B
             if len(h):
                 write_run(self.run_dir, n, self._runs[n], h, d, self.num_buckets)
                 self._runs[n] += 1

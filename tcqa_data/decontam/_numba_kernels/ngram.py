@@ -1,7 +1,7 @@
-"""N-gram hashing, the map's run sort and the reduce's merge.
+"""N-gram hashing, the map's run partition, sorts and the reduce's merge.
 
-Same results as the numpy fallback's token hashes, sorts and merge (``hashing``, ``ngram_runs``,
-``ngram_reduce``), so the index bytes do not depend on which ran."""
+Same results as the numpy fallback's token hashes, partitions, sorts and merge (``hashing``,
+``ngram_runs``, ``ngram_reduce``), so the index bytes do not depend on which ran."""
 
 from __future__ import annotations
 
@@ -210,10 +210,31 @@ def msd_sort(k, p, tk, tp, lo):
 
 
 @njit(cache=True, nogil=True)
+def _distinct_pair_count(h, d):
+    """Distinct ``(h, d)`` pairs of one key group (``d`` non-decreasing): a stable sort by hash
+    keeps equal hashes' docs in order, so repeats are adjacent."""
+    order = np.argsort(h, kind="mergesort")
+    c = 0
+    for q in range(len(order)):
+        o = order[q]
+        if q == 0:
+            c = 1
+        else:
+            p = order[q - 1]
+            if h[o] != h[p] or d[o] != d[p]:
+                c += 1
+    return c
+
+
+@njit(cache=True, nogil=True)
 def merge_sorted_keys(h, d, drop, provenance, none, docs_out):
-    """The reduce's merge of distinct ``(hash, doc)`` pairs sorted by key ``h >> drop``: each key
-    once, its pair count (df) and its first ``provenance`` distinct docs, smallest first (a run
-    of equal keys whose docs are out of order is sorted first; ``d`` may be reordered)."""
+    """The reduce's merge of ``(hash, doc)`` pairs sorted by key ``h >> drop`` (repeats allowed):
+    each key once, its number of distinct (hash, doc) pairs (df) and its first ``provenance``
+    distinct docs, smallest first. A key group normally holds one hash with its docs in order
+    (map runs in doc order, each cell of a run in doc order, a stable sort by key): df is then
+    its number of distinct docs. A group with docs out of order is sorted by doc (``d`` may be
+    reordered), and one with several hashes (keys shared by distinct n-grams) has its distinct
+    (hash, doc) pairs counted exactly."""
     n = len(h)
     sh = np.uint64(drop)
     nu = 0
@@ -230,23 +251,33 @@ def merge_sorted_keys(h, d, drop, provenance, none, docs_out):
     i = 0
     u = 0
     while i < n:
-        t = h[i] >> sh
+        h0 = h[i]
+        t = h0 >> sh
         j = i + 1
         ordered = True
+        single = True
         while j < n and (h[j] >> sh) == t:
             if d[j] < d[j - 1]:
                 ordered = False
+            if h[j] != h0:
+                single = False
             j += 1
         if not ordered:
+            # stable: each hash's docs end up in order too
+            order = np.argsort(d[i:j], kind="mergesort")
+            hs = h[i:j][order]
+            ds = d[i:j][order]
+            h[i:j] = hs
+            d[i:j] = ds
+        if single:
+            c = 1
             for q in range(i + 1, j):
-                dv = d[q]
-                r = q - 1
-                while r >= i and d[r] > dv:
-                    d[r + 1] = d[r]
-                    r -= 1
-                d[r + 1] = dv
+                if d[q] != d[q - 1]:
+                    c += 1
+        else:
+            c = _distinct_pair_count(h[i:j], d[i:j])
         tu[u] = t
-        df[u] = j - i
+        df[u] = c
         if provenance > 0:
             docs[u, 0] = d[i]
         r = 1
@@ -259,6 +290,41 @@ def merge_sorted_keys(h, d, drop, provenance, none, docs_out):
         u += 1
         i = j
     return tu, df, docs
+
+
+@njit(cache=True, nogil=True)
+def cell_counts(h, d, shift, offsets):
+    """A map run's partition, first pass: ``offsets`` (length cells + 1) becomes the row offsets
+    of the cells ``h >> shift``; returns the smallest and largest doc of ``d``."""
+    offsets[:] = 0
+    sh = np.uint64(shift)
+    lo = d[0] if len(d) else 0
+    hi = lo
+    for i in range(len(h)):
+        offsets[(h[i] >> sh) + 1] += 1
+        v = d[i]
+        if v < lo:
+            lo = v
+        if v > hi:
+            hi = v
+    for c in range(1, len(offsets)):
+        offsets[c] += offsets[c - 1]
+    return lo, hi
+
+
+@njit(cache=True, nogil=True)
+def scatter_cells(h, d, base, shift, offsets, h_out, d_out):
+    """A map run's partition, second pass: each pair to its cell (``cell_counts``' offsets), in
+    input order within a cell (stable), docs stored as ``d - base`` in ``d_out``'s width."""
+    pos = offsets[:-1].copy()
+    sh = np.uint64(shift)
+    for i in range(len(h)):
+        hv = h[i]
+        c = hv >> sh
+        j = pos[c]
+        h_out[j] = hv
+        d_out[j] = d[i] - base
+        pos[c] = j + 1
 
 
 _SP8 = np.uint64(0x2020202020202020)
@@ -394,4 +460,5 @@ def ngram_hashes_into(tok, doc_tok, n, base, base_inv, add, h_out, d_out, pos, d
 KERNELS = {"ngram_hashes": ngram_hashes, "dedupe_pairs": dedupe_pairs, "order_ties": order_ties,
            "merge_sorted": merge_sorted, "msd_sort": msd_sort, "merge_sorted_keys": merge_sorted_keys,
            "token_hashes_1p": token_hashes_1p, "bucket_columns": bucket_columns,
+           "cell_counts": cell_counts, "scatter_cells": scatter_cells,
            "ngram_hashes_into": ngram_hashes_into}
