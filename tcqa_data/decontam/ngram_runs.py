@@ -155,13 +155,6 @@ def run_paths(run_dir: str | os.PathLike, n: int, run: int) -> dict[str, Path]:
     return {k: Path(run_file(run_dir, n, run, k)) for k in ("hashes", "docs", "offsets")}
 
 
-def list_runs(run_dir: str | os.PathLike, n: int) -> list[int]:
-    base = Path(run_dir) / f"n{n}"
-    if not base.is_dir():
-        return []
-    return sorted(int(p.name[3:8]) for p in base.glob("run*.offsets.npy"))
-
-
 def _doc_dtype(base: int, top: int) -> np.dtype:
     """The width a run stores its docs in, relative to ``base``: uint16 where the run spans under
     65536 docs (10 instead of 12 bytes per pair on the build's scratch disk; page-cache writes
