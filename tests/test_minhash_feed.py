@@ -144,34 +144,3 @@ def test_full_build_codepoint_path_equals_text_path(wiki_sample, tmp_path, monke
         if n == "manifest.json":
             a, b = ({k: v for k, v in json.loads(x).items() if k != "build"} for x in (a, b))
         assert a == b, n
-
-
-def test_numbers_decided_by_the_kernel_break_as_punkt_fast(monkeypatch, kernels_on):
-    """A number ending a sentence before a capitalized word is decided in the kernel (Punkt's
-    collocations with ##number## and everything else still go to Python): the same windows
-    as the Python splitter, and fewer candidates left to Python."""
-    from tcqa_data.decontam import kernel
-    from tcqa_data.decontam.minhash import windows as mh_windows
-
-    colloc = sorted(mh_windows._number_collocations(mh_windows._punkt_tables()[1]))
-    assert colloc  # the English tables have some: ("##number##", "business"), ...
-    words = ["The", "It", "Business", colloc[0].capitalize(), "business", "Über", "THE", "(The", "The,",
-             "A", "Mr.", "1990.", "x"]
-    texts = [f"Sales rose by {n}{e} {w} next part of it goes on for a while here."
-             for n in ("12", "1990", "-3", "3.5", "1,000", ".5", "2-3") for e in (".", "..")
-             for w in words]
-    params = MinHashParams(window_min_words=1)
-    got = mh_windows.window_spans(texts, params)
-    monkeypatch.setenv("TCQA_KERNEL", "numpy")
-    want = mh_windows.window_spans(texts, params)
-    assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
-    monkeypatch.setenv("TCQA_KERNEL", "numba")
-    tables = mh_windows._punkt_tables()
-    space, follow, nws, _ = mh_windows._char_tables()
-    cps = np.frombuffer("".join(texts).encode("utf-32-le"), dtype=np.uint32)
-    doc_start = np.zeros(len(texts) + 1, dtype=np.int64)
-    np.cumsum([len(t) for t in texts], out=doc_start[1:])
-    *_, decision = kernel.kernels()["sentence_candidates"](
-        cps, doc_start, space, follow, nws, mh_windows._word_hashes(tables[0]),
-        mh_windows._word_hashes(tables[4]), mh_windows._word_hashes(frozenset(colloc)))
-    assert (decision == 1).sum() > len(texts)  # "1990. The" and the like: no Python needed

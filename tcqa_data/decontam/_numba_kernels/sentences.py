@@ -1,8 +1,9 @@
 """MinHash sentence windows on code points.
 
 ``windows.fast_sentence_spans`` and ``windows._units`` on code points (one uint32 per str
-character, so offsets are str offsets). Candidates whose Punkt decision needs a table lookup
-the fast rules cannot settle exactly are left for Python (``_is_break``)."""
+character, so offsets are str offsets). Each candidate is decided here by Punkt's rules
+(``windows._is_break``) except where the word or the token after it has a non-ASCII character
+(case and character classes would need Unicode's tables): those are left for Python."""
 
 from __future__ import annotations
 
@@ -50,13 +51,277 @@ def _in_sorted(arr, x):
     return k < len(arr) and arr[k] == x
 
 
+# Punkt's tables as one hash table (``punkt_key_table``) in which ``_punkt_decision`` looks types
+# up exactly: a type's key is its code points, its value the bits of the tables that hold it
+# (orthographic context flags, _ABBREV, _COLLOC_FIRST, _STARTER); a collocation's key is its
+# first type, _KEY_SEP and its second type (value 1). _KEY_SEP lies above U+10FFFF, in no str,
+# so no type's key equals a collocation's. A hash hit is confirmed on the code points: a hash
+# collision cannot change a decision. Open addressing, each slot's hash beside it, so that a
+# miss reads one slot; the small tables (abbreviations, collocations and their first types)
+# are asked first by their sorted hashes (a few cache lines): most answers are "not there".
+# (A binary search of the 20 k keys cost ~850 ns per decision, ~15% of
+# ``sentence_candidates`` on Wikipedia.) The hash is FNV-1a 64 over code points: over an ASCII
+# word, the fast path's hash of its bytes.
+_KEY_SEP = 0x110000
+_NUMBER_TYPE = np.array([ord(c) for c in "##number##"], dtype=np.uint32)  # Punkt's type of numbers
+# Punkt's orthographic context flags (``windows._ORTHO_*``: bits 1 to 6, all the rules read)
+_ORTHO_BEG_LC, _ORTHO_MID_UC = 1 << 4, 1 << 2
+_ORTHO_UC = (1 << 1) | (1 << 2) | (1 << 3)
+_ORTHO_LC = (1 << 4) | (1 << 5) | (1 << 6)
+_ORTHO = _ORTHO_UC | _ORTHO_LC
+_ABBREV, _COLLOC_FIRST, _STARTER = 1 << 8, 1 << 9, 1 << 10
+
+
+def _fnv_rows(cps: np.ndarray, off: np.ndarray) -> np.ndarray:
+    """FNV-1a 64 of each row ``cps[off[i]:off[i + 1]]`` over whole code points (``_hash``'s)."""
+    lens = np.diff(off)
+    h = np.full(len(lens), _FNV_OFF, dtype=np.uint64)
+    for j in range(int(lens.max(initial=0))):
+        rows = np.flatnonzero(lens > j)
+        h[rows] = (h[rows] ^ cps[off[rows] + j].astype(np.uint64)) * _FNV_PRIME
+    return h
+
+
 @njit(cache=True, nogil=True)
-def _fast_decision(text, ws, end, nxt_none, not_word_start, abbrev_h, colloc_first_h, ns, ne,
-                   number_colloc_h):
-    """1: a sentence break, -1: ask Python (``_is_break``). Only the common cases are decided:
-    ``?``/``!``, a lone period, no next word, a plain ASCII word that is no abbreviation,
-    ellipsis, number, collocation start or word of <= 2 characters, and a number followed by a
-    capitalized ASCII word that is no number collocation (``number_colloc_h``)."""
+def _key_slots(key_h, n_slots):
+    """Open-addressing slots (linear probing) of the keys hashed ``key_h``: (each slot's key
+    index, -1 where empty; its key's hash)."""
+    slot_k = np.full(n_slots, -1, dtype=np.int32)
+    slot_h = np.zeros(n_slots, dtype=np.uint64)
+    for k in range(len(key_h)):
+        i = np.int64(key_h[k] & np.uint64(n_slots - 1))
+        while slot_k[i] >= 0:
+            i = (i + 1) & (n_slots - 1)
+        slot_k[i] = k
+        slot_h[i] = key_h[k]
+    return slot_k, slot_h
+
+
+def punkt_key_table(abbrevs, collocations, starters, ortho_context, colloc_first) -> tuple:
+    """Punkt's tables (``windows._tables``' order) as the kernels take them: (slot key index,
+    slot hash, key offsets, key code points, key values, and the sorted hashes of the
+    abbreviations, of the collocations' first types and of the collocations)."""
+    bits: dict[str, int] = {t: v & _ORTHO for t, v in ortho_context.items()}
+    for table, bit in ((abbrevs, _ABBREV), (colloc_first, _COLLOC_FIRST), (starters, _STARTER)):
+        for t in table:
+            bits[t] = bits.get(t, 0) | bit
+    # each key as two strings, [type, ""] or [first type, second type], _KEY_SEP put between
+    # the two of a collocation
+    parts = [x for t in bits for x in (t, "")] + [x for ab in collocations for x in ab]
+    cps = np.frombuffer("".join(parts).encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    part_at = np.zeros(len(parts) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, parts), dtype=np.int64, count=len(parts)), out=part_at[1:])
+    chars = np.insert(cps, part_at[2 * len(bits) + 1:-1:2], np.uint32(_KEY_SEP))
+    key_len = part_at[2::2] - part_at[:-1:2]
+    key_len[len(bits):] += 1
+    off = np.zeros(len(key_len) + 1, dtype=np.int64)
+    np.cumsum(key_len, out=off[1:])
+    h = _fnv_rows(chars, off)
+    vals = np.array(list(bits.values()) + [1] * len(collocations), dtype=np.int64)
+    n_slots = 1 << (2 * len(key_len)).bit_length()  # at most half full
+    return (*_key_slots(h, n_slots), off, chars, vals, np.unique(h[(vals & _ABBREV) != 0]),
+            np.unique(h[(vals & _COLLOC_FIRST) != 0]), np.unique(h[len(bits):]))
+
+
+@njit(cache=True, nogil=True)
+def _key_room(tab):
+    """The longest key of the table: no longer key can be in it (its key buffer's size)."""
+    off = tab[2]
+    m = 0
+    for i in range(len(off) - 1):
+        m = max(m, off[i + 1] - off[i])
+    return m
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _put_type(key, n, text, s, e, number):
+    """Appends a type to the key in ``key[:n]``: ``##number##`` or ``text[s:e]`` lowercased
+    (ASCII only: the caller checked); the key's new length, or -1 when it outgrows ``key`` (no
+    key in the table is that long) or ``n`` is -1 already."""
+    if n < 0:
+        return -1
+    if number:
+        if n + len(_NUMBER_TYPE) > len(key):
+            return -1
+        for q in range(len(_NUMBER_TYPE)):
+            key[n + q] = _NUMBER_TYPE[q]
+        return n + len(_NUMBER_TYPE)
+    if n + e - s > len(key):
+        return -1
+    for q in range(s, e):
+        c = text[q]
+        key[n + q - s] = c + 32 if 65 <= c <= 90 else c
+    return n + e - s
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _hash(key, n):
+    h = _FNV_OFF
+    for q in range(n):
+        h = (h ^ np.uint64(key[q])) * _FNV_PRIME
+    return h
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _lookup(key, n, h, tab):
+    """The table's value of the key ``key[:n]`` (hash ``h``), 0 when it is not there (or ``n``
+    is -1)."""
+    if n < 0:
+        return 0
+    slot_k, slot_h, off, chars, vals = tab[0], tab[1], tab[2], tab[3], tab[4]
+    mask = len(slot_k) - 1
+    i = np.int64(h & np.uint64(mask))
+    while slot_k[i] >= 0:
+        if slot_h[i] == h:
+            k = slot_k[i]
+            a = off[k]
+            if off[k + 1] - a == n:
+                same = True
+                for q in range(n):
+                    if chars[a + q] != key[q]:
+                        same = False
+                        break
+                if same:
+                    return vals[k]
+        i = (i + 1) & mask
+    return 0
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _type_bits(text, s, e, number, key, tab):
+    """The table bits of the type ``##number##`` or ``text[s:e]`` lowercased."""
+    n = _put_type(key, 0, text, s, e, number)
+    return _lookup(key, n, _hash(key, n), tab)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _in_small(text, s, e, bit, hashes, key, tab):
+    """``text[s:e]`` lowercased in the table ``bit`` names, whose keys hash to ``hashes``."""
+    n = _put_type(key, 0, text, s, e, False)
+    h = _hash(key, n)
+    return n >= 0 and _in_sorted(hashes, h) and _lookup(key, n, h, tab) & bit != 0
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _is_abbrev(text, s, e, key, tab):
+    """``base in abbrevs or base.split("-")[-1] in abbrevs``, base being ``text[s:e]``
+    lowercased (ASCII)."""
+    if _in_small(text, s, e, _ABBREV, tab[5], key, tab):
+        return True
+    d = e - 1
+    while d >= s and text[d] != 45:
+        d -= 1
+    return d >= s and _in_small(text, d + 1, e, _ABBREV, tab[5], key, tab)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _numeric(text, s, e):
+    """Punkt's number pattern ``^-?[.,]?\\d[\\d,.-]*\\.?$`` on ``text[s:e]`` (ASCII digits: a
+    non-ASCII token never gets here). It never backtracks into a match: a '-' or '.' left out of
+    an optional part would have to match ``\\d``."""
+    q = s
+    if q < e and text[q] == 45:
+        q += 1
+    if q < e and (text[q] == 46 or text[q] == 44):
+        q += 1
+    if not (q < e and 48 <= text[q] <= 57):
+        return False
+    q += 1
+    while q < e and (48 <= text[q] <= 57 or text[q] == 44 or text[q] == 46 or text[q] == 45):
+        q += 1
+    return q == e
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _flag(table, c):
+    return c < len(table) and table[c]
+
+
+@njit(cache=True, nogil=True)
+def _punkt_decision(text, w, end, ns, ne, not_word_start, non_word, key, tab):
+    """``windows._is_break`` (1 or 0) for the word ``text[w:end]`` (after its chunk's opening
+    punctuation; it ends in a period and is no lone period) and the next chunk ``text[ns:ne]``
+    (``ns`` -2: the character at ``end``); -1 (ask Python) when the word or the next token has
+    a non-ASCII character, whose case and ``\\W``/``\\d`` classes would need Unicode's tables,
+    except a lone quotation mark of ``non_word`` as the next token (no case, its own type).
+    Rule by rule as ``_is_break`` and ``_next_token`` state them."""
+    for q in range(w, end):
+        if text[q] >= 128:
+            return -1
+    ellipsis = text[end - 2] == 46  # the word is 2+ characters: a lone period returned before
+    abbr = not ellipsis and _is_abbrev(text, w, end - 1, key, tab)  # of the word less its period
+    numeric = _numeric(text, w, end)
+    colloc_first = _in_small(text, w, end - 1, _COLLOC_FIRST, tab[6], key, tab)
+    if not (ellipsis or abbr or numeric or colloc_first) and end - w > 2:
+        return 1
+    # the next token (``_next_token``): its first character alone when that is opening or other
+    # punctuation, else up to the first ``non_word`` character, less a comma ending it that is
+    # its first comma after the first character
+    ts, te = (end, end + 1) if ns == -2 else (ns, ne)
+    c0 = text[ts]
+    if _flag(not_word_start, c0) or _flag(non_word, c0):
+        te = ts + 1
+    else:
+        q = ts + 1
+        while q < te and not _flag(non_word, text[q]):
+            q += 1
+        te = q
+        q = ts + 1
+        while q < te and text[q] != 44:
+            q += 1
+        if q == te - 1:
+            te -= 1
+    if not (te - ts == 1 and _flag(non_word, c0)):  # a quotation mark: lowercase itself, no case
+        for q in range(ts, te):
+            if text[q] >= 128:
+                return -1
+    next_number = _numeric(text, ts, te)
+    next_end = te  # the next type: the token lowercased, less a final period unless an abbreviation
+    if (not next_number and te - ts > 1 and text[te - 1] == 46 and text[te - 2] != 46
+            and not _is_abbrev(text, ts, te - 1, key, tab)):
+        next_end -= 1
+    # (type without its period, next type) a collocation: no break. Its first type is the
+    # word's base or ##number##; only a collocation's first type starts one.
+    if numeric or colloc_first:
+        n = _put_type(key, 0, text, w, end - 1, numeric)
+        if 0 <= n < len(key):
+            key[n] = _KEY_SEP
+            n = _put_type(key, n + 1, text, ts, next_end, next_number)
+            h = _hash(key, n)
+            if n >= 0 and _in_sorted(tab[7], h) and _lookup(key, n, h, tab):
+                return 0
+    next_bits = _type_bits(text, ts, next_end, next_number, key, tab)
+    ortho = next_bits & _ORTHO
+    upper = 65 <= c0 <= 90
+    # the orthographic heuristic: 1 a sentence starter, 0 not, -1 unknown
+    if te - ts == 1 and (c0 == 59 or c0 == 58 or c0 == 44 or c0 == 46 or c0 == 33 or c0 == 63):
+        starter = 0
+    elif upper and ortho & _ORTHO_LC and not ortho & _ORTHO_MID_UC:
+        starter = 1
+    elif 97 <= c0 <= 122 and (ortho & _ORTHO_UC or not ortho & _ORTHO_BEG_LC):
+        starter = 0
+    else:
+        starter = -1
+    initial = end - w == 2 and (65 <= text[w] <= 90 or 97 <= text[w] <= 122 or text[w] == 95)
+    if (abbr or ellipsis) and not initial:
+        return 1 if starter == 1 or (upper and next_bits & _STARTER) else 0
+    if initial or numeric:
+        if starter == 0:
+            return 0
+        if starter == -1 and initial and upper and not ortho & _ORTHO_LC:
+            return 0
+    return 0 if abbr else 1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _fast_decision(text, ws, end, ns, ne, not_word_start, non_word, key, tab):
+    """``windows._is_break`` of the candidate ending at ``end`` (chunk ``text[ws:end]``, next
+    chunk ``text[ns:ne]``, ``ns`` -1: none, -2: the character at ``end``): 1 a sentence break,
+    0 not, -1 ask Python. ``?``/``!``, a lone period, no next word and a plain ASCII word (more
+    than 2 characters, no ellipsis or number, whose hash is neither an abbreviation's nor a
+    collocation's first type's) are decided here, the most candidates and at little cost
+    (inlined in the candidate loop); the rest by ``_punkt_decision`` (a call), which leaves
+    non-ASCII words and next tokens to Python."""
     last = text[end - 1]
     if last == 63 or last == 33:
         return 1
@@ -67,54 +332,26 @@ def _fast_decision(text, ws, end, nxt_none, not_word_start, abbrev_h, colloc_fir
         w = ws  # all stripped: Punkt keeps the chunk
     if end - w == 1 and text[w] == 46:
         return 1
-    if nxt_none:
+    if ns == -1:
         return 1
-    if end - w <= 2:
-        return -1
-    if text[end - 2] == 46:
-        return -1  # ellipsis
-    h = _FNV_OFF
-    hd = _FNV_OFF  # the part after the last '-'
-    for q in range(w, end - 1):
-        c = text[q]
-        if c >= 128:
-            return -1
-        if 65 <= c <= 90:
-            c += 32
-        h = (h ^ np.uint64(c)) * _FNV_PRIME
-        if c == 45:
-            hd = _FNV_OFF
-        else:
-            hd = (hd ^ np.uint64(c)) * _FNV_PRIME
-    if _in_sorted(abbrev_h, h) or _in_sorted(abbrev_h, hd) or _in_sorted(colloc_first_h, h):
-        return -1
-    # ^-?[.,]?\d[\d,.-]*\.?$ (Punkt's number pattern)
-    q = w
-    if text[q] == 45:
-        q += 1
-    if q < end and (text[q] == 46 or text[q] == 44):
-        q += 1
-    if q < end and 48 <= text[q] <= 57:
-        q += 1
-        while q < end and (48 <= text[q] <= 57 or text[q] == 44 or text[q] == 46 or text[q] == 45):
-            q += 1
-        if q == end:
-            # a number (Punkt's type ##number##): a break unless (##number##, next type) is a
-            # collocation or the orthographic heuristic says the next word starts no sentence,
-            # which it never says of a capitalized one. Decided here when the next word is
-            # ASCII letters only, capitalized (the common "... in 2013. The ..."); else Python.
-            if ns < 0 or not 65 <= text[ns] <= 90:
+    if end - w > 2 and text[end - 2] != 46:
+        h = _FNV_OFF
+        hd = _FNV_OFF  # the part after the last '-'
+        for q in range(w, end - 1):
+            c = text[q]
+            if c >= 128:
                 return -1
-            h = _FNV_OFF
-            for r in range(ns, ne):
-                c = text[r]
-                if 65 <= c <= 90:
-                    c += 32
-                elif not 97 <= c <= 122:
-                    return -1
-                h = (h ^ np.uint64(c)) * _FNV_PRIME
-            return -1 if _in_sorted(number_colloc_h, h) else 1
-    return 1
+            if 65 <= c <= 90:
+                c += 32
+            h = (h ^ np.uint64(c)) * _FNV_PRIME
+            if c == 45:
+                hd = _FNV_OFF
+            else:
+                hd = (hd ^ np.uint64(c)) * _FNV_PRIME
+        if not (_in_sorted(tab[5], h) or _in_sorted(tab[5], hd) or _in_sorted(tab[6], h)
+                or _numeric(text, w, end)):
+            return 1
+    return _punkt_decision(text, w, end, ns, ne, not_word_start, non_word, key, tab)
 
 
 @njit(cache=True, nogil=True)
@@ -129,12 +366,13 @@ def _next_mark(text, i, end):
 
 
 @njit(cache=True, nogil=True)
-def sentence_candidates(text, doc_start, space, follow, not_word_start, abbrev_h, colloc_first_h,
-                        number_colloc_h):
+def sentence_candidates(text, doc_start, space, follow, not_word_start, tab):
     """Punkt break candidates of each paragraph of each doc, in text order: the mark's
     position, the start of its word (after the last whitespace, at least the paragraph start),
-    the next word's start (-1: none; -2: a punctuation character right after the mark) and a
-    decision (1 break, 0 not, -1 undecided)."""
+    the next word's start (-1: none; -2: a punctuation character right after the mark) and end,
+    and a decision (1 break, 0 not, -1 undecided: ``_fast_decision``). ``follow``: the
+    characters that may follow a mark, Punkt's non-word characters as well."""
+    key = np.empty(max(_key_room(tab), 1), dtype=np.uint32)  # a table key being looked up
     cap = 1024
     mark = np.empty(cap, dtype=np.int64)
     wstart = np.empty(cap, dtype=np.int64)
@@ -193,8 +431,7 @@ def sentence_candidates(text, doc_start, space, follow, not_word_start, abbrev_h
                 wstart[nc] = ws
                 nstart[nc] = ns
                 nend[nc] = ne
-                decision[nc] = _fast_decision(text, ws, end, ns == -1, not_word_start, abbrev_h,
-                                              colloc_first_h, ns, ne, number_colloc_h)
+                decision[nc] = _fast_decision(text, ws, end, ns, ne, not_word_start, follow, key, tab)
                 nc += 1
             ps = brk_end
     return mark[:nc], wstart[:nc], nstart[:nc], nend[:nc], decision[:nc]
@@ -287,10 +524,13 @@ def _add_sentence(text, s, e, space, max_words, units, nu):
 
 @njit(cache=True, nogil=True)
 def sentence_windows(text, doc_start, space, closer, mark, wstart, nstart, nend, decision, used_start,
-                     min_words, max_words):
+                     min_words, max_words, not_word_start, non_word, tab):
     """Windows (doc, start, end) of every doc from the decided candidates (``split_windows``),
     and the candidates whose word starts after an earlier break inside its own chunk (their
-    decision was made for ``used_start`` and must be redone for the start returned with them)."""
+    decision was made for ``used_start``): decided again here for the shorter word (``decision``
+    and ``used_start`` updated), or, where that needs Python, returned with the start to decide
+    them for (their docs' windows must then be redone)."""
+    key = np.empty(max(_key_room(tab), 1), dtype=np.uint32)
     units = np.empty((256, 3), dtype=np.int64)
     cap = 1024
     wd = np.empty(cap, dtype=np.int64)
@@ -321,6 +561,12 @@ def sentence_windows(text, doc_start, space, closer, mark, wstart, nstart, nend,
                     c += 1
                     continue
                 want = max(pos, wstart[c])
+                if want != used_start[c]:
+                    redone = _fast_decision(text, want, end, nstart[c], nend[c], not_word_start, non_word,
+                                            key, tab)
+                    if redone >= 0:
+                        decision[c] = redone
+                        used_start[c] = want
                 if want != used_start[c]:
                     if ncf == len(conflicts):
                         conflicts = _grown(conflicts, ncf, 2 * ncf)

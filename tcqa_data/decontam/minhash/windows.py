@@ -47,7 +47,10 @@ _WORD = re.compile(r"\S+")
 # a number, and those four are re-decided from the next word (collocation, orthographic
 # heuristic, sentence starters). Breaks are only between chunks (Punkt can also break inside a
 # chunk such as "end.(Next", which moves no word from one sentence to another for our tokens
-# anyway, since closing punctuation is deleted by normalization).
+# anyway, since closing punctuation is deleted by normalization). ``_is_break`` is the rules'
+# reference: the kernels (``_numba_kernels.sentences._fast_decision``, ``_punkt_decision``)
+# apply the same rules to ASCII words and tokens and leave the others to it; tests run every
+# candidate of a real corpus through both.
 
 # a sentence-ending mark followed by whitespace, the end, or punctuation (Punkt's candidates)
 _CANDIDATE = re.compile(r"[.?!](?=[)\";}\]*:@'({\[\u2018\u2019\u201c\u201d\xab\xbb?!]|\s|$)")
@@ -294,18 +297,10 @@ def _window_bounds(text: str, params: MinHashParams) -> list[tuple[int, int]]:
 
 # ---------------------------------------------------------------------------------------------
 # The same windows from compiled code (``punkt-fast`` with the numba kernels): the kernels scan
-# code points for paragraphs and candidates and decide the common candidates; the rest (about
-# 8% on Wikipedia: abbreviations, initials, numbers, non-ASCII words) go to ``_is_break``.
-
-_M64 = (1 << 64) - 1
-
-
-def _fnv64(word: str) -> int:
-    """FNV-1a of an ASCII word (the kernels' table lookup key; a hit is re-checked in Python)."""
-    h = 0xCBF29CE484222325
-    for ch in word.encode("ascii"):
-        h = ((h ^ ch) * 0x100000001B3) & _M64
-    return h
+# code points for paragraphs and candidates and decide them by ``_is_break``'s rules, with
+# Punkt's tables in a hash table (``_key_table``); only a candidate whose word, or the token
+# after it where the rules read it, has a non-ASCII character (~1% on Wikipedia: "Córdoba.",
+# "°C.") goes to ``_is_break`` itself: Unicode's case and character classes stay Python's.
 
 
 def _flags(chars: str, size: int) -> np.ndarray:
@@ -317,21 +312,25 @@ def _flags(chars: str, size: int) -> np.ndarray:
 @lru_cache(maxsize=1)
 def _char_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(str.isspace per code point up to U+3000 (the last whitespace), Punkt's characters that may
-    follow a candidate, ``_NOT_WORD_START``, the closing characters of ``_REALIGN``)."""
+    follow a candidate (``_NON_WORD``'s too), ``_NOT_WORD_START``, the closing characters of
+    ``_REALIGN``)."""
     space = np.array([chr(c).isspace() for c in range(0x3001)], dtype=np.bool_)
     follow = _flags(")\";}]*:@'({[\u2018\u2019\u201c\u201d\xab\xbb?!", 0x201E)
     return space, follow, _flags(_NOT_WORD_START, 128), _flags("\"')]}", 128)
 
 
-@lru_cache(maxsize=4)
-def _number_collocations(collocations: frozenset) -> frozenset:
-    """The types that follow a number in Punkt's collocations (``("##number##", type)``)."""
-    return frozenset(b for a, b in collocations if a == "##number##")
+_KEY_TABLES: dict[int, tuple] = {}
 
 
-@lru_cache(maxsize=4)
-def _word_hashes(words: frozenset) -> np.ndarray:
-    return np.array(sorted({_fnv64(w) for w in words if w.isascii()}), dtype=np.uint64)
+def _key_table(tables: tuple) -> tuple:
+    """Punkt's tables as the kernels look types up in them (``sentences.punkt_key_table``), once
+    per tables object (``_punkt_tables`` returns a cached one; its dict makes it unhashable)."""
+    got = _KEY_TABLES.get(id(tables))
+    if got is None or got[0] is not tables:
+        from tcqa_data.decontam._numba_kernels.sentences import punkt_key_table
+
+        got = _KEY_TABLES[id(tables)] = (tables, punkt_key_table(*tables))
+    return got[1]
 
 
 def texts_codepoints(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -366,9 +365,9 @@ def codepoint_window_spans(cps: np.ndarray, doc_start: np.ndarray, params: MinHa
     tables = _punkt_tables()
     space, follow, not_word_start, closer = _char_tables()
     doc_start = np.asarray(doc_start, dtype=np.int64)
+    key_table = _key_table(tables)
     mark, wstart, nstart, nend, decision = k["sentence_candidates"](
-        cps, doc_start, space, follow, not_word_start, _word_hashes(tables[0]), _word_hashes(tables[4]),
-        _word_hashes(_number_collocations(tables[1])))
+        cps, doc_start, space, follow, not_word_start, key_table)
 
     def decide(cands: list[int], starts: list[int]) -> None:
         # Python needs the str of each word and of the token after it: those ranges of code
@@ -398,13 +397,14 @@ def codepoint_window_spans(cps: np.ndarray, doc_start: np.ndarray, params: MinHa
 
     def windows_of(d0: int, d1: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Windows of docs d0..d1-1; a candidate after a break inside its own chunk ("end.:320")
-        has a shorter word than decided above: decide it again and redo those docs (rare)."""
+        has a shorter word than decided above: the kernel decides it again, or, where that needs
+        Python (non-ASCII), returns it; those docs are redone after ``decide`` (rare)."""
         c0, c1 = np.searchsorted(mark, doc_start[[d0, d1]])
         while True:
             win_doc, win_start, win_end, redo, redo_start = k["sentence_windows"](
                 cps, doc_start[d0:d1 + 1], space, closer, mark[c0:c1], wstart[c0:c1], nstart[c0:c1],
                 nend[c0:c1], decision[c0:c1], used_start[c0:c1], params.window_min_words,
-                params.window_max_words)
+                params.window_max_words, not_word_start, follow, key_table)
             if not len(redo) or d1 - d0 > 1:
                 return win_doc + d0, win_start, win_end, redo + c0
             decide((redo + c0).tolist(), redo_start.tolist())
