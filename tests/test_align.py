@@ -86,12 +86,20 @@ def test_rerun_completes_an_interrupted_text_store_and_append_keeps_entries(wiki
     first = json.loads((idx / "textstore" / "meta.json").read_text())
     build_index([str(b)], idx, minhash=False, quiet=True, workers=1, append=True)
     meta = json.loads((idx / "textstore" / "meta.json").read_text())
-    assert len(meta["inputs"]) == 2 and all(meta["inputs"][k] == v for k, v in first["inputs"].items())
+    # the first input's entry is kept; its anchor runs are now in the merged table of both inputs
+
+    def own(rec: dict) -> dict:
+        return {k: v for k, v in rec.items() if k not in ("anchors", "anchor_chance_match_rate")}
+
+    assert len(meta["inputs"]) == 2
+    assert all(own(meta["inputs"][k]) == own(v) for k, v in first["inputs"].items())
+    assert len(meta["anchors"]["inputs"]) == 2 and all(not r["anchors"] for r in meta["inputs"].values())
     assert TextStore.open(idx).texts(range(12)) == [d["text"] for d in docs]
     files = {f.name: f.read_bytes() for f in (idx / "textstore").iterdir() if f.name != "meta.json"}
     for f in (idx / "textstore").iterdir():
         f.unlink()
-    assert build_text_store(idx, workers=2)["inputs"] == meta["inputs"]  # one process per input: same files
+    rebuilt = build_text_store(idx, workers=2)  # one process per input, then per part: same files
+    assert rebuilt["inputs"] == meta["inputs"] and rebuilt["anchors"] == meta["anchors"]
     assert {f.name: f.read_bytes() for f in (idx / "textstore").iterdir() if f.name != "meta.json"} == files
 
 
@@ -192,11 +200,17 @@ def test_anchors_find_every_doc_sharing_six_words(edited_index):
     assert all(w[:1] == c for w, c in zip(weak, capped, strict=True))
 
 
-def test_anchor_kgram_in_more_than_max_df_docs_across_inputs_is_ignored(tmp_path):
+@pytest.mark.parametrize("merged", [True, False])
+def test_anchor_kgram_in_more_than_max_df_docs_across_inputs_is_ignored(tmp_path, monkeypatch, merged):
     """A kept 4-gram counts as evidence while at most ANCHOR_MAX_DF docs hold it, summed over every
-    input's runs; once a query k-gram passes that, later runs no longer look it up (same result)."""
+    input's runs (or in the merged table); once a query k-gram passes that, later runs no longer
+    look it up (same result)."""
     from tcqa_data.decontam.hashing import batch_ngram_hashes
+    from tcqa_data.decontam.textstore import build as ts_build
     from tcqa_data.decontam.textstore.anchors import ANCHOR_MAX_DF, AnchorIndex, winnow
+
+    if not merged:  # per-input runs, as an index of 2**32 docs or more keeps them
+        monkeypatch.setattr(ts_build, "MERGED_MAX_DOCS", 0)
 
     rng = np.random.default_rng(0)
     vocab = [f"w{i}x" for i in range(20_000)]
@@ -219,7 +233,7 @@ def test_anchor_kgram_in_more_than_max_df_docs_across_inputs_is_ignored(tmp_path
     idx = tmp_path / "idx"
     build_index([str(p) for p in paths], idx, id_field="title", minhash=False, quiet=True, workers=1)
     anchors = AnchorIndex(idx)
-    assert len(anchors.runs) == 3
+    assert len(anchors.runs) == (1 if merged else 3)
     # reference: each doc's kept k-grams; a query k-gram counts if 1..ANCHOR_MAX_DF docs keep it
     kept: dict[int, set[int]] = {}
     for f, p in enumerate(paths):

@@ -378,9 +378,9 @@ def test_build_on_a_local_engine_object_equals_the_default_pool(wiki_corpus, loc
     build_index(wiki_corpus, tmp_path / "engine", engine=local2, shard_bytes=200_000, minhash=False,
                 quiet=True)
     assert_identical(tmp_path / "pool", tmp_path / "engine")
-    # one anchor table per input, written by the engine's tasks
-    anchors = [p for p in (tmp_path / "engine" / "textstore").iterdir() if "anchor" in p.name]
-    assert len(anchors) >= len(wiki_corpus)
+    # the inputs' anchors merged into one table, its key-range parts written by the engine's tasks
+    meta = json.loads((tmp_path / "engine" / "textstore" / "meta.json").read_text())
+    assert len(meta["anchors"]["inputs"]) == len(wiki_corpus) and meta["anchors"]["parts"]
 
 
 def test_two_level_reduces_on_an_engine_equal_one_level(wiki_corpus, local2: LocalEngine,

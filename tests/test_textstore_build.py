@@ -72,6 +72,8 @@ def test_compiled_store_writes_the_python_readers_files(tmp_path, wiki_lines, mo
     pytest.importorskip("numba")
     monkeypatch.setattr(ts_anchors, "ANCHOR_RUN", run_entries)  # small: several batches and runs
     monkeypatch.setattr(ts_anchors, "_ANCHOR_BATCH_CHARS", batch_chars)
+    # the runs kept as written (not merged into one table) so that each way's runs are compared
+    monkeypatch.setattr(ts_build, "MERGED_MAX_DOCS", 0)
     path = tmp_path / "c.jsonl"
     path.write_bytes(_corpus(wiki_lines, CRAFTED + PYTHON_LINES))
     index = tmp_path / "idx"

@@ -28,7 +28,7 @@ def _sequential_tiers(anchors, texts, top, min_shared, weak_top):
     df = np.zeros(len(uh), dtype=np.int64)
     hits = []
     live = np.arange(len(uh))
-    for (cells, words, dir_bits, id_bits), doc_offset in anchors.runs:
+    for (cells, words, dir_bits, id_bits, _, _), doc_offset in anchors.runs:
         if not len(live):
             break
         k, d = packed.lookup(cells, words, uh[live], dir_bits, id_bits, ts_anchors.ANCHOR_MAX_DF + 1)
@@ -43,7 +43,10 @@ def _sequential_tiers(anchors, texts, top, min_shared, weak_top):
 
 @pytest.fixture(scope="module")
 def many_runs(tmp_path_factory):
-    """Six inputs sharing phrases, some of them in more than ANCHOR_MAX_DF docs after a few inputs."""
+    """Six inputs sharing phrases, some of them in more than ANCHOR_MAX_DF docs after a few inputs;
+    their anchors kept as per-input runs (not merged: as if the index had 2**32 docs or more)."""
+    from tcqa_data.decontam.textstore import build as ts_build
+
     rng = np.random.default_rng(5)
     vocab = [f"v{i}y" for i in range(5000)]
     phrases = [" ".join(rng.choice(vocab, 8)) for _ in range(12)]
@@ -60,7 +63,9 @@ def many_runs(tmp_path_factory):
         paths.append(root / f"p{f}.jsonl")
         paths[-1].write_text("".join(json.dumps(d) + "\n" for d in docs), encoding="utf-8")
     idx = root / "idx"
-    build_index([str(p) for p in paths], idx, id_field="title", minhash=True, quiet=True, workers=1)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ts_build, "MERGED_MAX_DOCS", 0)
+        build_index([str(p) for p in paths], idx, id_field="title", minhash=True, quiet=True, workers=1)
     queries = [ph + " " + " ".join(rng.choice(vocab, 6)) for ph in phrases] + \
         [" ".join(rng.choice(vocab, 12)) for _ in range(20)]
     texts = [json.loads(line)["text"] for p in paths for line in p.read_text().splitlines()]

@@ -166,7 +166,9 @@ def build_index(
 
     ``ngram_dir_bits``: the n-gram directory width (``ngram_storage.dir_bits`` in the manifest);
     None chooses it from the corpus at the first build, and ``append`` keeps the index's. A full
-    rebuild given an appended index's value writes the same bytes as the append.
+    rebuild given an appended index's value writes the same bytes as the append (but for the text
+    store's merged anchor table, written anew by each append: the same entries, its generation and
+    key ranges may differ).
     """
     t0 = time.time()
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -23,6 +23,15 @@ per doc) and the compiled winnowing kernel, checked line for line against ``docs
 other input, or one whose docs differ from the index's (an id field the index skipped docs for),
 is read as ``str`` per doc: the files are the same either way (tests compare them).
 
+Anchors (``anchors``): each input's task writes its runs (input-local doc ids); the build then
+merges all runs into **one** table of key-range parts (``anchors-g<generation>-<part>``, global doc
+ordinals, ``meta.json["anchors"]`` names them and the inputs they hold) and deletes the runs, so a
+query looks each k-gram up once whatever the number of inputs. ``--append`` merges the table with
+the new inputs' runs into the next generation; a build over a version-3 store (runs per input,
+still read as they are) merges its runs without reading the corpus; a merged table that no longer
+matches the manifest's inputs is not used and its inputs' anchors are recomputed from text. An
+index of 2**32 docs or more keeps per-input runs (ordinals past the 32-bit id).
+
 Location entries keep the absolute path, size and mtime of the file: a moved or changed corpus
 file is a clear error at read time, never wrong text.
 

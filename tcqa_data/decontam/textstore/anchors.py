@@ -8,16 +8,21 @@ shares a kept k-gram, at about half an entry per corpus word. Entries are ``(has
 (input-local doc number), sorted, unique, stored as a packed table (``decontam/packed.py``: a
 directory on the hash's top bits, then the rest of the 32 bits and the doc number bit-packed,
 about 16 + log2(docs) + 2 bits per entry instead of 64); one table per run of up to
-``ANCHOR_RUN`` entries (bounded memory). The 32-bit hash is lossy: a query k-gram not in a doc
-matches one of a run's ``n`` entries by chance with probability about ``n / 2**32``
-(``anchor_chance_match_rate`` in ``meta.json``, shown by ``index-info``); a chance match only
-adds a candidate doc, which alignment then checks. Stores of version 2 (one uint64 per entry) are
-still read.
+``ANCHOR_RUN`` entries (bounded memory). The build then merges every input's runs into one table
+(``plan_anchor_parts``, ``write_anchor_part``): entries ``(hash, global doc ordinal)``, cut into
+key ranges of directory cells ``[c0, c1)`` holding about ``ANCHOR_RUN`` entries each, a part's
+directory being that slice of the table's (``packed.TableWriter(cells=...)``); a lookup in a part
+shifts its keys down by ``c0 << (32 - dir_bits)``. The 32-bit hash is lossy: a query k-gram not in
+a doc matches one of a table's ``n`` entries by chance with probability about ``n / 2**32``
+(``anchor_chance_match_rate`` of ``store_summary``, shown by ``index-info``); a chance match only
+adds a candidate doc, which alignment then checks. Stores of version 3 (per-input runs) and 2 (one
+uint64 per entry) are still read.
 
-A query looks up all its k-grams, ignores those in more than ``ANCHOR_MAX_DF`` docs, and ranks
-docs by the summed inverse document frequency of the k-grams they share with it; docs sharing a
-single kept k-gram are a second, weak tier (``candidate_tiers``), which alignment uses only for
-queries with no other candidate.
+A query looks up all its k-grams (in the merged table's parts, then the runs of inputs the table
+does not hold: the candidates are the same either way), ignores those in more than
+``ANCHOR_MAX_DF`` docs, and ranks docs by the summed inverse document frequency of the k-grams
+they share with it; docs sharing a single kept k-gram are a second, weak tier
+(``candidate_tiers``), which alignment uses only for queries with no other candidate.
 """
 
 from __future__ import annotations
@@ -26,13 +31,13 @@ import os
 from collections import deque
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from tcqa_data.decontam import packed
 from tcqa_data.decontam.arrays import sorted_unique
-from tcqa_data.decontam.textstore.store import META, STORE_DIR, _key
+from tcqa_data.decontam.textstore.store import META, STORE_DIR, _entry_id, _id_key, _key, merged_covers
 from tcqa_data.io_utils import load_npy, read_json, write_npy_atomic
 
 ANCHOR_K = 4  # words per hashed k-gram
@@ -75,20 +80,27 @@ def winnow_hashes(flat: np.ndarray, owner: np.ndarray) -> tuple[np.ndarray, np.n
     return (flat[keep] >> np.uint64(32)).astype(np.uint32), owner[keep]
 
 
-def _write_anchor_table(store: Path, name: str, entries: np.ndarray, id_bits: int) -> dict[str, Any]:
-    """One run of sorted unique ``hash << 32 | doc`` entries as a packed table; returns its meta."""
+def _write_anchor_table(store: Path, name: str, entries: np.ndarray, id_bits: int,
+                        dir_bits: int | None = None, cells: tuple[int, int] | None = None) -> dict[str, Any]:
+    """One run of sorted unique ``hash << 32 | doc`` entries as a packed table; returns its meta.
+    ``cells``: the entries' directory cells ``[c0, c1)`` of a table of ``dir_bits`` (a key-range
+    part of the merged table: its directory is that slice, offsets from 0)."""
     n = len(entries)
-    dir_bits = packed.dir_bits_for(n)
-    cells: list[np.ndarray] = []
+    dir_bits = packed.dir_bits_for(n) if dir_bits is None else dir_bits
+    cell_parts: list[np.ndarray] = []
     words: list[np.ndarray] = []
-    table = packed.TableWriter(cells.append, words.append, n, dir_bits, id_bits)
+    table = packed.TableWriter(cell_parts.append, words.append, n, dir_bits, id_bits, cells=cells)
     for i in range(0, n, _TABLE_BLOCK):  # sorted blocks: the writer's scratch stays small
         block = entries[i:i + _TABLE_BLOCK]
         table.add(block >> np.uint64(32), (block & _LOW32).astype(np.int64))
     table.close()
-    write_npy_atomic(store / f"{name}.cells.npy", np.concatenate(cells).astype(np.uint32))
+    assert n < 2**32  # a run or a part holds about ANCHOR_RUN entries: 32-bit directory offsets
+    write_npy_atomic(store / f"{name}.cells.npy", np.concatenate(cell_parts).astype(np.uint32))
     write_npy_atomic(store / f"{name}.words.npy", np.concatenate(words))
-    return {"name": name, "entries": n, "dir_bits": dir_bits, "id_bits": id_bits}
+    out: dict[str, Any] = {"name": name, "entries": n, "dir_bits": dir_bits, "id_bits": id_bits}
+    if cells is not None:
+        out["cells"] = [int(cells[0]), int(cells[1])]
+    return out
 
 
 def _winnowed_texts(texts: Iterable[str], scheme: str, seed: int
@@ -163,6 +175,115 @@ def _write_anchor_runs(store: Path, key: str, batches: Iterable[tuple[np.ndarray
     return names
 
 
+# A merged table's entries are (hash, global doc ordinal) as ``hash << 32 | doc``, as the
+# per-input runs' are (hash, input-local doc): ordinals must stay below 2**32 to merge.
+MERGED_MAX_DOCS = 1 << 32
+_PLAN_CELL = 64  # planning cells average at most ANCHOR_RUN / _PLAN_CELL entries (fine cuts)
+
+
+def anchor_sources(merged: dict[str, Any] | None, runs: Iterable[tuple[dict[str, Any], int]]
+                   ) -> list[dict[str, Any]]:
+    """The packed tables a merge reads (JSON, sent to its tasks): the parts of an existing merged
+    table (ids already global) and per-input runs with their input's doc offset. ``runs``: (an
+    input's meta record, its doc offset) per input with runs."""
+    out = []
+    if merged is not None:
+        out += [{"name": p["name"], "entries": int(p["entries"]), "dir_bits": int(merged["dir_bits"]),
+                 "id_bits": int(merged["id_bits"]), "cells": [int(c) for c in p["cells"]], "doc_offset": 0}
+                for p in merged["parts"]]
+    for rec, doc_offset in runs:
+        out += [{"name": r["name"], "entries": int(r["entries"]), "dir_bits": int(r["dir_bits"]),
+                 "id_bits": int(r["id_bits"]), "cells": [0, 1 << int(r["dir_bits"])],
+                 "doc_offset": int(doc_offset)} for r in rec["anchors"]]
+    return out
+
+
+def plan_anchor_parts(store: Path, sources: Sequence[dict[str, Any]], n_docs: int) -> dict[str, Any]:
+    """The merged table's layout: directory bits for all the sources' entries, id bits for
+    ``n_docs`` ordinals, and its key ranges (directory cells ``[c0, c1)``), each holding about
+    ``ANCHOR_RUN`` entries at most (a part is sorted in memory). Kept hashes are not uniform
+    (winnowing keeps window minima: low hashes are ~3x denser), so the cuts follow the sources'
+    directories, summed at ``p`` bits (a source with fewer directory bits spreads each cell's
+    count evenly over the planning cells it covers)."""
+    total = sum(s["entries"] for s in sources)
+    dir_bits = packed.dir_bits_for(total)
+    id_bits = packed.id_bits_for(max(0, n_docs - 1))
+    packed.entry_width(dir_bits, id_bits)  # fits in 64 bits (raises otherwise)
+    p = min(dir_bits, int(_PLAN_CELL * total // ANCHOR_RUN).bit_length())
+    levels: dict[int, np.ndarray] = {}  # directory bits -> entry counts per cell at that level
+    for s in sources:
+        d, (a, b) = s["dir_bits"], s["cells"]
+        if not s["entries"]:
+            continue
+        cells = load_npy(store / f"{s['name']}.cells.npy")
+        if d <= p:
+            level, start, counts = d, a, np.diff(np.asarray(cells, dtype=np.int64))
+        else:  # every 2**(d - p)-th offset (a part's bounds need not be aligned to them)
+            sh = d - p
+            k0, k1 = a >> sh, ((b - 1) >> sh) + 1
+            j = np.clip(np.arange(k0, k1 + 1, dtype=np.int64) << sh, a, b) - a
+            level, start, counts = p, k0, np.diff(np.asarray(cells[j], dtype=np.int64))
+        hist = levels.setdefault(level, np.zeros(1 << level, dtype=np.int64))
+        hist[start:start + len(counts)] += counts
+    per_cell = np.zeros(1 << p, dtype=np.float64)
+    for level, hist in levels.items():
+        per_cell += np.repeat(hist / float(1 << (p - level)), 1 << (p - level))
+    cum = np.concatenate([[0.0], np.cumsum(per_cell)])
+    cuts = [0]
+    while cuts[-1] < 1 << p:
+        c = cuts[-1]
+        cuts.append(max(c + 1, int(np.searchsorted(cum, cum[c] + ANCHOR_RUN, side="right")) - 1))
+    sh = dir_bits - p
+    return {"entries": total, "dir_bits": dir_bits, "id_bits": id_bits,
+            "ranges": [[a << sh, b << sh] for a, b in zip(cuts[:-1], cuts[1:], strict=True)]}
+
+
+def write_anchor_part(root_dir: str, sources: Sequence[dict[str, Any]], dir_bits: int, id_bits: int,
+                      cells: Sequence[int], name: str) -> dict[str, Any]:
+    """One key range (directory cells ``cells`` of a table of ``dir_bits``) of the merged table:
+    the range's entries of every source, their ids made global, sorted, packed. A task of
+    ``build_text_store`` (parts are independent: a cluster writes them in parallel)."""
+    store = Path(root_dir) / STORE_DIR
+    c0, c1 = int(cells[0]), int(cells[1])
+    h0, h1 = c0 << (32 - dir_bits), c1 << (32 - dir_bits)
+    chunks: list[np.ndarray] = []
+    for s in sources:
+        d, (a, b) = s["dir_bits"], s["cells"]
+        r = 32 - d
+        # the source's own cells covering [h0, h1) (its directory has its own bits)
+        j0, j1 = max(a, h0 >> r), min(b, ((h1 - 1) >> r) + 1)
+        if j0 >= j1 or not s["entries"]:
+            continue
+        sc = load_npy(store / f"{s['name']}.cells.npy")[j0 - a:j1 - a + 1]
+        if int(sc[0]) == int(sc[-1]):
+            continue
+        k, ids = packed.decode_range(sc, load_npy(store / f"{s['name']}.words.npy"), j0, j1, d,
+                                     s["id_bits"])
+        sel = (k >= np.uint64(h0)) & (k < np.uint64(h1))  # a coarser source cell spans more keys
+        chunks.append((k[sel] << np.uint64(32)) | (ids[sel] + s["doc_offset"]).astype(np.uint64))
+    entries = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.uint64)
+    chunks.clear()
+    # sources hold disjoint docs: sorting is all that is needed (unique is a check)
+    entries = sorted_unique(entries, in_place=True)
+    return _write_anchor_table(store, name, entries, id_bits, dir_bits, (c0, c1))
+
+
+class _Table(NamedTuple):
+    """A packed anchor table to look up: a per-input run (cells ``[0, 2**dir_bits)``) or a key-range
+    part of the merged table (the directory slice ``[first_cell, end_cell)``)."""
+
+    cells: np.ndarray
+    words: np.ndarray
+    dir_bits: int
+    id_bits: int
+    first_cell: int
+    end_cell: int
+
+
+def _table_files(root: Path, name: str) -> tuple[np.ndarray, np.ndarray]:
+    return load_npy(root / STORE_DIR / f"{name}.cells.npy"), load_npy(root / STORE_DIR / f"{name}.words.npy")
+
+
 class AnchorIndex:
     """Candidate corpus docs for queries, from the anchors of a text store."""
 
@@ -173,17 +294,28 @@ class AnchorIndex:
         self.scheme = manifest["normalization"]
         self.seed = int(manifest["hash"]["seed"])
         self.num_docs = int(manifest["counts"]["docs"])
-        # per run: (uint64 entries of a version-2 store, or (cells, words, dir_bits, id_bits)), doc offset
-        self.runs: list[tuple[Any, int]] = []
+        # the tables to look up, each with the doc offset of its ids: the merged table's key-range
+        # parts (global ids) when it holds only the manifest's inputs as they are now, then the
+        # runs of inputs it does not hold (all of them in a store of version 2 or 3)
+        self.runs: list[tuple[_Table | np.ndarray, int]] = []
+        covered = merged_covers(meta, manifest)
+        merged = meta.get("anchors")
+        if covered:
+            for part in merged["parts"]:
+                cells, words = _table_files(root, part["name"])
+                self.runs.append((_Table(cells, words, int(merged["dir_bits"]), int(merged["id_bits"]),
+                                         int(part["cells"][0]), int(part["cells"][1])), 0))
         for e in manifest["inputs"]:
+            if _id_key(_entry_id(e, manifest)) in covered:
+                continue
             rec = meta["inputs"].get(_key(e), {})
             for run in rec.get("anchors", []):
                 if isinstance(run, str):  # store version 2
-                    arr = load_npy(root / STORE_DIR / run)
+                    arr: _Table | np.ndarray = load_npy(root / STORE_DIR / run)
                 else:
-                    arr = tuple(load_npy(root / STORE_DIR / f"{run['name']}.{part}.npy")
-                                for part in ("cells", "words")) \
-                        + (int(run["dir_bits"]), int(run["id_bits"]))
+                    cells, words = _table_files(root, run["name"])
+                    arr = _Table(cells, words, int(run["dir_bits"]), int(run["id_bits"]), 0,
+                                 1 << int(run["dir_bits"]))
                 self.runs.append((arr, int(e["doc_offset"])))
 
     @property
@@ -219,14 +351,22 @@ class AnchorIndex:
         hits: list[tuple[np.ndarray, np.ndarray]] = []
         alive = np.ones(len(uh), dtype=bool)  # k-grams in at most ANCHOR_MAX_DF docs so far
 
-        def lookup(arr: Any, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            """(k-gram, doc) of the run's entries for k-grams ``live``, k-grams ascending."""
-            lh = uh[live]
-            if isinstance(arr, tuple):
-                cells, words, dir_bits, id_bits = arr
+        def lookup(arr: _Table | np.ndarray, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            """(k-gram, doc) of the table's entries for k-grams ``live``, k-grams ascending."""
+            if isinstance(arr, _Table):
+                lh = uh[live]
+                if arr.end_cell - arr.first_cell != 1 << arr.dir_bits:
+                    # a merged part: the live k-grams in its key range, as keys of its directory
+                    # slice (the cell index relative to the slice's first cell)
+                    rbits = 32 - arr.dir_bits
+                    lo, hi = np.searchsorted(lh, np.array([arr.first_cell << rbits, arr.end_cell << rbits],
+                                                          dtype=np.uint64))
+                    live = live[lo:hi]
+                    lh = lh[lo:hi] - np.uint64(arr.first_cell << rbits)
                 # a k-gram in more than ANCHOR_MAX_DF docs is dropped anyway: read no more of it
-                k, d = packed.lookup(cells, words, lh, dir_bits, id_bits, ANCHOR_MAX_DF + 1)
+                k, d = packed.lookup(arr.cells, arr.words, lh, arr.dir_bits, arr.id_bits, ANCHOR_MAX_DF + 1)
             else:
+                lh = uh[live]
                 lo = np.searchsorted(arr, lh << np.uint64(32), side="left")
                 hi = np.searchsorted(arr, (lh << np.uint64(32)) | _LOW32, side="right")
                 n = hi - lo

@@ -16,12 +16,24 @@ import pyarrow.parquet as pq
 
 from tcqa_data.decontam.engines import run_tasks
 from tcqa_data.decontam.textstore.anchors import (
+    MERGED_MAX_DOCS,
     _NotIndexOrder,
     _winnowed_jsonl,
     _winnowed_texts,
     _write_anchor_runs,
+    anchor_sources,
+    plan_anchor_parts,
+    write_anchor_part,
 )
-from tcqa_data.decontam.textstore.store import META, STORE_DIR, _anchor_files, _entry_id, _key
+from tcqa_data.decontam.textstore.store import (
+    META,
+    STORE_DIR,
+    _anchor_files,
+    _entry_id,
+    _id_key,
+    _key,
+    merged_covers,
+)
 from tcqa_data.errors import ConfigError, TcqaError
 from tcqa_data.io_utils import atomic_path, read_json, write_json_atomic, write_npy_atomic
 
@@ -29,7 +41,11 @@ if TYPE_CHECKING:
     from tcqa_data.decontam.engines import Engine
 
 MODES = ("auto", "copy", "none")
-STORE_VERSION = 3  # 3: packed anchor tables (2: uint64 anchor entries, still read)
+# 4: the inputs' anchors merged into one table of key-range parts (meta "anchors"); 3: packed
+# anchor runs per input (read, and merged by a build without reading the corpus again); 2: uint64
+# anchor entries (read; a build redoes the store)
+STORE_VERSION = 4
+_REUSED_VERSIONS = (3, 4)
 COPY_ROW_GROUP = 256  # docs per row group of a copy: ~1 MB of text for Wikipedia-sized docs
 _SCAN_CHUNK = 64 << 20
 
@@ -158,43 +174,112 @@ def build_text_store(index_dir: str | os.PathLike, mode: str = "auto", *,
         return {}
     manifest = read_json(root / "manifest.json")
     old = read_json(store / META) if (store / META).is_file() else {"inputs": {}}
-    if old.get("version") != STORE_VERSION:
+    if old.get("version") not in _REUSED_VERSIONS:
         old = {"inputs": {}}
+    # the merged anchor table is reused if it holds only the manifest's inputs as they are now and
+    # its files are there; else the anchors of the inputs it held are computed again from text
+    merged = old.get("anchors") if merged_covers(old, manifest) and _files_ok(store, old["anchors"]) else None
+    entries, todo = _reusable(store, manifest, old, mode, merged)
+    if merged is not None and any(_id_key(_entry_id(e, manifest)) in _merged_ids(merged) for e in todo):
+        # an input it holds is redone (its locations were lost): its entries would count twice
+        merged = None
+        entries, todo = _reusable(store, manifest, old, mode, merged)
+    if todo:
+        store.mkdir(parents=True, exist_ok=True)
+    # inputs are independent: one task per input (the pass reads and hashes every doc)
+    shared = {"root_dir": str(root), "manifest": manifest, "mode": mode, "hf": hf}
+    recs = _run(_store_input, [{"e": e} for e in todo], "index-textstore", shared, workers, engine)
+    for e, rec in zip(todo, recs, strict=True):
+        entries[_key(e)] = rec
+    generation = int(old["anchors"]["generation"]) + 1 if old.get("anchors") else 1
+    merged = _merge_anchors(root, manifest, entries, merged, generation, workers, engine)
+    entries = dict(sorted(entries.items()))
+    meta: dict[str, Any] = {"version": STORE_VERSION, "mode": mode, "inputs": entries}
+    if merged is not None:
+        meta["anchors"] = merged
+    # meta.json first, then the files it no longer names (runs merged, an older merged table,
+    # inputs gone): killed in between, the store is the new one with files to spare
+    write_json_atomic(store / META, meta)
+    if store.is_dir():
+        keep = {META} | {r["file"] for r in entries.values() if "file" in r} \
+            | {f for r in [*entries.values(), *([merged] if merged else [])] for f in _anchor_files(r)}
+        for f in store.iterdir():
+            if f.name not in keep and not f.name.startswith("."):
+                f.unlink()
+    return meta
+
+
+def _merged_ids(merged: dict[str, Any]) -> set[str]:
+    return {_id_key(i) for i in merged["inputs"]}
+
+
+def _reusable(store: Path, manifest: dict[str, Any], old: dict[str, Any], mode: str,
+              merged: dict[str, Any] | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The old records still valid (by input key), and the inputs to (re)do. An input's anchors
+    are valid in its own runs, in the merged table ``merged``, or when it has none."""
+    held = _merged_ids(merged) if merged is not None else set()
     entries: dict[str, Any] = {}
     todo: list[dict[str, Any]] = []
     for e in manifest["inputs"]:
         key = _key(e)
         prev = old["inputs"].get(key)
         if prev is not None and prev.get("id") == _entry_id(e, manifest) \
-                and prev.get("kind") == _kind(e["format"], mode) and _files_ok(store, prev):
+                and prev.get("kind") == _kind(e["format"], mode) and _files_ok(store, prev) \
+                and (prev.get("anchors") or not prev.get("anchor_entries") or _id_key(prev["id"]) in held):
             entries[key] = prev
         else:
             todo.append(e)
-    if todo:
-        store.mkdir(parents=True, exist_ok=True)
-    # inputs are independent: one task per input (the pass reads and hashes every doc)
-    calls = [{"e": e} for e in todo]
-    shared = {"root_dir": str(root), "manifest": manifest, "mode": mode, "hf": hf}
-    if engine is None and workers > 1 and len(todo) > 1:
+    return entries, todo
+
+
+def _run(fn: Any, calls: list[dict[str, Any]], desc: str, shared: dict[str, Any], workers: int,
+         engine: Engine | None) -> list[Any]:
+    """The pass's tasks on ``engine``, else local processes (``workers`` > 1), else inline."""
+    if engine is None and workers > 1 and len(calls) > 1:
         from concurrent.futures import ProcessPoolExecutor
 
-        with ProcessPoolExecutor(max_workers=min(workers, len(todo))) as pool:
-            recs = run_tasks(_store_input, calls, desc="index-textstore", shared=shared, pool=pool)
-    else:
-        recs = run_tasks(_store_input, calls, desc="index-textstore", shared=shared,
-                         engine=engine if todo else None)
-    for e, rec in zip(todo, recs, strict=True):
-        entries[_key(e)] = rec
-    entries = dict(sorted(entries.items()))
-    meta = {"version": STORE_VERSION, "mode": mode, "inputs": entries}
-    if store.is_dir():
-        keep = {META} | {r["file"] for r in entries.values() if "file" in r} \
-            | {f for r in entries.values() for f in _anchor_files(r)}
-        for f in store.iterdir():
-            if f.name not in keep and not f.name.startswith("."):
-                f.unlink()
-    write_json_atomic(store / META, meta)
-    return meta
+        with ProcessPoolExecutor(max_workers=min(workers, len(calls))) as pool:
+            return run_tasks(fn, calls, desc=desc, shared=shared, pool=pool)
+    return run_tasks(fn, calls, desc=desc, shared=shared, engine=engine if calls else None)
+
+
+def _merge_anchors(root: Path, manifest: dict[str, Any], entries: dict[str, Any],
+                   merged: dict[str, Any] | None, generation: int, workers: int, engine: Engine | None
+                   ) -> dict[str, Any] | None:
+    """One anchor table for all inputs (a query then looks each k-gram up once, not once per
+    input's run): the existing merged table and the inputs' runs, merged into key-range parts of
+    generation ``generation`` (one task each). Returns the merged table's meta (``merged`` when
+    there is nothing to merge); the merged inputs' records then list no runs."""
+    inputs = sorted(manifest["inputs"], key=lambda e: int(e["doc_offset"]))
+    runs = [(entries[_key(e)], int(e["doc_offset"])) for e in inputs if entries[_key(e)].get("anchors")]
+    n_docs = max((int(e["doc_offset"]) + int(e["docs"]) for e in inputs), default=0)
+    if not runs or (merged is None and sum(len(r["anchors"]) for r, _ in runs) < 2):
+        return merged  # one table at most: a query already does one lookup per k-gram
+    if n_docs >= MERGED_MAX_DOCS:
+        # global ordinals do not fit the 32-bit id of a ``hash << 32 | doc`` entry: these inputs
+        # keep their runs (input-local ids), looked up one by one
+        return merged
+    store = root / STORE_DIR
+    sources = anchor_sources(merged, runs)
+    plan = plan_anchor_parts(store, sources, n_docs)
+    calls = [{"cells": c, "name": f"anchors-g{generation:04d}-{i:05d}"}
+             for i, c in enumerate(plan["ranges"])]
+    shared = {"root_dir": str(root), "sources": sources, "dir_bits": plan["dir_bits"],
+              "id_bits": plan["id_bits"]}
+    parts = _run(write_anchor_part, calls, "index-textstore-merge", shared, workers, engine)
+    entries_n = sum(p["entries"] for p in parts)
+    if entries_n != plan["entries"]:
+        raise TcqaError(f"{store}: merged anchor table holds {entries_n} entries, its sources "
+                        f"{plan['entries']}")
+    for rec, _ in runs:
+        key = _key(rec["id"])
+        entries[key] = {k: v for k, v in rec.items() if k != "anchor_chance_match_rate"} | {"anchors": []}
+    return {"generation": generation, "entries": entries_n, "dir_bits": plan["dir_bits"],
+            "id_bits": plan["id_bits"],
+            # a query k-gram absent from the corpus matches one of the entries' 32-bit hashes by chance
+            "chance_match_rate": entries_n / 2.0 ** 32,
+            "inputs": [_entry_id(e, manifest) for e in inputs],
+            "parts": [{"name": p["name"], "entries": p["entries"], "cells": p["cells"]} for p in parts]}
 
 
 def _store_input(root_dir: str, e: dict[str, Any], manifest: dict[str, Any], mode: str,

@@ -34,9 +34,28 @@ def _entry_id(entry: dict[str, Any], manifest: dict[str, Any]) -> dict[str, Any]
             "text_field": manifest.get("text_field"), "id_field": manifest.get("id_field")}
 
 
+def _id_key(entry_id: dict[str, Any]) -> str:
+    """An ``_entry_id`` as a hashable, canonical string (sets of inputs)."""
+    return json.dumps(entry_id, sort_keys=True)
+
+
 def _anchor_files(rec: dict[str, Any]) -> list[str]:
-    return [f for r in rec.get("anchors", []) for f in
+    """Files of an input's anchor runs, or of the merged table's parts (``meta["anchors"]``)."""
+    runs = rec.get("parts", []) if "parts" in rec else rec.get("anchors", [])
+    return [f for r in runs for f in
             ([r] if isinstance(r, str) else [f"{r['name']}.cells.npy", f"{r['name']}.words.npy"])]
+
+
+def merged_covers(meta: dict[str, Any], manifest: dict[str, Any]) -> set[str]:
+    """The inputs (``_id_key`` of their ``_entry_id``) whose anchors the store's merged table
+    holds, if it holds only inputs of ``manifest`` as they are now; else (no merged table, or a
+    stale one: an input changed, moved or removed) an empty set: its entries are not used."""
+    merged = meta.get("anchors")
+    if not merged:
+        return set()
+    now = {_id_key(_entry_id(e, manifest)) for e in manifest["inputs"]}
+    held = {_id_key(i) for i in merged["inputs"]}
+    return held if held <= now else set()
 
 
 def has_text_store(index_dir: str | os.PathLike) -> bool:
@@ -53,13 +72,21 @@ def store_summary(index_dir: str | os.PathLike) -> dict[str, Any] | None:
     out: dict[str, Any] = {"version": meta.get("version"), "mode": meta.get("mode"),
                            "bytes": {"locations": 0, "copy": 0, "anchors": 0}, "anchor_entries": 0,
                            "anchor_chance_match_rate": 0.0}
+    # a query k-gram absent from the corpus matches by chance in each table it is looked up in:
+    # the merged table (one lookup per k-gram), then each input's runs (inputs it does not hold)
+    for rec in [meta["anchors"]] if meta.get("anchors") else []:
+        out["bytes"]["anchors"] += sum((d / f).stat().st_size for f in _anchor_files(rec)
+                                       if (d / f).is_file())
+        out["anchor_entries"] += int(rec["entries"])
+        out["anchor_chance_match_rate"] += float(rec["chance_match_rate"])
     for rec in meta.get("inputs", {}).values():
         if "file" in rec and (d / rec["file"]).is_file():
             out["bytes"]["copy" if rec["kind"] == "copy" else "locations"] += (d / rec["file"]).stat().st_size
+        if not rec.get("anchors"):
+            continue  # no runs of its own: in the merged table (or no anchors)
         out["bytes"]["anchors"] += sum((d / f).stat().st_size for f in _anchor_files(rec)
                                        if (d / f).is_file())
         out["anchor_entries"] += int(rec.get("anchor_entries", 0))
-        # per query k-gram: a chance match in any input's runs
         out["anchor_chance_match_rate"] += float(rec.get("anchor_chance_match_rate", 0.0))
     return out
 
