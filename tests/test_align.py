@@ -74,7 +74,11 @@ def test_textstore_refuses_changed_corpus_and_missing_store(wiki_sample, tmp_pat
         build_text_store(tmp_path / "none", "sometimes")
 
 
-def test_rerun_completes_an_interrupted_text_store_and_append_keeps_entries(wiki_sample, tmp_path):
+def test_rerun_completes_an_interrupted_text_store_and_append_keeps_entries(wiki_sample, tmp_path,
+                                                                            monkeypatch):
+    from tcqa_data.decontam.textstore import build as ts_build
+
+    monkeypatch.setattr(ts_build, "ANCHOR_MERGE_RUNS", 1)  # the append merges the two inputs' runs
     docs = _wiki(wiki_sample, 12)
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl.gz"
     _write_jsonl(a, docs[:6])
@@ -211,6 +215,8 @@ def test_anchor_kgram_in_more_than_max_df_docs_across_inputs_is_ignored(tmp_path
 
     if not merged:  # per-input runs, as an index of 2**32 docs or more keeps them
         monkeypatch.setattr(ts_build, "MERGED_MAX_DOCS", 0)
+    else:  # these 3 runs are merged (by default a store keeps fewer than ANCHOR_MERGE_RUNS runs)
+        monkeypatch.setattr(ts_build, "ANCHOR_MERGE_RUNS", 1)
 
     rng = np.random.default_rng(0)
     vocab = [f"w{i}x" for i in range(20_000)]

@@ -370,9 +370,12 @@ def test_cli_builds_the_same_index_with_local_and_ray(ray_cluster, wiki_corpus, 
 
 
 def test_build_on_a_local_engine_object_equals_the_default_pool(wiki_corpus, local2: LocalEngine,
-                                                               tmp_path: Path) -> None:
+                                                               tmp_path: Path, monkeypatch) -> None:
     """The engine path (checksum, split, map, reduce and the text store as engine tasks) without Ray."""
     from tcqa_data.decontam.build import build_index
+    from tcqa_data.decontam.textstore import build as ts_build
+
+    monkeypatch.setattr(ts_build, "ANCHOR_MERGE_RUNS", 1)  # these few runs are merged too
 
     build_index(wiki_corpus, tmp_path / "pool", workers=2, minhash=False, quiet=True)
     build_index(wiki_corpus, tmp_path / "engine", engine=local2, shard_bytes=200_000, minhash=False,

@@ -64,6 +64,7 @@ def _env(monkeypatch, merge: bool = True) -> None:
     monkeypatch.setattr(ts_anchors, "_ANCHOR_BATCH_CHARS", 100_000)  # runs end at batch ends
     # no merge: every index looks as if it had 2**32 docs or more (per-input runs, version 3's layout)
     monkeypatch.setattr(ts_build, "MERGED_MAX_DOCS", 1 << 32 if merge else 0)
+    monkeypatch.setattr(ts_build, "ANCHOR_MERGE_RUNS", 1)  # these small stores merge too
 
 
 def _tiers(idx: Path, queries: list[str]) -> tuple[list[list[int]], list[list[int]]]:
@@ -267,3 +268,33 @@ def test_an_append_past_the_id_width_keeps_the_new_runs_beside_the_merged_table(
     # below the limit again, a build merges the runs into the next generation
     build_text_store(idx)
     assert _meta(idx)["anchors"]["generation"] == 2 and _tiers(idx, queries) == _tiers(full, queries)
+
+
+def test_runs_stay_unmerged_until_there_are_anchor_merge_runs_of_them(inputs, queries, tmp_path, monkeypatch):
+    """A merge costs every build CPU and memory: a store with fewer than ANCHOR_MERGE_RUNS runs
+    outside the merged table keeps them (a query looks each up), and merges them all, with the
+    table, once there are that many; the candidates are the same either way."""
+    _env(monkeypatch)
+    idx = tmp_path / "idx"
+    build_index([str(p) for p in inputs[:2]], idx, minhash=False, quiet=True, workers=1)
+    meta = _meta(idx)
+    assert meta["anchors"]["generation"] == 1 and all(r["anchors"] == [] for r in meta["inputs"].values())
+    # an append of fewer runs than the threshold: they stay beside the table
+    monkeypatch.setattr(ts_build, "ANCHOR_MERGE_RUNS", 10_000)
+    build_index([str(p) for p in inputs[2:4]], idx, minhash=False, quiet=True, workers=1, append=True)
+    meta = _meta(idx)
+    left = sum(len(r["anchors"]) for r in meta["inputs"].values())
+    assert meta["anchors"]["generation"] == 1 and left >= 2
+    assert len(ts_anchors.AnchorIndex(idx).runs) == len(meta["anchors"]["parts"]) + left
+    unmerged = _tiers(idx, queries)
+    # enough runs outside the table: the next build merges them (and the table) into one
+    monkeypatch.setattr(ts_build, "ANCHOR_MERGE_RUNS", left)
+    meta = build_text_store(idx)
+    assert meta["anchors"]["generation"] == 2 and all(r["anchors"] == [] for r in meta["inputs"].values())
+    assert _tiers(idx, queries) == unmerged
+    # the default threshold: a small store keeps its runs
+    monkeypatch.undo()
+    assert ts_build.ANCHOR_MERGE_RUNS > 2
+    small = tmp_path / "small"
+    build_index([str(p) for p in inputs[:2]], small, minhash=False, quiet=True, workers=1)
+    assert "anchors" not in _meta(small)

@@ -23,7 +23,8 @@ per doc) and the compiled winnowing kernel, checked line for line against ``docs
 other input, or one whose docs differ from the index's (an id field the index skipped docs for),
 is read as ``str`` per doc: the files are the same either way (tests compare them).
 
-Anchors (``anchors``): each input's task writes its runs (input-local doc ids); the build then
+Anchors (``anchors``): each input's task writes its runs (input-local doc ids); once at least
+``build.ANCHOR_MERGE_RUNS`` runs lie outside it (fewer are looked up one by one), the build
 merges all runs into **one** table of key-range parts (``anchors-g<generation>-<part>``, global doc
 ordinals, ``meta.json["anchors"]`` names them and the inputs they hold) and deletes the runs, so a
 query looks each k-gram up once whatever the number of inputs. ``--append`` merges the table with

@@ -46,6 +46,12 @@ MODES = ("auto", "copy", "none")
 # anchor entries (read; a build redoes the store)
 STORE_VERSION = 4
 _REUSED_VERSIONS = (3, 4)
+# Runs not yet in the merged anchor table that make a build merge them (with the table): below,
+# a query looks them up one by one (~30 ms each against a 2 M k-gram query batch, 10 GB index),
+# while merging costs every build ~0.3 CPU-s per run (144 CPU-s for 487 runs) and ~350 MB of
+# memory per task; merged at 10 runs, the 206 MB full build took 9% more CPU. So a small index
+# (or a small append) keeps its runs, and they are merged once there are this many.
+ANCHOR_MERGE_RUNS = 16
 COPY_ROW_GROUP = 256  # docs per row group of a copy: ~1 MB of text for Wikipedia-sized docs
 _SCAN_CHUNK = 64 << 20
 
@@ -253,8 +259,9 @@ def _merge_anchors(root: Path, manifest: dict[str, Any], entries: dict[str, Any]
     inputs = sorted(manifest["inputs"], key=lambda e: int(e["doc_offset"]))
     runs = [(entries[_key(e)], int(e["doc_offset"])) for e in inputs if entries[_key(e)].get("anchors")]
     n_docs = max((int(e["doc_offset"]) + int(e["docs"]) for e in inputs), default=0)
-    if not runs or (merged is None and sum(len(r["anchors"]) for r, _ in runs) < 2):
-        return merged  # one table at most: a query already does one lookup per k-gram
+    unmerged = sum(len(r["anchors"]) for r, _ in runs)
+    if unmerged < ANCHOR_MERGE_RUNS or (merged is None and unmerged < 2):
+        return merged  # few runs to look up beside the table (or one table in all): not worth a merge
     if n_docs >= MERGED_MAX_DOCS:
         # global ordinals do not fit the 32-bit id of a ``hash << 32 | doc`` entry: these inputs
         # keep their runs (input-local ids), looked up one by one
