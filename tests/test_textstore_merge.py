@@ -292,6 +292,12 @@ def test_runs_stay_unmerged_until_there_are_anchor_merge_runs_of_them(inputs, qu
     meta = build_text_store(idx)
     assert meta["anchors"]["generation"] == 2 and all(r["anchors"] == [] for r in meta["inputs"].values())
     assert _tiers(idx, queries) == unmerged
+    # more runs than one merge reads: they stay runs (no merge grows with their square)
+    monkeypatch.setattr(ts_build, "ANCHOR_MERGE_RUNS", 1)
+    monkeypatch.setattr(ts_build, "ANCHOR_MERGE_MAX_RUNS", 1)
+    build_index([str(inputs[4])], idx, minhash=False, quiet=True, workers=1, append=True)
+    meta = _meta(idx)
+    assert meta["anchors"]["generation"] == 2 and sum(len(r["anchors"]) for r in meta["inputs"].values()) >= 2
     # the default threshold: a small store keeps its runs
     monkeypatch.undo()
     assert ts_build.ANCHOR_MERGE_RUNS > 2

@@ -52,6 +52,11 @@ _REUSED_VERSIONS = (3, 4)
 # memory per task; merged at 10 runs, the 206 MB full build took 9% more CPU. So a small index
 # (or a small append) keeps its runs, and they are merged once there are this many.
 ANCHOR_MERGE_RUNS = 16
+# Most runs one merge reads: each part's task reads every run (parts x runs file opens) and the
+# driver plans from every run's directory, so past a few thousand runs the merge grows with their
+# square. Stores with more runs keep them (as before the merged table; a two-level merge, groups of
+# runs first as the n-gram and MinHash reduces do, is left for later).
+ANCHOR_MERGE_MAX_RUNS = 4096
 COPY_ROW_GROUP = 256  # docs per row group of a copy: ~1 MB of text for Wikipedia-sized docs
 _SCAN_CHUNK = 64 << 20
 
@@ -262,6 +267,8 @@ def _merge_anchors(root: Path, manifest: dict[str, Any], entries: dict[str, Any]
     unmerged = sum(len(r["anchors"]) for r, _ in runs)
     if unmerged < ANCHOR_MERGE_RUNS or (merged is None and unmerged < 2):
         return merged  # few runs to look up beside the table (or one table in all): not worth a merge
+    if unmerged > ANCHOR_MERGE_MAX_RUNS:
+        return merged
     if n_docs >= MERGED_MAX_DOCS:
         # global ordinals do not fit the 32-bit id of a ``hash << 32 | doc`` entry: these inputs
         # keep their runs (input-local ids), looked up one by one
