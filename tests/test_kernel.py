@@ -12,7 +12,7 @@ from packed_fixtures import packed_table
 
 from tcqa_data.decontam import hashing, kernel
 from tcqa_data.decontam import ngram_index as ni
-from tcqa_data.decontam import ngram_reduce as nred
+from tcqa_data.decontam import ngram_merge as nmerge
 from tcqa_data.decontam import ngram_runs as nruns
 from tcqa_data.errors import ConfigError
 
@@ -71,7 +71,7 @@ def test_kernel_sort_and_merge_equal_numpy(monkeypatch):
     dd = np.concatenate([ds[cut:], ds[:cut]])
     ww = np.concatenate([w[cut:], w[:cut]])
     for dtype in (ni.DOC_DTYPE, np.dtype(np.int64)):
-        m1, m2 = _both(monkeypatch, lambda dt=dtype: nred._merge(hh, dd, ww, 3, dt))
+        m1, m2 = _both(monkeypatch, lambda dt=dtype: nmerge._merge(hh, dd, ww, 3, dt))
         assert all(np.array_equal(x, y) for x, y in zip(m1, m2, strict=True))
 
 

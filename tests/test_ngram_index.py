@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tcqa_data.decontam import ngram_index as ni
+from tcqa_data.decontam import ngram_merge as nmerge
 from tcqa_data.decontam import ngram_reduce as nred
 from tcqa_data.decontam import ngram_runs as nruns
 from tcqa_data.decontam.build import build_index
@@ -330,8 +331,8 @@ def test_doc_ordinal_overflow_is_refused_or_int64():
     d = np.array([5, 7, ni.DOC_NONE], dtype=np.int64)
     w = np.ones(3, dtype=np.int64)
     with pytest.raises(TcqaError, match="uint32"):
-        nred._merge(h, d, w, 2)
-    h_u, df, docs = nred._merge(h, d, w, 2, np.dtype(np.int64))
+        nmerge._merge(h, d, w, 2)
+    h_u, df, docs = nmerge._merge(h, d, w, 2, np.dtype(np.int64))
     assert h_u.tolist() == [1, 2] and df.tolist() == [1, 2]
     assert docs.tolist() == [[5, -1], [7, ni.DOC_NONE]]
 
@@ -437,7 +438,7 @@ def _write_v1(src_root, dst_root, texts, sizes, nb):
                 c.pop(k, None)
         h, d = batch_ngram_hashes(texts, [n])[n]
         hs, ds = nruns.sort_pairs(h, d)
-        h_u, df, docs = nred._merge(hs, ds, np.ones(len(hs), np.int64), P)
+        h_u, df, docs = nmerge._merge(hs, ds, np.ones(len(hs), np.int64), P)
         bk = ni.bucket_of(h_u, nb)
         for b in range(nb):
             p = ni.bucket_paths(dst_root, n, b, layout=1)
