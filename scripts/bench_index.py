@@ -442,22 +442,26 @@ def make_synthetic(target_bytes: int, folder: Path, shard_bytes: int = 128 << 20
     return paths
 
 
-def janitor_side_by_side(gb: float, folder: Path, repeat: int) -> dict:
+def janitor_side_by_side(gb: float, folder: Path, repeat: int, full: bool = True) -> dict:
     """The n-gram build (1 worker, the whole CLI process) against lm-eval's Janitor on a synthetic
     corpus of ``gb`` GB (fresh text), alternating the two ``repeat`` times and keeping the best of
-    each; also checks that both find the same 13-gram set."""
+    each; also checks that both find the same 13-gram set. ``full``: the default full build too
+    (n-grams, MinHash and the text store, 1 worker) in the same rounds, with the index's size."""
     paths = make_synthetic(int(gb * 1e9), folder / f"janitor_{gb}")
     texts = [t for p in paths for t in read_texts(Path(p))]
     text_mb = sum(len(t.encode()) for t in texts) / 1e6
     size_mb = sum(os.path.getsize(p) for p in paths) / 1e6
     out = folder / f"janitor_{gb}_idx"
-    jan, builds = [], []
+    jan, builds, fulls = [], [], []
     for _ in range(repeat):
         t_jan, grams = janitor_baseline(texts)
         jan.append(t_jan)
         if len(jan) < repeat:
             del grams
         builds.append(timed_build(paths, out, workers=1, minhash=False))
+        if full:
+            fulls.append(timed_build(paths, out.with_name(out.name + "_full"), workers=1, minhash=True,
+                                     extra={"text_store": "auto"}))
     del texts
     eq, n_theirs, n_ours = same_ngram_set(grams, out)
     del grams
@@ -475,9 +479,91 @@ def janitor_side_by_side(gb: float, folder: Path, repeat: int) -> dict:
            "speedup_vs_janitor_whole_process": round(t_jan / b["cpu_seconds_tree"], 2),
            "speedup_vs_janitor_build_process": round(t_jan / b["cpu_seconds_build_process"], 2),
            "same_ngram_set_as_janitor": eq, "unique": [n_theirs, n_ours]}
+    if fulls:
+        f = min(fulls, key=lambda x: x["cpu_seconds_tree"])
+        full_out = out.with_name(out.name + "_full")
+        corpus_bytes = size_mb * 1e6
+        row["full_build"] = {
+            "cpu_seconds_tree": [round(x["cpu_seconds_tree"], 2) for x in fulls],
+            "load_avg_1min_after_builds": [round(x["load_avg_1min"], 2) for x in fulls],
+            "corpus_mb_per_cpu_s_whole_process": round(size_mb / f["cpu_seconds_tree"], 2),
+            "peak_pss_tree": f["peak_pss_tree"],
+            "index_bytes_per_corpus_byte": round(du(full_out) / corpus_bytes, 3),
+            "ngram_bytes_per_corpus_byte": round(du(full_out / "ngrams") / corpus_bytes, 3),
+            "minhash_bytes_per_corpus_byte": round(du(full_out / "minhash") / corpus_bytes, 3),
+            "textstore_bytes_per_corpus_byte": round(du(full_out / "textstore") / corpus_bytes, 3)}
+        shutil.rmtree(full_out, ignore_errors=True)
     shutil.rmtree(out, ignore_errors=True)
     shutil.rmtree(folder / f"janitor_{gb}", ignore_errors=True)
     return row
+
+
+def target_rows(res: dict) -> list[dict]:
+    """Issue 10's targets from one run's figures: (target, measured, met) rows; a target whose
+    figures this run did not take is left out."""
+    rows = []
+
+    def add(target: str, measured: str, met: bool) -> None:
+        rows.append({"target": target, "measured": measured, "met": bool(met)})
+
+    nb = res.get("ngram_build_1_worker")
+    if nb:
+        add("n-gram build >= 10x Janitor per CPU-s, whole process, wiki sample",
+            f"{nb['speedup_vs_janitor_whole_process']}x ({nb['speedup_vs_janitor']}x in the build process); "
+            f"same 13-gram set: {nb['same_ngram_set_as_janitor']}",
+            nb["speedup_vs_janitor_whole_process"] >= 10)
+    sbs = res.get("janitor_side_by_side")
+    if sbs:
+        add(f"n-gram build >= 10x Janitor per CPU-s, whole process, {sbs['corpus_mb']} MB",
+            f"{sbs['speedup_vs_janitor_whole_process']}x ({sbs['speedup_vs_janitor_build_process']}x in the "
+            f"build process); same 13-gram set: {sbs['same_ngram_set_as_janitor']}",
+            sbs["speedup_vs_janitor_whole_process"] >= 10)
+        rate = sbs["corpus_mb_per_cpu_s_whole_process"]
+        add(f"n-gram build >= 70 MB/CPU-s, {sbs['corpus_mb']} MB", f"{rate} MB/CPU-s", rate >= 70)
+        fb = sbs.get("full_build")
+        if fb:
+            rate = fb["corpus_mb_per_cpu_s_whole_process"]
+            add(f"full build (n-grams + MinHash + text store) >= 15 MB/CPU-s, {sbs['corpus_mb']} MB",
+                f"{rate} MB/CPU-s", rate >= 15)
+            size = fb["index_bytes_per_corpus_byte"]
+            add(f"whole index <= 2.5x the corpus, {sbs['corpus_mb']} MB",
+                f"{size}x (n-grams {fb['ngram_bytes_per_corpus_byte']}x, MinHash "
+                f"{fb['minhash_bytes_per_corpus_byte']}x, text store "
+                f"{fb['textstore_bytes_per_corpus_byte']}x)", size <= 2.5)
+    for name in ("full_build_1_worker_with_text_store", "full_build_1_worker"):
+        fw = res.get(name)
+        if fw:
+            store = "with" if "text_store" in name else "without"
+            add(f"full build >= 15 MB/CPU-s, wiki sample, {store} the text store",
+                f"{fw['text_mb_per_cpu_s']} MB of text per CPU-s of the build process",
+                fw["text_mb_per_cpu_s"] >= 15)
+    if nb:
+        ns = nb["ngram_size"]
+        add("n-gram part <= 1.5x the corpus (wiki sample), false-positive rate computed and measured",
+            f"{ns['ngram_bytes_per_corpus_byte']}x; FP rate computed "
+            f"{ns['false_positive_rate_computed']:.3g}, measured {ns['false_positive_rate_measured']:.3g}",
+            ns["ngram_bytes_per_corpus_byte"] <= 1.5)
+    fw = res.get("full_build_1_worker_with_text_store")
+    if fw:
+        add("whole index <= 2.5x the corpus (wiki sample, default text store)",
+            f"{fw['index_bytes_per_corpus_byte']}x", fw["index_bytes_per_corpus_byte"] <= 2.5)
+    fp32 = res.get("ngram_false_positive_check_32bit_keys")
+    if fp32:
+        add("lossy key width: computed false-positive rate matches random queries (32-bit keys)",
+            f"expected {fp32['expected_hits']} hits of {fp32['random_queries']}, got {fp32['hits']}",
+            abs(fp32["hits"] - fp32["expected_hits"]) <= 5 * max(1.0, fp32["expected_hits"]) ** 0.5)
+    fb = res.get("ngram_build_1_worker_numpy_fallback")
+    if fb:
+        add("numba kernel and numpy fallback write byte-identical n-gram files",
+            str(fb["files_identical_to_kernel"]), fb["files_identical_to_kernel"])
+    return rows
+
+
+def print_targets(rows: list[dict]) -> None:
+    print("\n| target | measured | met |\n|---|---|---|")
+    for r in rows:
+        print(f"| {r['target']} | {r['measured']} | {'yes' if r['met'] else 'no'} |")
+    print("(local vs Ray identity and scaling: scripts/bench_scale.py; recall: scripts/bench_detect.py)")
 
 
 def main() -> None:
@@ -501,6 +587,8 @@ def main() -> None:
                     help="also compare with Janitor side by side on a synthetic corpus this big (0: skip)")
     ap.add_argument("--janitor-only", action="store_true",
                     help="only the side-by-side with Janitor (--janitor-gb, default 0.2 GB)")
+    ap.add_argument("--no-side-by-side-full", action="store_true",
+                    help="the side-by-side without the full build (n-grams + MinHash + text store)")
     ap.add_argument("--bucket-merge-runs", default="",
                     help="only measure the n-gram bucket merge at these run counts, e.g. 8192,32768")
     ap.add_argument("--bucket-merge-pairs", type=int, default=2048, help="pairs per synthetic run")
@@ -526,11 +614,14 @@ def main() -> None:
         return
 
     if args.janitor_only:
-        res["janitor_side_by_side"] = janitor_side_by_side(args.janitor_gb or 0.2, bench, args.repeat)
+        res["janitor_side_by_side"] = janitor_side_by_side(args.janitor_gb or 0.2, bench, args.repeat,
+                                                             full=not args.no_side_by_side_full)
         print("janitor side by side", res["janitor_side_by_side"], flush=True)
+        res["targets"] = target_rows(res)
         res["load_avg_end"] = os.getloadavg()
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(res, indent=2))
+        print_targets(res["targets"])
         return
 
     texts = read_texts(WIKI)
@@ -620,7 +711,8 @@ def main() -> None:
     print("minhash", res["minhash"], flush=True)
 
     if args.janitor_gb > 0:
-        res["janitor_side_by_side"] = janitor_side_by_side(args.janitor_gb, bench, args.repeat)
+        res["janitor_side_by_side"] = janitor_side_by_side(args.janitor_gb, bench, args.repeat,
+                                                             full=not args.no_side_by_side_full)
         print("janitor side by side", res["janitor_side_by_side"], flush=True)
 
     if args.synthetic_gb > 0:
@@ -649,10 +741,12 @@ def main() -> None:
             shutil.rmtree(out)
             if not args.keep:
                 shutil.rmtree(folder)
+    res["targets"] = target_rows(res)
     res["load_avg_end"] = os.getloadavg()
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(res, indent=2))
     print(json.dumps(res, indent=2))
+    print_targets(res["targets"])
 
 
 if __name__ == "__main__":
