@@ -193,3 +193,102 @@ def test_anchor_table_written_in_blocks_equals_one_block(tmp_path, monkeypatch):
         meta = ts_anchors._write_anchor_table(out, "t", entries, 12)
         files[block] = (meta, {f.name: f.read_bytes() for f in sorted(out.iterdir())})
     assert files[1 << 20] == files[333] == files[64] and files[64][0]["entries"] == len(entries)
+
+
+def _no_second_pass(monkeypatch) -> None:
+    """Fail if the text store winnows docs itself (it takes the map's anchors)."""
+    def refuse(*a):
+        raise AssertionError("the text store winnowed the docs again")
+
+    monkeypatch.setattr(ts_build, "_winnowed_jsonl", refuse)
+    monkeypatch.setattr(ts_build, "_winnowed_texts", refuse)
+
+
+@pytest.mark.parametrize("minhash, workers, mode",
+                         [(False, 1, "auto"), (True, 2, "auto"), (False, 2, "copy")])
+def test_map_anchors_write_the_second_passs_files(tmp_path, wiki_lines, monkeypatch, minhash, workers, mode):
+    """The full build's map winnows the anchors from the bytes it normalized; the text store pass
+    then writes the runs without reading the input: the same files as a pass over the input, with
+    several map shards per input and runs that end inside a shard."""
+    pytest.importorskip("numba")
+    monkeypatch.setattr(ts_anchors, "ANCHOR_RUN", 7_000)
+    monkeypatch.setattr(ts_build, "MERGED_MAX_DOCS", 0)  # the runs kept as written, to compare them
+    # a copy holds U+FFFD for a lone surrogate, where the map winnowed the original text
+    extra = [line for line in CRAFTED if mode != "copy" or b"\\ud8" not in line][:6]
+    paths = []
+    for i in range(2):
+        p = tmp_path / f"c{i}.jsonl"
+        p.write_bytes(_corpus(wiki_lines[i * 20:], extra))
+        paths.append(str(p))
+    kw = {"minhash": minhash, "quiet": True, "workers": workers, "on_error": "skip", "shard_bytes": 150_000}
+    reread = tmp_path / "reread"
+    build_index(paths, reread, text_store="none", **kw)
+    build_text_store(reread, mode, workers=workers)
+    with monkeypatch.context() as m:
+        _no_second_pass(m)
+        mapped = tmp_path / "mapped"
+        build_index(paths, mapped, text_store=mode, **kw)
+    files = _store_files(mapped)
+    assert files == _store_files(reread)
+    assert sum(".anchors-" in f for f in files) >= 8 and not any(".map" in f for f in files)
+    assert json.loads((mapped / "manifest.json").read_text())["inputs"][0]["docs"] > 40
+
+
+def test_map_anchors_survive_an_interrupted_text_store_pass(tmp_path, wiki_lines, monkeypatch):
+    """A build killed before its text store pass finished leaves the maps' anchors beside the
+    store; the pass run again uses them (no read of the input) and writes the usual files."""
+    pytest.importorskip("numba")
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(_corpus(wiki_lines, CRAFTED[:4]))
+    index = tmp_path / "idx"
+    import tcqa_data.decontam.build as build_mod
+
+    with monkeypatch.context() as m:
+        m.setattr(build_mod, "_finish_text_store", lambda *a: None)
+        build_index([str(path)], index, minhash=False, quiet=True, workers=1, shard_bytes=100_000)
+    staged = sorted(f.name for f in (index / STORE_DIR).iterdir())
+    assert staged and all(".map" in f for f in staged) and not (index / STORE_DIR / "meta.json").exists()
+    with monkeypatch.context() as m:
+        _no_second_pass(m)
+        build_text_store(index)
+    files = _store_files(index)
+    assert not any(".map" in f for f in files)
+    shutil.rmtree(index / STORE_DIR)
+    build_text_store(index)  # no staged anchors: a pass over the input
+    assert _store_files(index) == files
+
+
+def test_anchor_runs_do_not_depend_on_the_batches(tmp_path, monkeypatch):
+    """A run ends with the doc that brings it to ANCHOR_RUN entries, however the docs come in."""
+    monkeypatch.setattr(ts_anchors, "ANCHOR_RUN", 50)
+    rng = np.random.default_rng(7)
+    counts = rng.integers(0, 30, 40)
+    h = rng.integers(0, 2**32, int(counts.sum()), dtype=np.uint64).astype(np.uint32)
+    d = np.repeat(np.arange(40), counts)
+    written = []
+    for cuts in ([0, 40], [0, 1, 7, 8, 30, 40], list(range(41))):
+        folder = tmp_path / f"cuts{len(cuts)}"
+        folder.mkdir()
+        batches = []
+        for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+            sel = (d >= a) & (d < b)
+            batches.append((h[sel], d[sel] - a, b - a))
+        meta = ts_anchors._write_anchor_runs(folder, "k", batches, 40)
+        written.append((meta, {f.name: f.read_bytes() for f in sorted(folder.iterdir())}))
+    assert written[0] == written[1] == written[2]
+    assert len(written[0][0]) >= 5  # several runs, cut inside batches
+
+
+def test_copy_of_a_lone_surrogate(tmp_path):
+    """A JSON "\\ud800" escape decodes to a lone surrogate, which UTF-8 (and so a Parquet string)
+    cannot hold: the copy keeps the doc, with U+FFFD in its place."""
+    path = tmp_path / "c.jsonl.gz"
+    import gzip
+
+    path.write_bytes(gzip.compress(b'{"text": "before \\ud800 after a b c d e f g h"}\n'
+                                   b'{"text": "plain text a b c d e f g h i j"}\n'))
+    index = tmp_path / "idx"
+    build_index([str(path)], index, minhash=False, quiet=True, workers=1, text_store="copy")
+    texts = TextStore.open(index).texts([0, 1])
+    assert texts[0].startswith("before \ufffd") and texts[0].endswith("after a b c d e f g h")
+    assert texts[1] == "plain text a b c d e f g h i j"

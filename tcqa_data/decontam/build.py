@@ -214,7 +214,9 @@ def build_index(
     cfg = {"ngram_sizes": ns, "normalization": normalization, "seed": int(seed), "num_buckets": num_buckets,
            "text_field": text_field, "id_field": id_field, "on_error": on_error,
            "minhash": params["minhash"], "run_pairs": run_pairs, "batch_chars": batch_chars,
-           "ngram_dir_bits": ngram_dir_bits}
+           "ngram_dir_bits": ngram_dir_bits,
+           # the map winnows the text store's anchors where it reads JSONL with the compiled reader
+           "text_anchors": text_store != "none"}
 
     out = local_output_dir(out_dir)  # object-storage URIs are refused with the reason
     work = out / "_work"
@@ -351,6 +353,7 @@ def build_index(
             e["docs"] = sum(r["docs"] for r in shards)
             e["shard_docs"] = [r["docs"] for r in shards]
             e["shard_runs"] = [r["runs"] for r in shards]  # {n: runs}: the reduce lists no folders
+            e["shard_anchors"] = all("text_anchors" in r for r in shards)  # for the text store pass
             e["text_chars"] = sum(r["text_chars"] for r in shards)
             e["ngrams"] = {str(n): sum(r["ngrams"][str(n)] for r in shards) for n in ns}
             sk = SkipStats()

@@ -27,7 +27,7 @@ from tcqa_data.decontam.readers.documents import SkipStats, iter_documents
 from tcqa_data.decontam.readers.hf_stream import iter_hf_documents
 from tcqa_data.decontam.readers.inputs import CorpusInput, InputShard
 from tcqa_data.decontam.readers.jsonl_batches import iter_normalized_batches, normalized_batches_supported
-from tcqa_data.io_utils import atomic_path, read_json, write_json_atomic
+from tcqa_data.io_utils import atomic_path, read_json, write_json_atomic, write_npy_atomic
 from tcqa_data.progress import progress_bar, rate_text
 
 if TYPE_CHECKING:
@@ -181,6 +181,7 @@ def map_shard(task: dict[str, Any], work_dir: str, cfg: dict[str, Any],
 
     writer = nruns.RunWriter(str(out / "ngrams"), cfg["ngram_sizes"], cfg["normalization"], cfg["seed"],
                           cfg["num_buckets"], cfg.get("run_pairs", nruns.DEFAULT_RUN_PAIRS))
+    anchors = _MapAnchors(cfg["seed"]) if cfg.get("text_anchors") else None
     text_bytes = 0
     content = hashlib.sha256() if task.get("hf") else None
     with atomic_path(out / "docs.parquet") as tmp:
@@ -211,14 +212,18 @@ def map_shard(task: dict[str, Any], work_dir: str, cfg: dict[str, Any],
                 mh_params = mh.MinHashParams.from_dict(cfg["minhash"])
                 if _minhash_codepoints_ok(task, cfg, mh_params):
                     shard_dir, text_bytes = _map_minhash_jsonl(shard, cfg, mh_params, writer, pw, out, stats,
-                                                               report)
+                                                               report, anchors)
                 else:
                     shard_dir = mh.write_minhash_shard(docs_with_ordinals(), out, "0", mh_params)
                 meta = read_json(shard_dir / "shard.json")
                 mh_summary = {"dir": shard_dir.name, "n_docs": meta["n_docs"], "n_windows": meta["n_windows"]}
             elif fast:
+                if anchors is not None:
+                    anchors.used = True
                 for b in iter_normalized_batches(shard, cfg["text_field"], cfg["on_error"], stats,
                                                  cfg.get("batch_chars", BATCH_CHARS)):
+                    if anchors is not None:
+                        anchors.add(b.data, b.doc_start)
                     writer.add_normalized(b.data, b.doc_start)
                     pw.write_table(_line_refs_table(inp.path, b.rows))
                     text_bytes += b.chars
@@ -229,6 +234,8 @@ def map_shard(task: dict[str, Any], work_dir: str, cfg: dict[str, Any],
     summary = writer.close()
     summary.update({"key": task["key"], "path": task["path"], "index": task["index"],
                     "text_chars": text_bytes, "skipped": stats.to_dict()})
+    if anchors is not None and anchors.used:
+        summary["text_anchors"] = anchors.write(out)
     if mh_summary is not None:
         summary["minhash"] = mh_summary
     if content is not None:
@@ -246,22 +253,55 @@ def _minhash_codepoints_ok(task: dict[str, Any], cfg: dict[str, Any], params: An
                                              cfg["normalization"]))
 
 
+class _MapAnchors:
+    """The text store's anchors of a shard's docs, winnowed from the normalized bytes the map
+    already holds (``textstore.anchors.map_anchor_batches``): kept hashes and shard-local docs."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self.hashes: list[np.ndarray] = []
+        self.counts: list[np.ndarray] = []
+        self.used = False  # set by the compiled paths: every doc of the shard was added
+
+    def add(self, data: np.ndarray, doc_start: np.ndarray) -> None:
+        from tcqa_data.decontam.textstore.anchors import winnow_normalized
+
+        h, d = winnow_normalized(data, doc_start, self.seed)
+        self.hashes.append(h)
+        # kept hashes are in doc order: a count per doc says whose each is (an id each: 2x the bytes)
+        self.counts.append(np.bincount(d, minlength=len(doc_start) - 1).astype(np.uint32))
+
+    def write(self, out: Path) -> int:
+        from tcqa_data.decontam.textstore.anchors import MAP_COUNTS, MAP_HASHES
+
+        h = np.concatenate(self.hashes) if self.hashes else np.zeros(0, np.uint32)
+        write_npy_atomic(out / MAP_HASHES, h)
+        counts = np.concatenate(self.counts) if self.counts else np.zeros(0, np.uint32)
+        write_npy_atomic(out / MAP_COUNTS, counts)
+        return len(h)
+
+
 def _map_minhash_jsonl(shard: InputShard, cfg: dict[str, Any], params: Any, writer: nruns.RunWriter,
                        pw: pq.ParquetWriter, out: Path, stats: SkipStats,
-                       report: Callable[[int, int], None]) -> tuple[Path, int]:
+                       report: Callable[[int, int], None], anchors: _MapAnchors | None = None
+                       ) -> tuple[Path, int]:
     """The map of a JSONL shard with MinHash: one compiled decode per document into code points
-    (the windows), their normalized bytes (the n-gram hashes and the window signatures, the
-    same bytes ``iter_normalized_batches`` gives), docs, refs and batches as ``iter_documents``
-    gives them. Returns the MinHash shard folder and the chars read."""
+    (the windows), their normalized bytes (the n-gram hashes, the window signatures and the text
+    store's ``anchors``, the same bytes ``iter_normalized_batches`` gives), docs, refs and batches
+    as ``iter_documents`` gives them. Returns the MinHash shard folder and the chars read."""
     from tcqa_data.decontam.minhash.feed import iter_codepoint_batches
     from tcqa_data.decontam.minhash.shards import ShardWriter
 
     mhw = ShardWriter(out, "0", params)
     chars = 0
+    if anchors is not None:
+        anchors.used = True
     for b in iter_codepoint_batches(shard, cfg["text_field"], cfg["on_error"], stats,
                                     cfg.get("batch_chars", BATCH_CHARS)):
         first = writer.docs
         data, doc_start = mhw.add_codepoints(np.arange(first, first + len(b.rows)), b.cps, b.doc_start)
+        if anchors is not None:
+            anchors.add(data, doc_start)
         writer.add_normalized(data, doc_start)
         pw.write_table(_line_refs_table(shard.input.path, b.rows))
         chars += b.chars

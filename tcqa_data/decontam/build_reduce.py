@@ -18,6 +18,7 @@ from tcqa_data.decontam import ngram_index as ni
 from tcqa_data.decontam import ngram_reduce as nred
 from tcqa_data.decontam.build_map import _minhash_module, arrow_int64, arrow_repeated_string
 from tcqa_data.decontam.engines import Engine, run_tasks
+from tcqa_data.decontam.textstore.store import STORE_DIR
 from tcqa_data.errors import TcqaError
 from tcqa_data.io_utils import atomic_path, write_json_atomic
 from tcqa_data.progress import progress_bar, rate_text
@@ -131,6 +132,7 @@ def _reduce(out: Path, work: Path, params: dict, cfg: dict, ns: list[int], entri
     shutil.rmtree(stage / nred.GROUPS_DIR, ignore_errors=True)  # scratch: free the disk now
 
     _write_docs_table(stage / "docs.parquet", all_inputs, out, maps)
+    _stage_map_anchors(stage / STORE_DIR, all_inputs, maps)
 
     mh_counts = None
     if params["minhash"] is not None:
@@ -139,7 +141,8 @@ def _reduce(out: Path, work: Path, params: dict, cfg: dict, ns: list[int], entri
 
     inputs_out = []
     for e in all_inputs:
-        e = {k: v for k, v in e.items() if k not in ("_old", "shards", "shard_docs", "shard_runs", "hf")}
+        e = {k: v for k, v in e.items()
+             if k not in ("_old", "shards", "shard_docs", "shard_runs", "shard_anchors", "hf")}
         inputs_out.append(e)
     docs_total = sum(e["docs"] for e in all_inputs)
     counts = {
@@ -158,6 +161,26 @@ def _reduce(out: Path, work: Path, params: dict, cfg: dict, ns: list[int], entri
     manifest.update({"kind": KIND, "inputs": inputs_out, "counts": counts,
                      "ngram_storage": ni.storage_info(params["num_buckets"], dir_bits)})
     return manifest
+
+
+def _stage_map_anchors(dst: Path, all_inputs: list[dict], maps: Path) -> None:
+    """The maps' text-store anchors of each new input (``textstore.anchors.map_anchor_batches``),
+    moved next to the index's text store by ``_commit``; an input whose maps did not all winnow
+    (another reader) gets none. Idempotent: files moved by a killed run are not looked for again."""
+    from tcqa_data.decontam.textstore.anchors import MAP_COUNTS, MAP_HASHES
+    from tcqa_data.decontam.textstore.store import _key
+
+    for e in all_inputs:
+        if e.get("_old") or not e.get("shard_anchors"):
+            continue
+        dst.mkdir(parents=True, exist_ok=True)
+        key = _key(e)
+        for i, shard in enumerate(e["shards"]):
+            for name in (MAP_HASHES, MAP_COUNTS):
+                target = dst / f"{key}.map-{i:05d}.{name}"
+                if not target.is_file():
+                    os.replace(maps / shard / name, target)
+        write_json_atomic(dst / f"{key}.map.json", {"shard_docs": [int(n) for n in e["shard_docs"]]})
 
 
 def _as_type(column: pa.ChunkedArray, typ: pa.DataType) -> pa.ChunkedArray:
@@ -302,5 +325,9 @@ def _commit(out: Path, manifest: dict, ns: list[int]) -> None:
         if (out / "minhash").exists():
             shutil.rmtree(out / "minhash")
         os.replace(stage / "minhash", out / "minhash")
+    if (stage / STORE_DIR).is_dir():  # the maps' anchors, for the text store pass (it deletes them)
+        (out / STORE_DIR).mkdir(exist_ok=True)
+        for f in sorted((stage / STORE_DIR).iterdir()):
+            os.replace(f, out / STORE_DIR / f.name)
     write_json_atomic(out / ni.MANIFEST, manifest)
     shutil.rmtree(work, ignore_errors=True)

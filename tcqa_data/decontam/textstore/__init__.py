@@ -18,10 +18,13 @@ without it the store is absent, and a rebuild only redoes inputs whose entry doe
 index manifest (so ``--append`` adds only the new inputs, and ``--overwrite`` never leaves a stale
 entry). The store is built after the index commits, by a second pass over the inputs (a newline
 scan for JSONL; a full read for copies; a second stream for Hugging Face datasets). The anchors of
-a plain JSONL input come from the compiled reader (``readers.iter_normalized_batches``: no ``str``
-per doc) and the compiled winnowing kernel, checked line for line against ``docs.parquet``; any
-other input, or one whose docs differ from the index's (an id field the index skipped docs for),
-is read as ``str`` per doc: the files are the same either way (tests compare them).
+a JSONL input the build's map read with the compiled reader come from the map, which winnowed the
+bytes it had normalized (``anchors.map_anchor_batches``: staged beside the store until the pass
+deletes them), so the pass does not read such an input's text again; otherwise, those of a plain
+JSONL input come from the compiled reader (``readers.iter_normalized_batches``: no ``str`` per
+doc) and the compiled winnowing kernel, checked line for line against ``docs.parquet``; any other
+input, or one whose docs differ from the index's (an id field the index skipped docs for), is read
+as ``str`` per doc: the files are the same every way (tests compare them).
 
 Anchors (``anchors``): each input's task writes its runs (input-local doc ids); once at least
 ``build.ANCHOR_MERGE_RUNS`` runs lie outside it (fewer are looked up one by one), the build

@@ -38,6 +38,7 @@ import numpy as np
 from tcqa_data.decontam import packed
 from tcqa_data.decontam.arrays import sorted_unique
 from tcqa_data.decontam.textstore.store import META, STORE_DIR, _entry_id, _id_key, _key, merged_covers
+from tcqa_data.errors import TcqaError
 from tcqa_data.io_utils import load_npy, read_json, write_npy_atomic
 
 ANCHOR_K = 4  # words per hashed k-gram
@@ -128,7 +129,6 @@ def _winnowed_jsonl(path: str, size: int, text_field: str, seed: int, rows: np.n
     """``_winnowed_texts`` of a JSONL input read by the compiled reader (no ``str`` per doc; the
     same batches, hence the same runs). ``rows``: the 1-based line of each doc of the index; the
     reader knows no id field, so a doc the index skipped (a missing id) raises ``_NotIndexOrder``."""
-    from tcqa_data.decontam.hashing import hash_normalized
     from tcqa_data.decontam.readers.inputs import CorpusInput
     from tcqa_data.decontam.readers.jsonl_batches import iter_normalized_batches
 
@@ -139,16 +139,26 @@ def _winnowed_jsonl(path: str, size: int, text_field: str, seed: int, rows: np.n
         if not np.array_equal(b.rows, rows[done:done + k]):
             raise _NotIndexOrder
         done += k
-        flat, owner = hash_normalized(b.data, b.doc_start, [ANCHOR_K], seed)[ANCHOR_K]
-        yield (*winnow_hashes(flat, owner), k)
+        yield (*winnow_normalized(b.data, b.doc_start, seed), k)
     if done != len(rows):
         raise _NotIndexOrder
+
+
+def winnow_normalized(data: np.ndarray, doc_start: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``winnow`` of documents already Janitor-normalized into one buffer (``hashing.hash_normalized``'s
+    layout: the compiled readers' batches, the map's buffers)."""
+    from tcqa_data.decontam.hashing import hash_normalized
+
+    flat, owner = hash_normalized(data, doc_start, [ANCHOR_K], seed)[ANCHOR_K]
+    return winnow_hashes(flat, owner)
 
 
 def _write_anchor_runs(store: Path, key: str, batches: Iterable[tuple[np.ndarray, np.ndarray, int]],
                        n_docs: int) -> list[dict[str, Any]]:
     """Anchor entries of one input's docs, as sorted packed tables; returns their meta.
-    ``batches``: per batch of docs in index order, ``winnow``'s result and the batch's doc count."""
+    ``batches``: per batch of docs in index order, ``winnow``'s result and the batch's doc count.
+    A run ends with the doc that brings it to ``ANCHOR_RUN`` entries, whatever the batches: the
+    map's anchors (``map_anchors``) and a pass over the input write the same runs."""
     names: list[dict[str, Any]] = []
     id_bits = packed.id_bits_for(max(0, n_docs - 1))
     parts: list[np.ndarray] = []
@@ -166,13 +176,53 @@ def _write_anchor_runs(store: Path, key: str, batches: Iterable[tuple[np.ndarray
         held = 0
 
     for h, d, k in batches:
-        parts.append((h.astype(np.uint64) << np.uint64(32)) | (d + base).astype(np.uint64))
-        held += len(h)
-        base += k
-        if held >= ANCHOR_RUN:
+        d = np.asarray(d, dtype=np.int64)  # non-decreasing: winnowing keeps doc order
+        lo = 0
+        while held + len(h) - lo >= ANCHOR_RUN:
+            last = d[lo + ANCHOR_RUN - held - 1]  # the doc holding the run's last entry
+            hi = int(np.searchsorted(d, last, side="right"))
+            parts.append((h[lo:hi].astype(np.uint64) << np.uint64(32)) | (d[lo:hi] + base).astype(np.uint64))
+            held += hi - lo
             flush()
+            lo = hi
+        if lo < len(h):
+            parts.append((h[lo:].astype(np.uint64) << np.uint64(32)) | (d[lo:] + base).astype(np.uint64))
+            held += len(h) - lo
+        base += k
     flush()
     return names
+
+
+# The map's anchors (the full build's compiled JSONL path): each map shard winnows the normalized
+# bytes it already holds and keeps the kept hashes (in doc order) and their count per doc; the
+# reduce stages them as ``<key>.map-<shard>.{hashes,counts}.npy`` with ``<key>.map.json`` (the
+# shards' doc counts) in the store's folder, and the text store pass writes the input's runs from
+# them instead of reading and normalizing the input again. The store's cleanup deletes them.
+MAP_HASHES, MAP_COUNTS = "anchors.hashes.npy", "anchors.counts.npy"
+
+
+def map_anchor_batches(store: Path, key: str, n_docs: int
+                       ) -> Iterable[tuple[np.ndarray, np.ndarray, int]] | None:
+    """The staged map anchors of input ``key`` as ``_write_anchor_runs`` batches (one per map
+    shard), or None when the map left none (another reader, an older build) or they do not
+    count ``n_docs`` docs."""
+    listing = store / f"{key}.map.json"
+    if not listing.is_file():
+        return None
+    shard_docs = [int(n) for n in read_json(listing)["shard_docs"]]
+    names = [(store / f"{key}.map-{i:05d}.{MAP_HASHES}", store / f"{key}.map-{i:05d}.{MAP_COUNTS}")
+             for i in range(len(shard_docs))]
+    if sum(shard_docs) != n_docs or not all(h.is_file() and c.is_file() for h, c in names):
+        return None
+
+    def batches() -> Iterable[tuple[np.ndarray, np.ndarray, int]]:
+        for (h, c), k in zip(names, shard_docs, strict=True):
+            counts = load_npy(c, mmap_mode=None)
+            if len(counts) != k:
+                raise TcqaError(f"{c}: anchors of {len(counts)} docs, the index has {k} in that shard")
+            yield load_npy(h, mmap_mode=None), np.repeat(np.arange(k, dtype=np.int64), counts), k
+
+    return batches()
 
 
 # A merged table's entries are (hash, global doc ordinal) as ``hash << 32 | doc``, as the

@@ -22,6 +22,7 @@ from tcqa_data.decontam.textstore.anchors import (
     _winnowed_texts,
     _write_anchor_runs,
     anchor_sources,
+    map_anchor_batches,
     plan_anchor_parts,
     write_anchor_part,
 )
@@ -127,6 +128,15 @@ def jsonl_line_offsets(path: str | os.PathLike, lines: np.ndarray) -> np.ndarray
     return out
 
 
+def _copy_column(texts: list[str]) -> pa.Array:
+    try:
+        return pa.array(texts, pa.string())
+    except UnicodeEncodeError:
+        # a lone surrogate (a JSON "\ud800" escape) has no UTF-8: the copy holds U+FFFD for it
+        return pa.array([t.encode("utf-8", "surrogatepass").decode("utf-8", "replace") for t in texts],
+                        pa.string())
+
+
 def _write_copy(path: Path, texts: Iterable[str]) -> int:
     schema = pa.schema([("text", pa.string())])
     n = 0
@@ -136,12 +146,11 @@ def _write_copy(path: Path, texts: Iterable[str]) -> int:
             for t in texts:
                 buf.append(t)
                 if len(buf) >= COPY_ROW_GROUP:
-                    pw.write_table(pa.table({"text": pa.array(buf, pa.string())}),
-                                   row_group_size=COPY_ROW_GROUP)
+                    pw.write_table(pa.table({"text": _copy_column(buf)}), row_group_size=COPY_ROW_GROUP)
                     n += len(buf)
                     buf = []
             if buf:
-                pw.write_table(pa.table({"text": pa.array(buf, pa.string())}), row_group_size=COPY_ROW_GROUP)
+                pw.write_table(pa.table({"text": _copy_column(buf)}), row_group_size=COPY_ROW_GROUP)
                 n += len(buf)
     return n
 
@@ -310,11 +319,15 @@ def _store_input(root_dir: str, e: dict[str, Any], manifest: dict[str, Any], mod
         st = os.stat(p)
         rec.update({"abs_path": p, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
     scheme, seed = manifest["normalization"], int(manifest["hash"]["seed"])
+    # the build's map winnowed this input's docs already (its compiled JSONL path): no second read
+    staged = map_anchor_batches(store, key, int(e["docs"]))
     if kind == "offsets":
         rec["file"] = f"{key}.offsets.npy"
         rows = _doc_rows(root, e)
         write_npy_atomic(store / rec["file"], jsonl_line_offsets(e["path"], rows))
-        if _fast_anchors(e, manifest):
+        if staged is not None:
+            rec["anchors"] = _write_anchor_runs(store, key, staged, int(e["docs"]))
+        elif _fast_anchors(e, manifest):
             try:
                 rec["anchors"] = _write_anchor_runs(
                     store, key, _winnowed_jsonl(e["path"], int(e["size"]), manifest.get("text_field", "text"),
@@ -332,13 +345,15 @@ def _store_input(root_dir: str, e: dict[str, Any], manifest: dict[str, Any], mod
                 counted[0] += 1
                 yield t
 
-        source = texts()
         if kind == "copy":
-            # the input is read once; the anchors then read the (local, fast) copy
+            # the input is read once; the anchors are the map's, or read from the (local, fast) copy
             rec["file"] = f"{key}.texts.parquet"
-            _write_copy(store / rec["file"], source)
-            source = _copied_texts(store / rec["file"])
-        rec["anchors"] = _write_anchor_runs(store, key, _winnowed_texts(source, scheme, seed), int(e["docs"]))
+            _write_copy(store / rec["file"], texts())
+            batches = staged if staged is not None else _winnowed_texts(
+                _copied_texts(store / rec["file"]), scheme, seed)
+        else:
+            batches = _winnowed_texts(texts(), scheme, seed)
+        rec["anchors"] = _write_anchor_runs(store, key, batches, int(e["docs"]))
         if counted[0] != int(e["docs"]):
             raise TcqaError(f"{e['path']}: read {counted[0]} documents for the text store, the index has "
                             f"{e['docs']}; was the input changed after indexing?")
