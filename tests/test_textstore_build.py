@@ -256,6 +256,14 @@ def test_map_anchors_survive_an_interrupted_text_store_pass(tmp_path, wiki_lines
     shutil.rmtree(index / STORE_DIR)
     build_text_store(index)  # no staged anchors: a pass over the input
     assert _store_files(index) == files
+    # a build that ends without the pass leaves no staged anchors behind
+    shutil.rmtree(index)
+    with monkeypatch.context() as m:
+        m.setattr(build_mod, "_finish_text_store", lambda *a: None)
+        build_index([str(path)], index, minhash=False, quiet=True, workers=1)
+    assert any(".map" in f.name for f in (index / STORE_DIR).iterdir())
+    build_index([str(path)], index, minhash=False, quiet=True, workers=1, text_store="none")
+    assert not any(".map" in f.name for f in (index / STORE_DIR).iterdir())
 
 
 def test_anchor_runs_do_not_depend_on_the_batches(tmp_path, monkeypatch):

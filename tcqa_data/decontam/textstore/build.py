@@ -191,6 +191,9 @@ def build_text_store(index_dir: str | os.PathLike, mode: str = "auto", *,
     root = Path(index_dir)
     store = root / STORE_DIR
     if mode == "none":
+        # maps' anchors staged by an earlier build whose pass never ran are of no use now
+        for f in store.glob("*.map*") if store.is_dir() else ():
+            f.unlink()
         return {}
     manifest = read_json(root / "manifest.json")
     old = read_json(store / META) if (store / META).is_file() else {"inputs": {}}
