@@ -238,16 +238,32 @@ def plan_anchor_parts(store: Path, sources: Sequence[dict[str, Any]], n_docs: in
             "ranges": [[a << sh, b << sh] for a, b in zip(cuts[:-1], cuts[1:], strict=True)]}
 
 
+def anchor_overlaps(sources: Sequence[dict[str, Any]], dir_bits: int, cells: Sequence[int]
+                    ) -> list[dict[str, Any]]:
+    """The sources (``anchor_sources`` records) holding entries in the key range of directory
+    cells ``cells`` of a table of ``dir_bits``: a key-range part is read only by the new parts
+    whose range it meets (a merge of many parts then sends each task a few, not all)."""
+    if not sources:
+        return []
+    lo = np.array([s["cells"][0] << (32 - s["dir_bits"]) for s in sources], dtype=np.int64)
+    hi = np.array([s["cells"][1] << (32 - s["dir_bits"]) for s in sources], dtype=np.int64)
+    n = np.array([s["entries"] for s in sources], dtype=np.int64)
+    h0, h1 = int(cells[0]) << (32 - dir_bits), int(cells[1]) << (32 - dir_bits)
+    return [sources[i] for i in np.flatnonzero((lo < h1) & (hi > h0) & (n > 0)).tolist()]
+
+
 def write_anchor_part(root_dir: str, sources: Sequence[dict[str, Any]], dir_bits: int, id_bits: int,
-                      cells: Sequence[int], name: str) -> dict[str, Any]:
-    """One key range (directory cells ``cells`` of a table of ``dir_bits``) of the merged table:
-    the range's entries of every source, their ids made global, sorted, packed. A task of
+                      cells: Sequence[int], name: str, ranged: Sequence[dict[str, Any]] = ()
+                      ) -> dict[str, Any]:
+    """One key range (directory cells ``cells`` of a table of ``dir_bits``) of a merged table:
+    the range's entries of every source (``sources``, and ``ranged``: the key-range parts that
+    meet the range, see ``anchor_overlaps``), their ids made global, sorted, packed. A task of
     ``build_text_store`` (parts are independent: a cluster writes them in parallel)."""
     store = Path(root_dir) / STORE_DIR
     c0, c1 = int(cells[0]), int(cells[1])
     h0, h1 = c0 << (32 - dir_bits), c1 << (32 - dir_bits)
     chunks: list[np.ndarray] = []
-    for s in sources:
+    for s in [*ranged, *sources]:
         d, (a, b) = s["dir_bits"], s["cells"]
         r = 32 - d
         # the source's own cells covering [h0, h1) (its directory has its own bits)
