@@ -27,6 +27,7 @@ they share with it; docs sharing a single kept k-gram are a second, weak tier
 
 from __future__ import annotations
 
+import math
 import os
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -38,7 +39,7 @@ import numpy as np
 from tcqa_data.decontam import packed
 from tcqa_data.decontam.arrays import sorted_unique
 from tcqa_data.decontam.textstore.store import META, STORE_DIR, _entry_id, _id_key, _key, merged_covers
-from tcqa_data.io_utils import load_npy, read_json, write_npy_atomic
+from tcqa_data.io_utils import cached_row_reader, load_npy, read_json, write_npy_atomic
 
 ANCHOR_K = 4  # words per hashed k-gram
 ANCHOR_W = 3  # winnowing window (k-grams): shared runs of >= ANCHOR_W + ANCHOR_K - 1 words are found
@@ -252,6 +253,26 @@ def anchor_overlaps(sources: Sequence[dict[str, Any]], dir_bits: int, cells: Seq
     return [sources[i] for i in np.flatnonzero((lo < h1) & (hi > h0) & (n > 0)).tolist()]
 
 
+def _read_cells_range(store: Path, s: dict[str, Any], j0: int, j1: int
+                      ) -> tuple[np.ndarray, np.ndarray | None]:
+    """The directory offsets of cells ``[j0, j1]`` of source ``s`` and the words holding their
+    entries (None: no entries), the offsets made relative to the first word read. Read, not
+    mapped: a merge task reads a small range of thousands of files, and a memory map with its
+    header costs ~0.4 ms a file (most of a small range's cost); headers are parsed once a process."""
+    a = s["cells"][0]
+    cells = cached_row_reader(store / f"{s['name']}.cells.npy").read(j0 - a, j1 - a + 1).astype(np.int64)
+    lo, hi = int(cells[0]), int(cells[-1])
+    if lo == hi:
+        return cells, None
+    width = packed.entry_width(s["dir_bits"], s["id_bits"])
+    e0 = lo - lo % (64 // math.gcd(64, width))  # an entry that starts a word: read from its word
+    # to the word after the last entry's (``unpack`` reads a word past each entry's; a table
+    # ends with a spare word)
+    w0, w1 = e0 * width >> 6, ((hi * width - 1) >> 6) + 2
+    words = cached_row_reader(store / f"{s['name']}.words.npy").read(w0, w1)
+    return cells - e0, words
+
+
 def write_anchor_part(root_dir: str, sources: Sequence[dict[str, Any]], dir_bits: int, id_bits: int,
                       cells: Sequence[int], name: str, ranged: Sequence[dict[str, Any]] = ()
                       ) -> dict[str, Any]:
@@ -270,11 +291,10 @@ def write_anchor_part(root_dir: str, sources: Sequence[dict[str, Any]], dir_bits
         j0, j1 = max(a, h0 >> r), min(b, ((h1 - 1) >> r) + 1)
         if j0 >= j1 or not s["entries"]:
             continue
-        sc = load_npy(store / f"{s['name']}.cells.npy")[j0 - a:j1 - a + 1]
-        if int(sc[0]) == int(sc[-1]):
+        sc, words = _read_cells_range(store, s, j0, j1)
+        if words is None:
             continue
-        k, ids = packed.decode_range(sc, load_npy(store / f"{s['name']}.words.npy"), j0, j1, d,
-                                     s["id_bits"])
+        k, ids = packed.decode_range(sc, words, j0, j1, d, s["id_bits"])
         sel = (k >= np.uint64(h0)) & (k < np.uint64(h1))  # a coarser source cell spans more keys
         chunks.append((k[sel] << np.uint64(32)) | (ids[sel] + s["doc_offset"]).astype(np.uint64))
     entries = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.uint64)
