@@ -15,6 +15,7 @@ import pytest
 
 from tcqa_data.decontam import packed
 from tcqa_data.decontam.build import build_index
+from tcqa_data.decontam.engines import LocalEngine
 from tcqa_data.decontam.hashing import batch_ngram_hashes
 from tcqa_data.decontam.textstore import anchors as ts_anchors
 from tcqa_data.decontam.textstore import build as ts_build
@@ -367,8 +368,21 @@ def test_two_level_merge_writes_the_one_level_table_and_resumes_after_a_kill(inp
     assert all(t[1] == 0 and t[2] >= 1 for t in level2)
     assert _files(idx) == one_level  # byte-identical, intermediate tables deleted
     assert _tiers(idx, queries) == per_input
-    # in processes (one per part, each level), the same files
+    # in processes (one per part, each level), and as an engine's tasks: the same files
     monkeypatch.setattr(ts_build, "write_anchor_part", real)  # a closure does not pickle
     restore()
     build_text_store(idx, workers=2)
     assert _files(idx) == one_level
+    restore()
+    steps: dict[str, int] = {}
+    with LocalEngine(2) as eng:
+        engine_map = eng.map
+
+        def counting_map(fn, calls, **kw):
+            steps[kw["desc"]] = steps.get(kw["desc"], 0) + len(calls)
+            return engine_map(fn, calls, **kw)
+
+        monkeypatch.setattr(eng, "map", counting_map)
+        build_text_store(idx, engine=eng)
+    assert _files(idx) == one_level
+    assert steps == {"index-textstore-merge-groups": len(level1), "index-textstore-merge": len(level2)}

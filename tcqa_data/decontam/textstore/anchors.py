@@ -11,7 +11,9 @@ about 16 + log2(docs) + 2 bits per entry instead of 64); one table per run of up
 ``ANCHOR_RUN`` entries (bounded memory). The build then merges every input's runs into one table
 (``plan_anchor_parts``, ``write_anchor_part``): entries ``(hash, global doc ordinal)``, cut into
 key ranges of directory cells ``[c0, c1)`` holding about ``ANCHOR_RUN`` entries each, a part's
-directory being that slice of the table's (``packed.TableWriter(cells=...)``); a lookup in a part
+directory being that slice of the table's (``packed.TableWriter(cells=...)``; past
+``build.ANCHOR_MERGE_GROUP`` runs, groups of runs are merged first into intermediate tables of
+the same kind, which the final parts read: the same cuts and entries); a lookup in a part
 shifts its keys down by ``c0 << (32 - dir_bits)``. The 32-bit hash is lossy: a query k-gram not in
 a doc matches one of a table's ``n`` entries by chance with probability about ``n / 2**32``
 (``anchor_chance_match_rate`` of ``store_summary``, shown by ``index-info``); a chance match only

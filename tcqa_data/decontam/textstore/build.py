@@ -286,12 +286,13 @@ def _merge_anchors(root: Path, manifest: dict[str, Any], entries: dict[str, Any]
             group = flat[g:g + ANCHOR_MERGE_GROUP]
             gplan = plan_anchor_parts(store, group, n_docs)
             name = f"anchors-g{generation:04d}-l{g // ANCHOR_MERGE_GROUP:05d}"
-            gparts = _write_anchor_parts(root, gplan, group, [], name, workers, engine)
+            gparts = _write_anchor_parts(root, gplan, group, [], name, "index-textstore-merge-groups",
+                                         workers, engine)
             groups += anchor_sources({"dir_bits": gplan["dir_bits"], "id_bits": gplan["id_bits"],
                                       "parts": gparts}, [])
         flat = []
-    parts = _write_anchor_parts(root, plan, flat, ranged + groups, f"anchors-g{generation:04d}", workers,
-                                engine)
+    parts = _write_anchor_parts(root, plan, flat, ranged + groups, f"anchors-g{generation:04d}",
+                                "index-textstore-merge", workers, engine)
     for s in groups:  # intermediate: no meta names them (a kill leaves them to the cleanup)
         for f in _anchor_files({"anchors": [s]}):
             (store / f).unlink(missing_ok=True)
@@ -308,8 +309,8 @@ def _merge_anchors(root: Path, manifest: dict[str, Any], entries: dict[str, Any]
 
 
 def _write_anchor_parts(root: Path, plan: dict[str, Any], flat: list[dict[str, Any]],
-                        ranged: list[dict[str, Any]], prefix: str, workers: int, engine: Engine | None
-                        ) -> list[dict[str, Any]]:
+                        ranged: list[dict[str, Any]], prefix: str, desc: str, workers: int,
+                        engine: Engine | None) -> list[dict[str, Any]]:
     """The parts of a table planned by ``plan_anchor_parts`` (one task each), named ``prefix-NNNNN``,
     from the runs ``flat`` (every task reads them) and the key-range parts ``ranged`` (a task gets
     those that meet its range); returns their meta (name, entries, cells)."""
@@ -317,7 +318,7 @@ def _write_anchor_parts(root: Path, plan: dict[str, Any], flat: list[dict[str, A
              for i, c in enumerate(plan["ranges"])]
     shared = {"root_dir": str(root), "sources": flat, "dir_bits": plan["dir_bits"],
               "id_bits": plan["id_bits"]}
-    parts = _run(write_anchor_part, calls, "index-textstore-merge", shared, workers, engine)
+    parts = _run(write_anchor_part, calls, desc, shared, workers, engine)
     n = sum(p["entries"] for p in parts)
     if n != plan["entries"]:
         raise TcqaError(f"{root / STORE_DIR}: merged anchor table holds {n} entries, its sources "
