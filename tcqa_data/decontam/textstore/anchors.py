@@ -241,18 +241,21 @@ def plan_anchor_parts(store: Path, sources: Sequence[dict[str, Any]], n_docs: in
             "ranges": [[a << sh, b << sh] for a, b in zip(cuts[:-1], cuts[1:], strict=True)]}
 
 
-def anchor_overlaps(sources: Sequence[dict[str, Any]], dir_bits: int, cells: Sequence[int]
-                    ) -> list[dict[str, Any]]:
-    """The sources (``anchor_sources`` records) holding entries in the key range of directory
-    cells ``cells`` of a table of ``dir_bits``: a key-range part is read only by the new parts
-    whose range it meets (a merge of many parts then sends each task a few, not all)."""
+def anchor_overlaps(sources: Sequence[dict[str, Any]], dir_bits: int, ranges: Sequence[Sequence[int]]
+                    ) -> list[list[dict[str, Any]]]:
+    """Per key range (directory cells ``[c0, c1)`` of a table of ``dir_bits``), the sources
+    (``anchor_sources`` records) holding entries in it: a key-range part is read only by the new
+    parts whose range it meets (a merge of many parts then sends each task a few, not all)."""
     if not sources:
-        return []
+        return [[] for _ in ranges]
     lo = np.array([s["cells"][0] << (32 - s["dir_bits"]) for s in sources], dtype=np.int64)
     hi = np.array([s["cells"][1] << (32 - s["dir_bits"]) for s in sources], dtype=np.int64)
-    n = np.array([s["entries"] for s in sources], dtype=np.int64)
-    h0, h1 = int(cells[0]) << (32 - dir_bits), int(cells[1]) << (32 - dir_bits)
-    return [sources[i] for i in np.flatnonzero((lo < h1) & (hi > h0) & (n > 0)).tolist()]
+    nonempty = np.array([s["entries"] > 0 for s in sources])
+    out = []
+    for c0, c1 in ranges:
+        h0, h1 = int(c0) << (32 - dir_bits), int(c1) << (32 - dir_bits)
+        out.append([sources[i] for i in np.flatnonzero((lo < h1) & (hi > h0) & nonempty).tolist()])
+    return out
 
 
 def _read_cells_range(store: Path, s: dict[str, Any], j0: int, j1: int

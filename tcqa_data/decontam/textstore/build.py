@@ -314,8 +314,9 @@ def _write_anchor_parts(root: Path, plan: dict[str, Any], flat: list[dict[str, A
     """The parts of a table planned by ``plan_anchor_parts`` (one task each), named ``prefix-NNNNN``,
     from the runs ``flat`` (every task reads them) and the key-range parts ``ranged`` (a task gets
     those that meet its range); returns their meta (name, entries, cells)."""
-    calls = [{"cells": c, "name": f"{prefix}-{i:05d}", "ranged": anchor_overlaps(ranged, plan["dir_bits"], c)}
-             for i, c in enumerate(plan["ranges"])]
+    meets = anchor_overlaps(ranged, plan["dir_bits"], plan["ranges"])
+    calls = [{"cells": c, "name": f"{prefix}-{i:05d}", "ranged": r}
+             for i, (c, r) in enumerate(zip(plan["ranges"], meets, strict=True))]
     shared = {"root_dir": str(root), "sources": flat, "dir_bits": plan["dir_bits"],
               "id_bits": plan["id_bits"]}
     parts = _run(write_anchor_part, calls, desc, shared, workers, engine)
