@@ -1,7 +1,8 @@
 """The merged anchor table (text store version 4): one table of key-range parts for all inputs
 gives the same candidates as the per-input runs (version 3), is built from those runs without
 reading the corpus again, extended by ``--append``, redone from text when it no longer matches
-the index's inputs, and a build killed before ``meta.json`` leaves the previous store."""
+the index's inputs, and a build killed before ``meta.json`` leaves the previous store. Past
+``ANCHOR_MERGE_GROUP`` runs the merge runs in two levels and writes the same table."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 
 from tcqa_data.decontam import packed
 from tcqa_data.decontam.build import build_index
+from tcqa_data.decontam.engines import LocalEngine
 from tcqa_data.decontam.hashing import batch_ngram_hashes
 from tcqa_data.decontam.textstore import anchors as ts_anchors
 from tcqa_data.decontam.textstore import build as ts_build
@@ -167,9 +169,13 @@ def test_per_input_and_merged_candidates_agree_for_every_cap(inputs, queries, tm
     assert ra.candidates(queries[:5], 4) == rb.candidates(queries[:5], 4)
 
 
+@pytest.mark.parametrize("group", [4096, 2])
 def test_append_merges_without_reading_old_inputs_and_equals_a_full_build(inputs, queries, tmp_path,
-                                                                         monkeypatch):
+                                                                         monkeypatch, group):
+    """``group``: runs per level-1 group (2: the append's runs are merged in two levels, the
+    old table's parts read by level 2 beside the group tables)."""
     _env(monkeypatch)
+    monkeypatch.setattr(ts_build, "ANCHOR_MERGE_GROUP", group)
     idx, full = tmp_path / "idx", tmp_path / "full"
     build_index([str(p) for p in inputs[:3]], idx, minhash=False, quiet=True, workers=1)
     first = _meta(idx)["anchors"]
@@ -292,15 +298,91 @@ def test_runs_stay_unmerged_until_there_are_anchor_merge_runs_of_them(inputs, qu
     meta = build_text_store(idx)
     assert meta["anchors"]["generation"] == 2 and all(r["anchors"] == [] for r in meta["inputs"].values())
     assert _tiers(idx, queries) == unmerged
-    # more runs than one merge reads: they stay runs (no merge grows with their square)
+    # more runs than one merge task reads (groups of 1 run): merged in two levels, still one table
     monkeypatch.setattr(ts_build, "ANCHOR_MERGE_RUNS", 1)
-    monkeypatch.setattr(ts_build, "ANCHOR_MERGE_MAX_RUNS", 1)
+    monkeypatch.setattr(ts_build, "ANCHOR_MERGE_GROUP", 1)
     build_index([str(inputs[4])], idx, minhash=False, quiet=True, workers=1, append=True)
     meta = _meta(idx)
-    assert meta["anchors"]["generation"] == 2 and sum(len(r["anchors"]) for r in meta["inputs"].values()) >= 2
+    assert meta["anchors"]["generation"] == 3 and all(r["anchors"] == [] for r in meta["inputs"].values())
+    assert len(ts_anchors.AnchorIndex(idx).runs) == len(meta["anchors"]["parts"])
     # the default threshold: a small store keeps its runs
     monkeypatch.undo()
     assert ts_build.ANCHOR_MERGE_RUNS > 2
     small = tmp_path / "small"
     build_index([str(p) for p in inputs[:2]], small, minhash=False, quiet=True, workers=1)
     assert "anchors" not in _meta(small)
+
+
+def _files(idx: Path) -> dict[str, bytes]:
+    return {f.name: f.read_bytes() for f in sorted((idx / STORE_DIR).iterdir())}
+
+
+def test_two_level_merge_writes_the_one_level_table_and_resumes_after_a_kill(inputs, queries, tmp_path,
+                                                                              monkeypatch):
+    """Past ANCHOR_MERGE_GROUP runs (3 here), groups of runs are merged into intermediate tables,
+    then those into the final one, whose parts read no run: the same files as a one-level merge
+    of the same runs (the same cuts and entries), the per-input runs' candidates, no intermediate
+    table left. A build killed in level 2 leaves the old store; the next one writes the same."""
+    _env(monkeypatch, merge=False)
+    idx = tmp_path / "idx"
+    build_index([str(p) for p in inputs], idx, minhash=False, quiet=True, workers=1)
+    n_runs = sum(len(r["anchors"]) for r in _meta(idx)["inputs"].values())
+    assert n_runs > 3 * 3
+    per_input, runs = _tiers(idx, queries), _files(idx)
+    _env(monkeypatch)
+    build_text_store(idx)
+    one_level = _files(idx)
+    assert _tiers(idx, queries) == per_input
+
+    def restore() -> None:
+        shutil.rmtree(idx / STORE_DIR)
+        (idx / STORE_DIR).mkdir()
+        for name, data in runs.items():
+            (idx / STORE_DIR / name).write_bytes(data)
+
+    restore()
+    monkeypatch.setattr(ts_build, "ANCHOR_MERGE_GROUP", 3)
+    tasks: list[tuple[str, int, int]] = []
+    real = ts_build.write_anchor_part
+
+    def spy(**kw):
+        tasks.append((kw["name"], len(kw["sources"]), len(kw["ranged"])))
+        if kill and "-l" not in kw["name"]:
+            raise KeyboardInterrupt  # level 1 written, level 2 not, nor meta.json
+        return real(**kw)
+
+    monkeypatch.setattr(ts_build, "write_anchor_part", spy)
+    kill = True
+    with pytest.raises(KeyboardInterrupt):
+        build_text_store(idx)
+    assert _meta(idx) == json.loads(runs["meta.json"]) and _tiers(idx, queries) == per_input
+    assert [f for f in (idx / STORE_DIR).iterdir() if "-l0" in f.name]  # unreferenced group tables
+    kill, tasks = False, []
+    build_text_store(idx)
+    level1 = [t for t in tasks if "-l" in t[0]]
+    level2 = [t for t in tasks if "-l" not in t[0]]
+    # level 1: one group table per 3 runs (every run in one group); level 2: group parts only
+    assert {t[0].split("-")[2] for t in level1} == {f"l{g:05d}" for g in range(-(-n_runs // 3))}
+    assert sum(t[1] for t in level1 if t[0].endswith("-00000")) == n_runs
+    assert max(t[1] for t in level1) == 3 and all(t[2] == 0 for t in level1)
+    assert all(t[1] == 0 and t[2] >= 1 for t in level2)
+    assert _files(idx) == one_level  # byte-identical, intermediate tables deleted
+    assert _tiers(idx, queries) == per_input
+    # in processes (one per part, each level), and as an engine's tasks: the same files
+    monkeypatch.setattr(ts_build, "write_anchor_part", real)  # a closure does not pickle
+    restore()
+    build_text_store(idx, workers=2)
+    assert _files(idx) == one_level
+    restore()
+    steps: dict[str, int] = {}
+    with LocalEngine(2) as eng:
+        engine_map = eng.map
+
+        def counting_map(fn, calls, **kw):
+            steps[kw["desc"]] = steps.get(kw["desc"], 0) + len(calls)
+            return engine_map(fn, calls, **kw)
+
+        monkeypatch.setattr(eng, "map", counting_map)
+        build_text_store(idx, engine=eng)
+    assert _files(idx) == one_level
+    assert steps == {"index-textstore-merge-groups": len(level1), "index-textstore-merge": len(level2)}

@@ -30,7 +30,10 @@ Anchors (``anchors``): each input's task writes its runs (input-local doc ids); 
 ``build.ANCHOR_MERGE_RUNS`` runs lie outside it (fewer are looked up one by one), the build
 merges all runs into **one** table of key-range parts (``anchors-g<generation>-<part>``, global doc
 ordinals, ``meta.json["anchors"]`` names them and the inputs they hold) and deletes the runs, so a
-query looks each k-gram up once whatever the number of inputs. ``--append`` merges the table with
+query looks each k-gram up once whatever the number of inputs. Past ``build.ANCHOR_MERGE_GROUP``
+runs the merge takes two levels (each group of that many runs into an intermediate table, then
+the final parts from those: no task reads more runs, the work per run stays flat), writing the
+same table as one level. ``--append`` merges the table with
 the new inputs' runs into the next generation; a build over a version-3 store (runs per input,
 still read as they are) merges its runs without reading the corpus; a merged table that no longer
 matches the manifest's inputs is not used and its inputs' anchors are recomputed from text. An

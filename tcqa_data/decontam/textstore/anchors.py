@@ -11,7 +11,9 @@ about 16 + log2(docs) + 2 bits per entry instead of 64); one table per run of up
 ``ANCHOR_RUN`` entries (bounded memory). The build then merges every input's runs into one table
 (``plan_anchor_parts``, ``write_anchor_part``): entries ``(hash, global doc ordinal)``, cut into
 key ranges of directory cells ``[c0, c1)`` holding about ``ANCHOR_RUN`` entries each, a part's
-directory being that slice of the table's (``packed.TableWriter(cells=...)``); a lookup in a part
+directory being that slice of the table's (``packed.TableWriter(cells=...)``; past
+``build.ANCHOR_MERGE_GROUP`` runs, groups of runs are merged first into intermediate tables of
+the same kind, which the final parts read: the same cuts and entries); a lookup in a part
 shifts its keys down by ``c0 << (32 - dir_bits)``. The 32-bit hash is lossy: a query k-gram not in
 a doc matches one of a table's ``n`` entries by chance with probability about ``n / 2**32``
 (``anchor_chance_match_rate`` of ``store_summary``, shown by ``index-info``); a chance match only
@@ -27,6 +29,7 @@ they share with it; docs sharing a single kept k-gram are a second, weak tier
 
 from __future__ import annotations
 
+import math
 import os
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -39,7 +42,7 @@ from tcqa_data.decontam import packed
 from tcqa_data.decontam.arrays import sorted_unique
 from tcqa_data.decontam.textstore.store import META, STORE_DIR, _entry_id, _id_key, _key, merged_covers
 from tcqa_data.errors import TcqaError
-from tcqa_data.io_utils import load_npy, read_json, write_npy_atomic
+from tcqa_data.io_utils import cached_row_reader, load_npy, read_json, write_npy_atomic
 
 ANCHOR_K = 4  # words per hashed k-gram
 ANCHOR_W = 3  # winnowing window (k-grams): shared runs of >= ANCHOR_W + ANCHOR_K - 1 words are found
@@ -288,27 +291,65 @@ def plan_anchor_parts(store: Path, sources: Sequence[dict[str, Any]], n_docs: in
             "ranges": [[a << sh, b << sh] for a, b in zip(cuts[:-1], cuts[1:], strict=True)]}
 
 
+def anchor_overlaps(sources: Sequence[dict[str, Any]], dir_bits: int, ranges: Sequence[Sequence[int]]
+                    ) -> list[list[dict[str, Any]]]:
+    """Per key range (directory cells ``[c0, c1)`` of a table of ``dir_bits``), the sources
+    (``anchor_sources`` records) holding entries in it: a key-range part is read only by the new
+    parts whose range it meets (a merge of many parts then sends each task a few, not all)."""
+    if not sources:
+        return [[] for _ in ranges]
+    lo = np.array([s["cells"][0] << (32 - s["dir_bits"]) for s in sources], dtype=np.int64)
+    hi = np.array([s["cells"][1] << (32 - s["dir_bits"]) for s in sources], dtype=np.int64)
+    nonempty = np.array([s["entries"] > 0 for s in sources])
+    out = []
+    for c0, c1 in ranges:
+        h0, h1 = int(c0) << (32 - dir_bits), int(c1) << (32 - dir_bits)
+        out.append([sources[i] for i in np.flatnonzero((lo < h1) & (hi > h0) & nonempty).tolist()])
+    return out
+
+
+def _read_cells_range(store: Path, s: dict[str, Any], j0: int, j1: int
+                      ) -> tuple[np.ndarray, np.ndarray | None]:
+    """The directory offsets of cells ``[j0, j1]`` of source ``s`` and the words holding their
+    entries (None: no entries), the offsets made relative to the first word read. Read, not
+    mapped: a merge task reads a small range of thousands of files, and a memory map with its
+    header costs ~0.4 ms a file (most of a small range's cost); headers are parsed once a process."""
+    a = s["cells"][0]
+    cells = cached_row_reader(store / f"{s['name']}.cells.npy").read(j0 - a, j1 - a + 1).astype(np.int64)
+    lo, hi = int(cells[0]), int(cells[-1])
+    if lo == hi:
+        return cells, None
+    width = packed.entry_width(s["dir_bits"], s["id_bits"])
+    e0 = lo - lo % (64 // math.gcd(64, width))  # an entry that starts a word: read from its word
+    # to the word after the last entry's (``unpack`` reads a word past each entry's; a table
+    # ends with a spare word)
+    w0, w1 = e0 * width >> 6, ((hi * width - 1) >> 6) + 2
+    words = cached_row_reader(store / f"{s['name']}.words.npy").read(w0, w1)
+    return cells - e0, words
+
+
 def write_anchor_part(root_dir: str, sources: Sequence[dict[str, Any]], dir_bits: int, id_bits: int,
-                      cells: Sequence[int], name: str) -> dict[str, Any]:
-    """One key range (directory cells ``cells`` of a table of ``dir_bits``) of the merged table:
-    the range's entries of every source, their ids made global, sorted, packed. A task of
+                      cells: Sequence[int], name: str, ranged: Sequence[dict[str, Any]] = ()
+                      ) -> dict[str, Any]:
+    """One key range (directory cells ``cells`` of a table of ``dir_bits``) of a merged table:
+    the range's entries of every source (``sources``, and ``ranged``: the key-range parts that
+    meet the range, see ``anchor_overlaps``), their ids made global, sorted, packed. A task of
     ``build_text_store`` (parts are independent: a cluster writes them in parallel)."""
     store = Path(root_dir) / STORE_DIR
     c0, c1 = int(cells[0]), int(cells[1])
     h0, h1 = c0 << (32 - dir_bits), c1 << (32 - dir_bits)
     chunks: list[np.ndarray] = []
-    for s in sources:
+    for s in [*ranged, *sources]:
         d, (a, b) = s["dir_bits"], s["cells"]
         r = 32 - d
         # the source's own cells covering [h0, h1) (its directory has its own bits)
         j0, j1 = max(a, h0 >> r), min(b, ((h1 - 1) >> r) + 1)
         if j0 >= j1 or not s["entries"]:
             continue
-        sc = load_npy(store / f"{s['name']}.cells.npy")[j0 - a:j1 - a + 1]
-        if int(sc[0]) == int(sc[-1]):
+        sc, words = _read_cells_range(store, s, j0, j1)
+        if words is None:
             continue
-        k, ids = packed.decode_range(sc, load_npy(store / f"{s['name']}.words.npy"), j0, j1, d,
-                                     s["id_bits"])
+        k, ids = packed.decode_range(sc, words, j0, j1, d, s["id_bits"])
         sel = (k >= np.uint64(h0)) & (k < np.uint64(h1))  # a coarser source cell spans more keys
         chunks.append((k[sel] << np.uint64(32)) | (ids[sel] + s["doc_offset"]).astype(np.uint64))
     entries = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.uint64)

@@ -21,6 +21,7 @@ from tcqa_data.decontam.textstore.anchors import (
     _winnowed_jsonl,
     _winnowed_texts,
     _write_anchor_runs,
+    anchor_overlaps,
     anchor_sources,
     map_anchor_batches,
     plan_anchor_parts,
@@ -53,11 +54,14 @@ _REUSED_VERSIONS = (3, 4)
 # memory per task; merged at 10 runs, the 206 MB full build took 9% more CPU. So a small index
 # (or a small append) keeps its runs, and they are merged once there are this many.
 ANCHOR_MERGE_RUNS = 16
-# Most runs one merge reads: each part's task reads every run (parts x runs file opens) and the
-# driver plans from every run's directory, so past a few thousand runs the merge grows with their
-# square. Stores with more runs keep them (as before the merged table; a two-level merge, groups of
-# runs first as the n-gram and MinHash reduces do, is left for later).
-ANCHOR_MERGE_MAX_RUNS = 4096
+# Most runs one merge task reads: each part's task reads its key range of every run, so a
+# one-level merge grows with parts x runs, the square of the corpus. Past this many runs the merge
+# runs in two levels, as the n-gram reduce (GROUP_RUNS) and the MinHash band merge do: each group
+# of at most this many runs (in doc order) is merged into an intermediate table (key-range parts,
+# global ordinals), then each part of the final table reads its key range of the group tables
+# (about one part each). Work per run is then flat (level 1: parts of a group x its runs) and the
+# table is the same bytes as one level's (the same cuts, planned from the runs; the same entries).
+ANCHOR_MERGE_GROUP = 4096
 COPY_ROW_GROUP = 256  # docs per row group of a copy: ~1 MB of text for Wikipedia-sized docs
 _SCAN_CHUNK = 64 << 20
 
@@ -271,32 +275,40 @@ def _merge_anchors(root: Path, manifest: dict[str, Any], entries: dict[str, Any]
                    ) -> dict[str, Any] | None:
     """One anchor table for all inputs (a query then looks each k-gram up once, not once per
     input's run): the existing merged table and the inputs' runs, merged into key-range parts of
-    generation ``generation`` (one task each). Returns the merged table's meta (``merged`` when
-    there is nothing to merge); the merged inputs' records then list no runs."""
+    generation ``generation`` (one task each; in two levels past ``ANCHOR_MERGE_GROUP`` runs).
+    Returns the merged table's meta (``merged`` when there is nothing to merge); the merged
+    inputs' records then list no runs."""
     inputs = sorted(manifest["inputs"], key=lambda e: int(e["doc_offset"]))
     runs = [(entries[_key(e)], int(e["doc_offset"])) for e in inputs if entries[_key(e)].get("anchors")]
     n_docs = max((int(e["doc_offset"]) + int(e["docs"]) for e in inputs), default=0)
     unmerged = sum(len(r["anchors"]) for r, _ in runs)
     if unmerged < ANCHOR_MERGE_RUNS or (merged is None and unmerged < 2):
         return merged  # few runs to look up beside the table (or one table in all): not worth a merge
-    if unmerged > ANCHOR_MERGE_MAX_RUNS:
-        return merged
     if n_docs >= MERGED_MAX_DOCS:
         # global ordinals do not fit the 32-bit id of a ``hash << 32 | doc`` entry: these inputs
         # keep their runs (input-local ids), looked up one by one
         return merged
     store = root / STORE_DIR
-    sources = anchor_sources(merged, runs)
-    plan = plan_anchor_parts(store, sources, n_docs)
-    calls = [{"cells": c, "name": f"anchors-g{generation:04d}-{i:05d}"}
-             for i, c in enumerate(plan["ranges"])]
-    shared = {"root_dir": str(root), "sources": sources, "dir_bits": plan["dir_bits"],
-              "id_bits": plan["id_bits"]}
-    parts = _run(write_anchor_part, calls, "index-textstore-merge", shared, workers, engine)
-    entries_n = sum(p["entries"] for p in parts)
-    if entries_n != plan["entries"]:
-        raise TcqaError(f"{store}: merged anchor table holds {entries_n} entries, its sources "
-                        f"{plan['entries']}")
+    # the cuts of a one-level merge of the table and the runs, whichever the levels
+    plan = plan_anchor_parts(store, anchor_sources(merged, runs), n_docs)
+    flat, ranged = anchor_sources(None, runs), anchor_sources(merged, [])
+    groups: list[dict[str, Any]] = []
+    if len(flat) > ANCHOR_MERGE_GROUP:
+        for g in range(0, len(flat), ANCHOR_MERGE_GROUP):  # level 1: a table per group of runs
+            group = flat[g:g + ANCHOR_MERGE_GROUP]
+            gplan = plan_anchor_parts(store, group, n_docs)
+            name = f"anchors-g{generation:04d}-l{g // ANCHOR_MERGE_GROUP:05d}"
+            gparts = _write_anchor_parts(root, gplan, group, [], name, "index-textstore-merge-groups",
+                                         workers, engine)
+            groups += anchor_sources({"dir_bits": gplan["dir_bits"], "id_bits": gplan["id_bits"],
+                                      "parts": gparts}, [])
+        flat = []
+    parts = _write_anchor_parts(root, plan, flat, ranged + groups, f"anchors-g{generation:04d}",
+                                "index-textstore-merge", workers, engine)
+    for s in groups:  # intermediate: no meta names them (a kill leaves them to the cleanup)
+        for f in _anchor_files({"anchors": [s]}):
+            (store / f).unlink(missing_ok=True)
+    entries_n = plan["entries"]
     for rec, _ in runs:
         key = _key(rec["id"])
         entries[key] = {k: v for k, v in rec.items() if k != "anchor_chance_match_rate"} | {"anchors": []}
@@ -305,7 +317,26 @@ def _merge_anchors(root: Path, manifest: dict[str, Any], entries: dict[str, Any]
             # a query k-gram absent from the corpus matches one of the entries' 32-bit hashes by chance
             "chance_match_rate": entries_n / 2.0 ** 32,
             "inputs": [_entry_id(e, manifest) for e in inputs],
-            "parts": [{"name": p["name"], "entries": p["entries"], "cells": p["cells"]} for p in parts]}
+            "parts": parts}
+
+
+def _write_anchor_parts(root: Path, plan: dict[str, Any], flat: list[dict[str, Any]],
+                        ranged: list[dict[str, Any]], prefix: str, desc: str, workers: int,
+                        engine: Engine | None) -> list[dict[str, Any]]:
+    """The parts of a table planned by ``plan_anchor_parts`` (one task each), named ``prefix-NNNNN``,
+    from the runs ``flat`` (every task reads them) and the key-range parts ``ranged`` (a task gets
+    those that meet its range); returns their meta (name, entries, cells)."""
+    meets = anchor_overlaps(ranged, plan["dir_bits"], plan["ranges"])
+    calls = [{"cells": c, "name": f"{prefix}-{i:05d}", "ranged": r}
+             for i, (c, r) in enumerate(zip(plan["ranges"], meets, strict=True))]
+    shared = {"root_dir": str(root), "sources": flat, "dir_bits": plan["dir_bits"],
+              "id_bits": plan["id_bits"]}
+    parts = _run(write_anchor_part, calls, desc, shared, workers, engine)
+    n = sum(p["entries"] for p in parts)
+    if n != plan["entries"]:
+        raise TcqaError(f"{root / STORE_DIR}: merged anchor table holds {n} entries, its sources "
+                        f"{plan['entries']}")
+    return [{"name": p["name"], "entries": p["entries"], "cells": p["cells"]} for p in parts]
 
 
 def _store_input(root_dir: str, e: dict[str, Any], manifest: dict[str, Any], mode: str,
