@@ -144,3 +144,54 @@ def test_full_build_codepoint_path_equals_text_path(wiki_sample, tmp_path, monke
         if n == "manifest.json":
             a, b = ({k: v for k, v in json.loads(x).items() if k != "build"} for x in (a, b))
         assert a == b, n
+
+
+def _janitor_from_cps_reference(cps: np.ndarray, doc_start: np.ndarray, at_start: np.ndarray,
+                                at_end: np.ndarray) -> tuple[bytes, list, list, list]:
+    """``janitor_from_cps`` by its definition: each doc's ``encode_normalized`` bytes (non-ASCII
+    whitespace as spaces) after a space; a start bound at its char, an end bound at the end of
+    the first doc ending there, else at its char."""
+    from tcqa_data.decontam.hashing import encode_normalized
+
+    out = bytearray(b" ")
+    char_at, end_at, nstart = {}, {}, []
+    for d in range(len(doc_start) - 1):
+        nstart.append(len(out))
+        for ci in range(doc_start[d], doc_start[d + 1]):
+            char_at[ci] = len(out)
+            ch = chr(cps[ci])
+            b = encode_normalized(ch)
+            out += b" " * len(b) if ch.isspace() else b
+        end_at.setdefault(int(doc_start[d + 1]), len(out))
+        out += b" "
+    nstart.append(len(out))
+    out += b" " * 8
+    return (bytes(out), nstart, [char_at[int(v)] for v in at_start],
+            [end_at.get(int(v), char_at.get(int(v))) for v in at_end])
+
+
+def test_janitor_from_cps_equals_its_definition(kernels_on):
+    """Window bounds anywhere (doc starts and ends, empty docs, runs of equal bounds) and
+    non-ASCII, whitespace and punctuation chars: the kernel's bytes and offsets."""
+    from tcqa_data.decontam import kernel
+    from tcqa_data.decontam.hashing import JANITOR_ASCII_MAP
+
+    rng = np.random.default_rng(7)
+    alphabet = np.array([ord(c) for c in "abcXYZ 09.,;!\"'-\u00e9\u00a0\u3000\u4e2d\U0001f600\t"],
+                        dtype=np.uint32)
+    for _ in range(20):
+        lens = rng.integers(0, 30, size=int(rng.integers(1, 12)))
+        doc_start = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+        n = int(doc_start[-1])
+        cps = alphabet[rng.integers(0, len(alphabet), size=n)]
+        if n == 0:
+            continue
+        at_start = np.sort(rng.integers(0, n, size=int(rng.integers(0, 2 * n))))
+        at_end = np.sort(np.concatenate([rng.integers(1, n + 1, size=int(rng.integers(0, 2 * n))),
+                                         doc_start[1:]]))
+        got = kernel.kernels()["janitor_from_cps"](cps, doc_start, JANITOR_ASCII_MAP, at_start, at_end)
+        want = _janitor_from_cps_reference(cps, doc_start, at_start, at_end)
+        assert bytes(got[0]) == want[0]
+        assert got[1].tolist() == want[1]
+        assert got[2].tolist() == want[2]
+        assert got[3].tolist() == want[3]

@@ -116,9 +116,10 @@ def test_reduce_compiled_equals_numpy(tmp_path, monkeypatch, colliding):
             assert len(np.load(ni.bucket_paths(roots["numba"], 13, 0)["df_over"])) > 0
 
 
-def test_run_docs_relative_and_runs_of_the_earlier_layout_read(tmp_path):
+def test_run_docs_relative_and_runs_of_the_earlier_layout_read(tmp_path, monkeypatch):
     """Runs are partitioned into cells (stably: each cell keeps its docs in order) and store docs
-    relative to their first doc (uint16 when the span fits); runs written in the earlier layouts
+    relative to their first doc (uint16 when the span fits; packed into the hash words under
+    2**cell_bits docs); runs written in the earlier layouts
     (sorted and deduplicated, with bucket offsets: absolute uint32 docs and no base, or a base)
     reduce to the same bytes."""
     rng = np.random.default_rng(4)
@@ -126,17 +127,27 @@ def test_run_docs_relative_and_runs_of_the_earlier_layout_read(tmp_path):
     h = rng.integers(0, 2**64 - 1, 5000, dtype=np.uint64)
     h[100:200] = h[:100]  # repeated pairs and repeated hashes in other docs
     d = np.sort(rng.integers(100_000, 100_900, 5000))
-    nruns.write_run(tmp_path / "new", 13, 0, h, d, nb)
-    p = nruns.run_paths(tmp_path / "new", 13, 0)
-    off, hs_run, ds_run = np.load(p["offsets"]), np.load(p["hashes"]), np.load(p["docs"])
     bits = nruns.cell_bits(nb)
+    order = np.argsort(h >> np.uint64(64 - bits), kind="stable")
+    # a run spanning 2**bits docs or more stores its docs; a smaller span packs them
+    d_wide = d.copy()
+    d_wide[-1] = d[0] + (1 << bits)
+    nruns.write_run(tmp_path / "wide", 13, 0, h, d_wide, nb)
+    p = nruns.run_paths(tmp_path / "wide", 13, 0)
+    off, hs_run, ds_run = np.load(p["offsets"]), np.load(p["hashes"]), np.load(p["docs"])
     assert bits == nruns.MIN_CELL_BITS and len(off) == (1 << bits) + 3 and off[-1] == bits
     assert ds_run.dtype == np.uint16 and off[-2] == int(d.min()) and off[1 << bits] == len(h) == len(hs_run)
     cell = hs_run >> np.uint64(64 - bits)
     assert np.array_equal(np.searchsorted(cell, np.arange((1 << bits) + 1)), off[:-2])
-    order = np.argsort(h >> np.uint64(64 - bits), kind="stable")
     assert np.array_equal(hs_run, h[order])
-    assert np.array_equal(ds_run.astype(np.int64) + int(d.min()), d[order])
+    assert np.array_equal(ds_run.astype(np.int64) + int(d.min()), d_wide[order])
+    nruns.write_run(tmp_path / "new", 13, 0, h, d, nb)
+    p = nruns.run_paths(tmp_path / "new", 13, 0)
+    off2, words, ds_run = np.load(p["offsets"]), np.load(p["hashes"]), np.load(p["docs"])
+    assert off2[-1] == -bits and off2[-2] == int(d.min()) and np.array_equal(off2[:-2], off[:-2])
+    assert len(ds_run) == 0 and words.dtype == np.uint64
+    assert np.array_equal(words >> np.uint64(bits), h[order] & np.uint64((1 << (64 - bits)) - 1))
+    assert np.array_equal((words & np.uint64((1 << bits) - 1)).astype(np.int64) + int(d.min()), d[order])
     hs, ds = nruns.sort_pairs(h, d)
     bucket_off = np.append(np.searchsorted(hs, np.array([0, 1 << 63], dtype=np.uint64)), len(hs))
     for layout, docs, offsets in (("old", ds.astype(np.uint32), bucket_off),
@@ -145,14 +156,20 @@ def test_run_docs_relative_and_runs_of_the_earlier_layout_read(tmp_path):
         write_npy_atomic(q["hashes"], hs)
         write_npy_atomic(q["docs"], docs)
         write_npy_atomic(q["offsets"], offsets.astype(np.int64))
+    q = nruns.run_paths(tmp_path / "unpacked", 13, 0)  # the same pairs, docs not packed
+    write_npy_atomic(q["hashes"], h[order])
+    write_npy_atomic(q["docs"], (d[order] - d.min()).astype(np.uint16))
+    write_npy_atomic(q["offsets"], np.append(off2[:-1], bits))
+    layouts = {"new": "numba", "new-numpy": "numpy", "unpacked": "numba", "old": "numba", "based": "numba"}
     for b in range(nb):
-        for layout in ("new", "old", "based"):
-            src = [nred.RunSource(str(tmp_path / layout), 0, 7)]
-            nred.reduce_bucket(tmp_path / f"idx-{layout}", 13, b, src, num_buckets=nb, dir_bits=3,
+        for name, mode in layouts.items():
+            monkeypatch.setenv(kernel.ENV, mode)
+            src = [nred.RunSource(str(tmp_path / name.removesuffix("-numpy")), 0, 7)]
+            nred.reduce_bucket(tmp_path / f"idx-{name}", 13, b, src, num_buckets=nb, dir_bits=3,
                                chunk_pairs=400)
         for kind in ni.BUCKET_FILES:
             want = ni.bucket_paths(tmp_path / "idx-new", 13, b)[kind].read_bytes()
-            for layout in ("old", "based"):
+            for layout in ("new-numpy", "unpacked", "old", "based"):
                 assert ni.bucket_paths(tmp_path / f"idx-{layout}", 13, b)[kind].read_bytes() == want, kind
     docs = np.load(ni.bucket_paths(tmp_path / "idx-new", 13, 0)["docs"])
     assert docs.min() >= 100_007

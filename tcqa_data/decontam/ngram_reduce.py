@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -257,6 +257,7 @@ class _RunFiles(NamedTuple):
     doc_base: int  # the doc ordinal its stored docs are relative to
     cell_bits: int | None  # a partitioned run's cells; None: sorted, with bucket offsets
     buckets: np.ndarray | None  # the buckets' row offsets, where kept (see _run_files)
+    packed: bool = False  # docs packed into the hash words (ngram_runs)
 
 
 # Runs whose bucket offsets the cache keeps: up to 1,024 buckets, 8 KB a run at most (64 MB for
@@ -284,11 +285,12 @@ def _run_files_cached(run_dir: str, n: int, run: int, num_buckets: int, stamp: t
     keep = num_buckets <= _KEEP_BUCKETS
     if rows > num_buckets + 2:  # partitioned: 2**bits + 1 cell offsets (2**bits >= buckets), base, bits
         base, bits = (int(x) for x in offsets.read(rows - 2, rows))
+        packed, bits = bits < 0, abs(bits)
         if rows != (1 << bits) + 3:
             raise TcqaError(f"{offsets.path}: {rows} offsets do not match {bits} cell bits")
         per = (1 << bits) // num_buckets
         buckets = offsets.read(0, rows - 2)[::per].copy() if keep else None
-        return _RunFiles(hashes, docs, offsets, base, bits, buckets)
+        return _RunFiles(hashes, docs, offsets, base, bits, buckets, packed)
     # sorted: num_buckets + 1 bucket offsets, then the base (absent in the earliest runs)
     base = int(offsets.read(rows - 1, rows)[0]) if rows > num_buckets + 1 else 0
     buckets = offsets.read(0, num_buckets + 1) if keep else None
@@ -338,13 +340,30 @@ class _CellCursor:
         self.pos = start
         self.end = end
         self.shift = shift
+        self.cell = cells.at0  # the cell of row ``pos``
 
     def take(self, bound: int | None) -> tuple[int, int, np.ndarray]:
         """``(a, b, hashes)``: rows ``[a, b)`` of the cells below ``bound`` (all if None)."""
         cell = self.cells.end if bound is None else bound >> self.shift
+        cell = max(self.cell, min(cell, self.cells.end))
         a, b = self.pos, self.end if cell >= self.cells.end else self.cells.at(cell)
-        self.pos = b
+        self.pos, self.cell = b, cell
         return a, b, self.reader.read(a, b)
+
+    def take_packed(self, bound: int | None, doc_offset: int) -> tuple[int, int, np.ndarray, np.ndarray]:
+        """:meth:`take` of a packed run: ``(a, b, hashes, docs + doc_offset)``."""
+        c0 = self.cell
+        a, b, w = self.take(bound)
+        offs = self.cells.reader.read(c0, self.cell + 1) - a  # the cells' rows in ``w``
+        h, d = np.empty(len(w), dtype=np.uint64), np.empty(len(w), dtype=np.int64)
+        if kernel.enabled():
+            kernel.kernels()["unpack_cells"](w, offs, c0, self.shift, doc_offset, h, d)
+        else:
+            cb = np.uint64(64 - self.shift)
+            cells = np.repeat(np.arange(c0, self.cell, dtype=np.uint64), np.diff(offs))
+            np.bitwise_or(cells << np.uint64(self.shift), w >> cb, out=h)
+            np.add(w & ((np.uint64(1) << cb) - np.uint64(1)), doc_offset, out=d, casting="unsafe")
+        return a, b, h, d
 
 
 _Chunk = tuple[int, list[np.ndarray], list[np.ndarray], list[np.ndarray]]
@@ -427,11 +446,11 @@ class _BucketPairs:
         old_bucket = _OldBucket(old.root, n, bucket, dir_bits, self._step(old_rows)) if old_rows else None
         if old_bucket is not None and not keys:
             raise ValueError("an old index's entries come as weighted keys: use keys=True")
-        curs: list[tuple[_Cursor | _CellCursor, NpyRowReader, int]] = []
+        curs: list[tuple[Any, NpyRowReader, int, bool]] = []
         for r in self._runs:
             cur = (_Cursor(r.files.hashes, r.start, r.end, self._step(r.end - r.start)) if r.cells is None
                    else _CellCursor(r.files.hashes, r.cells, r.start, r.end, 64 - r.files.cell_bits))
-            curs.append((cur, r.files.docs, r.doc_offset))
+            curs.append((cur, r.files.docs, r.doc_offset, r.files.packed))
         for c in range(self.nchunks):
             key_end = self._key_end(c)
             bound = self.lo + (key_end << int(self.drop))
@@ -440,11 +459,15 @@ class _BucketPairs:
             if old_bucket is not None:
                 old_bucket.take(key_end, old, ts, ds, ws)
             hs, dn = [], []
-            for cur, rd, doff in curs:
-                a, b, h = cur.take(bound)
+            for cur, rd, doff, packed in curs:
+                if packed:
+                    a, b, h, d = cur.take_packed(bound, doff)
+                else:
+                    a, b, h = cur.take(bound)
+                    d = np.add(rd.read(a, b), doff, dtype=np.int64) if b > a else None  # widened and moved
                 if b > a:
                     hs.append(h)
-                    dn.append(np.add(rd.read(a, b), doff, dtype=np.int64))  # widened and moved in one pass
+                    dn.append(d)
             if keys and hs:
                 h, d = _distinct_pairs(hs, dn)
                 del hs, dn

@@ -377,7 +377,7 @@ def _decode_text(buf, i, end, out, o, amap, plain):
 
 
 @njit(cache=True, nogil=True)
-def _scan_line(buf, a, b, key, out, out_cps, o, amap, plain, cps):
+def _scan_line(buf, words, a, b, key, out, out_cps, o, amap, plain, cps):
     """One JSONL line ``buf[a:b]`` (no newline): a JSON object whose top-level ``key`` field is
     a string, decoded and normalized into ``out[o:]`` (bytes), or with ``cps`` decoded into code
     points in ``out_cps[o:]``. Returns (new o, chars, non-space), or new o = -1 when Python's
@@ -416,7 +416,7 @@ def _scan_line(buf, a, b, key, out, out_cps, o, amap, plain, cps):
                 return -1, 0, False  # repeated key (last wins) or not a string
             found = True
             if cps:
-                i, o_end, nonspace = _decode_text_cps(buf, i + 1, b, out_cps, o, amap, plain)
+                i, o_end, nonspace = _decode_text_cps(buf, words, i + 1, b, out_cps, o, amap, plain)
                 chars = o_end - o
             else:
                 i, o_end, chars, nonspace = _decode_text(buf, i + 1, b, out, o, amap, plain)
@@ -504,7 +504,7 @@ def jsonl_scan(buf, words, pos, end, key, amap, out, out_cps, cps, o, docs, doc_
             continue
         if ndocs + cps >= len(docs) or o + (nl - pos) + 2 > room:
             return SCAN_ROOM, pos, o, ndocs, line, chars
-        o2, c, nonspace = _scan_line(buf, pos, nl, key, out, out_cps, o, amap, plain, cps)
+        o2, c, nonspace = _scan_line(buf, words, pos, nl, key, out, out_cps, o, amap, plain, cps)
         if o2 < 0:
             return SCAN_DEFER, pos, o, ndocs, line, chars
         line += 1
@@ -563,13 +563,40 @@ def _cp_is_space(cp, amap):
             or cp == 0x2029 or cp == 0x202F or cp == 0x205F or cp == 0x3000)
 
 
+_SPACES8 = np.uint64(0x2020202020202020)
+_QUOTE8 = np.uint64(0x2222222222222222)
+_BSLASH8 = np.uint64(0x5C5C5C5C5C5C5C5C)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _plain8(w):
+    """Whether the 8 bytes of ``w`` are all printable ASCII other than quote and backslash (the
+    ``plain`` bytes): no high bit, none below 0x20, no 0x22, no 0x5C (zero-byte tests, exact)."""
+    q = w ^ _QUOTE8
+    s = w ^ _BSLASH8
+    bad = w | ((w - _SPACES8) & ~w) | ((q - ONES8) & ~q) | ((s - ONES8) & ~s)
+    return (bad & HIGH8) == 0
+
+
 @njit(cache=True, nogil=True)
-def _decode_text_cps(buf, i, end, out, o, amap, plain):
+def _decode_text_cps(buf, words, i, end, out, o, amap, plain):
     """``_decode_text`` into code points (one uint32 per ``str`` character, as ``json`` decodes
     the string): (position after the string or -1, new o, has a char that does not normalize to
-    a space)."""
+    a space). ``words``: ``buf`` as overlapping uint64 (``_line_end``): runs of plain bytes are
+    copied 8 at a time (the kernel ~25% faster on English Wikipedia JSONL)."""
     nonspace = False
     while i < end:
+        if i + 8 <= end:
+            w = words[i]
+            if _plain8(w):
+                if not nonspace:  # until the first char that does not normalize to a space
+                    for k in range(8):
+                        nonspace |= plain[buf[i + k]] != 32
+                for k in range(8):
+                    out[o + k] = (w >> np.uint64(8 * k)) & np.uint64(0xFF)
+                o += 8
+                i += 8
+                continue
         c = buf[i]
         m = plain[c]
         if m >= -1:
@@ -626,25 +653,37 @@ def janitor_from_cps(cps, doc_start, amap, at_start, at_end):
     off_end = np.empty(len(at_end), dtype=np.int64)
     ia = 0
     ib = 0
+    na = len(at_start)
+    nb = len(at_end)
     out[0] = 32
     o = 1
     for d in range(nd):
         nstart[d] = o
-        for ci in range(doc_start[d], doc_start[d + 1]):
-            while ia < len(at_start) and at_start[ia] == ci:
+        ci = doc_start[d]
+        cend = doc_start[d + 1]
+        while ci < cend:
+            while ia < na and at_start[ia] == ci:
                 off_start[ia] = o
                 ia += 1
-            while ib < len(at_end) and at_end[ib] == ci:
+            while ib < nb and at_end[ib] == ci:
                 off_end[ib] = o
                 ib += 1
-            cp = cps[ci]
-            if cp < 0x80:  # the common case inline: the Janitor byte, or none (deleted)
-                m = amap[cp]
-                out[o] = m
-                o += m >= 0
-            else:
-                o, _ = _put_cp(out, o, cp, amap)
-        while ib < len(at_end) and at_end[ib] == doc_start[d + 1]:
+            # the chars before the next window bound in a loop without the bound checks
+            stop = cend
+            if ia < na and ci < at_start[ia] < stop:
+                stop = at_start[ia]
+            if ib < nb and ci < at_end[ib] < stop:
+                stop = at_end[ib]
+            for c2 in range(ci, stop):
+                cp = cps[c2]
+                if cp < 0x80:  # the common case inline: the Janitor byte, or none (deleted)
+                    m = amap[cp]
+                    out[o] = m
+                    o += m >= 0
+                else:
+                    o, _ = _put_cp(out, o, cp, amap)
+            ci = stop
+        while ib < nb and at_end[ib] == cend:
             off_end[ib] = o
             ib += 1
         out[o] = 32

@@ -313,18 +313,39 @@ def cell_counts(h, d, shift, offsets):
 
 
 @njit(cache=True, nogil=True)
-def scatter_cells(h, d, base, shift, offsets, h_out, d_out):
+def scatter_cells(h, d, base, shift, offsets, h_out, d_out, packed):
     """A map run's partition, second pass: each pair to its cell (``cell_counts``' offsets), in
-    input order within a cell (stable), docs stored as ``d - base`` in ``d_out``'s width."""
+    input order within a cell (stable), docs stored as ``d - base`` in ``d_out``'s width, or
+    with ``packed`` in the low ``64 - shift`` bits of ``h_out`` under the hash's bits below the
+    cell's (``ngram_runs.partition_pairs``)."""
     pos = offsets[:-1].copy()
     sh = np.uint64(shift)
+    cb = np.uint64(64 - shift)
     for i in range(len(h)):
         hv = h[i]
         c = hv >> sh
         j = pos[c]
-        h_out[j] = hv
-        d_out[j] = d[i] - base
+        if packed:
+            h_out[j] = (hv << cb) | np.uint64(d[i] - base)
+        else:
+            h_out[j] = hv
+            d_out[j] = d[i] - base
         pos[c] = j + 1
+
+
+@njit(cache=True, nogil=True)
+def unpack_cells(w, offs, first_cell, shift, doc_offset, h_out, d_out):
+    """A packed run's rows (``scatter_cells``) back into hashes and docs + ``doc_offset``:
+    ``offs`` the row offsets of cells ``first_cell, first_cell + 1, ...`` relative to ``w``."""
+    sh = np.uint64(shift)
+    cb = np.uint64(64 - shift)
+    mask = (np.uint64(1) << cb) - np.uint64(1)
+    for c in range(len(offs) - 1):
+        top = np.uint64(first_cell + c) << sh
+        for i in range(offs[c], offs[c + 1]):
+            v = w[i]
+            h_out[i] = top | (v >> cb)
+            d_out[i] = np.int64(v & mask) + doc_offset
 
 
 _SP8 = np.uint64(0x2020202020202020)
@@ -460,5 +481,5 @@ def ngram_hashes_into(tok, doc_tok, n, base, base_inv, add, h_out, d_out, pos, d
 KERNELS = {"ngram_hashes": ngram_hashes, "dedupe_pairs": dedupe_pairs, "order_ties": order_ties,
            "merge_sorted": merge_sorted, "msd_sort": msd_sort, "merge_sorted_keys": merge_sorted_keys,
            "token_hashes_1p": token_hashes_1p, "bucket_columns": bucket_columns,
-           "cell_counts": cell_counts, "scatter_cells": scatter_cells,
+           "cell_counts": cell_counts, "scatter_cells": scatter_cells, "unpack_cells": unpack_cells,
            "ngram_hashes_into": ngram_hashes_into}
