@@ -222,9 +222,8 @@ def map_shard(task: dict[str, Any], work_dir: str, cfg: dict[str, Any],
                     anchors.used = True
                 for b in iter_normalized_batches(shard, cfg["text_field"], cfg["on_error"], stats,
                                                  cfg.get("batch_chars", BATCH_CHARS)):
-                    if anchors is not None:
-                        anchors.add(b.data, b.doc_start)
-                    writer.add_normalized(b.data, b.doc_start)
+                    tokens = anchors.add(b.data, b.doc_start) if anchors is not None else None
+                    writer.add_normalized(b.data, b.doc_start, tokens)
                     pw.write_table(_line_refs_table(inp.path, b.rows))
                     text_bytes += b.chars
                     report(b.chars, len(b.rows))
@@ -263,13 +262,18 @@ class _MapAnchors:
         self.counts: list[np.ndarray] = []
         self.used = False  # set by the compiled paths: every doc of the shard was added
 
-    def add(self, data: np.ndarray, doc_start: np.ndarray) -> None:
+    def add(self, data: np.ndarray, doc_start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Winnow a batch; returns its token hashes (``hashing.normalized_tokens``): the n-gram
+        side hashes the same tokens."""
+        from tcqa_data.decontam.hashing import normalized_tokens
         from tcqa_data.decontam.textstore.anchors import winnow_normalized
 
-        h, d = winnow_normalized(data, doc_start, self.seed)
+        tokens = normalized_tokens(data, doc_start, self.seed)
+        h, d = winnow_normalized(data, doc_start, self.seed, tokens)
         self.hashes.append(h)
         # kept hashes are in doc order: a count per doc says whose each is (an id each: 2x the bytes)
         self.counts.append(np.bincount(d, minlength=len(doc_start) - 1).astype(np.uint32))
+        return tokens
 
     def write(self, out: Path) -> int:
         from tcqa_data.decontam.textstore.anchors import MAP_COUNTS, MAP_HASHES
@@ -300,9 +304,8 @@ def _map_minhash_jsonl(shard: InputShard, cfg: dict[str, Any], params: Any, writ
                                     cfg.get("batch_chars", BATCH_CHARS)):
         first = writer.docs
         data, doc_start = mhw.add_codepoints(np.arange(first, first + len(b.rows)), b.cps, b.doc_start)
-        if anchors is not None:
-            anchors.add(data, doc_start)
-        writer.add_normalized(data, doc_start)
+        tokens = anchors.add(data, doc_start) if anchors is not None else None
+        writer.add_normalized(data, doc_start, tokens)
         pw.write_table(_line_refs_table(shard.input.path, b.rows))
         chars += b.chars
         report(b.chars, len(b.rows))

@@ -182,19 +182,21 @@ def _hash_parts(parts: Sequence[bytes], ns: Sequence[int], seed: int
     return hash_normalized(arr, doc_start, ns, seed)
 
 
-def hash_normalized(arr: np.ndarray, doc_start: np.ndarray, ns: Sequence[int], seed: int
+def hash_normalized(arr: np.ndarray, doc_start: np.ndarray, ns: Sequence[int], seed: int,
+                    tokens: tuple[np.ndarray, np.ndarray] | None = None
                     ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """N-gram hashes of documents already normalized into one buffer (``batch_ngram_hashes``'s
     result). ``arr``: uint8, a space, then each document's normalized UTF-8 with non-ASCII
     whitespace blanked, each followed by a space, then >= 8 bytes of spaces; document ``k``
-    starts at ``doc_start[k]``, and ``doc_start[-1]`` is the end of the last one plus one."""
+    starts at ``doc_start[k]``, and ``doc_start[-1]`` is the end of the last one plus one.
+    ``tokens``: ``normalized_tokens`` of the same buffer and seed, when the caller has them."""
     salt_tok, salt_ng = _salts(seed)
     ndocs = len(doc_start) - 1
     for n in ns:
         if n < 1:
             raise ValueError(f"n-gram size must be >= 1, got {n}")
     if kernel.enabled():
-        return _hash_parts_compiled(arr, doc_start, ns, salt_tok, salt_ng)
+        return _hash_parts_compiled(arr, doc_start, ns, salt_tok, salt_ng, tokens)
     edge = np.diff((arr != 32).view(np.int8))
     starts = np.flatnonzero(edge == 1) + 1
     ends = np.flatnonzero(edge == -1) + 1
@@ -234,10 +236,11 @@ def hash_normalized(arr: np.ndarray, doc_start: np.ndarray, ns: Sequence[int], s
 
 
 def _hash_parts_compiled(arr: np.ndarray, doc_start: np.ndarray, ns: Sequence[int], salt_tok: np.uint64,
-                         salt_ng: np.uint64) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+                         salt_ng: np.uint64, tokens: tuple[np.ndarray, np.ndarray] | None = None
+                         ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """``_hash_parts`` with the numba kernels (same values: see ``kernel``)."""
     k = kernel.kernels()
-    tok, doc_tok = _tokens_compiled(k, arr, doc_start, salt_tok)
+    tok, doc_tok = tokens if tokens is not None else _tokens_compiled(k, arr, doc_start, salt_tok)
     inv = np.uint64(_P2.inv)
     out = {}
     for n in ns:
@@ -247,8 +250,8 @@ def _hash_parts_compiled(arr: np.ndarray, doc_start: np.ndarray, ns: Sequence[in
 
 
 def hash_normalized_into(arr: np.ndarray, doc_start: np.ndarray, ns: Sequence[int], seed: int,
-                         reserve: Callable[[int, int], tuple[np.ndarray, np.ndarray, int]], doc_base: int
-                         ) -> dict[int, int]:
+                         reserve: Callable[[int, int], tuple[np.ndarray, np.ndarray, int]], doc_base: int,
+                         tokens: tuple[np.ndarray, np.ndarray] | None = None) -> dict[int, int]:
     """``hash_normalized`` with the kernels, written into the caller's buffers (no arrays per
     batch): for each n, ``reserve(n, count)`` returns ``(hashes, docs, pos)`` with room for
     ``count`` pairs from ``pos``; docs are ``doc_base`` + the doc's index. Returns the counts."""
@@ -257,7 +260,7 @@ def hash_normalized_into(arr: np.ndarray, doc_start: np.ndarray, ns: Sequence[in
             raise ValueError(f"n-gram size must be >= 1, got {n}")
     salt_tok, salt_ng = _salts(seed)
     k = kernel.kernels()
-    tok, doc_tok = _tokens_compiled(k, arr, doc_start, salt_tok)
+    tok, doc_tok = tokens if tokens is not None else _tokens_compiled(k, arr, doc_start, salt_tok)
     per_doc = np.diff(doc_tok)
     inv = np.uint64(_P2.inv)
     counts = {}
@@ -269,6 +272,13 @@ def hash_normalized_into(arr: np.ndarray, doc_start: np.ndarray, ns: Sequence[in
         assert end == pos + m
         counts[n] = m
     return counts
+
+
+def normalized_tokens(arr: np.ndarray, doc_start: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The token hashes of a normalized buffer (``hash_normalized``'s layout) and each doc's
+    first token (plus the end), for callers that hash several n-gram sizes of one buffer in
+    separate calls (``tokens=``); the compiled kernels only."""
+    return _tokens_compiled(kernel.kernels(), arr, doc_start, _salts(seed)[0])
 
 
 def _tokens_compiled(k: dict, arr: np.ndarray, doc_start: np.ndarray, salt_tok: np.uint64

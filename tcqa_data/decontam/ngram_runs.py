@@ -263,12 +263,14 @@ class RunWriter:
     def add_batch(self, texts: Sequence[str]) -> None:
         self._add(batch_ngram_hashes(texts, self.ngram_sizes, self.scheme, self.seed), len(texts))
 
-    def add_normalized(self, data: np.ndarray, doc_start: np.ndarray) -> None:
+    def add_normalized(self, data: np.ndarray, doc_start: np.ndarray,
+                       tokens: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         """``add_batch`` for documents already normalized into one buffer (``hash_normalized``'s
-        layout, e.g. from ``readers.iter_normalized_batches``)."""
+        layout, e.g. from ``readers.iter_normalized_batches``); ``tokens``: its
+        ``hashing.normalized_tokens``, when the caller has them."""
         if self._compiled:
             counts = hash_normalized_into(data, doc_start, self.ngram_sizes, self.seed, self._reserve,
-                                          self.docs)
+                                          self.docs, tokens)
             for n, m in counts.items():
                 self._buf[n][2] += m
                 self.ngrams[n] += m

@@ -147,12 +147,14 @@ def _winnowed_jsonl(path: str, size: int, text_field: str, seed: int, rows: np.n
         raise _NotIndexOrder
 
 
-def winnow_normalized(data: np.ndarray, doc_start: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def winnow_normalized(data: np.ndarray, doc_start: np.ndarray, seed: int,
+                      tokens: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``winnow`` of documents already Janitor-normalized into one buffer (``hashing.hash_normalized``'s
-    layout: the compiled readers' batches, the map's buffers)."""
+    layout: the compiled readers' batches, the map's buffers); ``tokens``: its token hashes
+    (``hashing.normalized_tokens``), when the caller has them."""
     from tcqa_data.decontam.hashing import hash_normalized
 
-    flat, owner = hash_normalized(data, doc_start, [ANCHOR_K], seed)[ANCHOR_K]
+    flat, owner = hash_normalized(data, doc_start, [ANCHOR_K], seed, tokens)[ANCHOR_K]
     return winnow_hashes(flat, owner)
 
 
