@@ -155,10 +155,9 @@ def band_keys_normalized(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
     """``(stored_band_keys_t(signatures), shingle counts)`` of the windows ``sign_normalized``
     signs, without their signatures (an index that keeps none: ``verify="text"``)."""
     a, b = _permutations(params.num_perm, params.seed)
-    used = params.bands * params.rows  # the bands read the first ``used`` permutations only
     return kernel.kernels()["window_band_keys"](data, np.asarray(starts, dtype=np.int64),
-                                                np.asarray(ends, dtype=np.int64), params.shingle_words,
-                                                a[:used], b[:used], params.bands, params.rows)
+                                                np.asarray(ends, dtype=np.int64), params.shingle_words, a, b,
+                                                params.bands, params.rows)
 
 
 @lru_cache(maxsize=1)
