@@ -175,15 +175,19 @@ _BK_SEED = np.uint64(0x9E3779B97F4A7C15)
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _row_band_keys(row, rows, out, i):
-    """``out[band, i]``: the stored band keys of signature ``row``."""
-    for band in range(out.shape[0]):
-        h = _BK_SEED * np.uint64(band + 1)
-        for j in range(band * rows, (band + 1) * rows):
-            h ^= np.uint64(row[j])
-            h *= _BK_MUL
-            h ^= h >> np.uint64(32)
-        out[band, i] = np.uint32(fmix(h) >> np.uint64(32))
+def _row_band_keys(row, rows, out, i, h):
+    """``out[band, i]``: the stored band keys of signature ``row``; ``h``: uint64 scratch, one a
+    band. Row step by row step over all bands (not band by band): the bands' multiply chains are
+    independent, so consecutive steps overlap (one band's five chained multiplies did not)."""
+    bands = out.shape[0]
+    for band in range(bands):
+        h[band] = _BK_SEED * np.uint64(band + 1)
+    for j in range(rows):
+        for band in range(bands):
+            x = (h[band] ^ np.uint64(row[band * rows + j])) * _BK_MUL
+            h[band] = x ^ (x >> np.uint64(32))
+    for band in range(bands):
+        out[band, i] = np.uint32(fmix(h[band]) >> np.uint64(32))
 
 
 @njit(cache=True, nogil=True)
@@ -191,8 +195,9 @@ def band_keys32(sigs, bands, rows):
     """``sketch.stored_band_keys(sketch.band_keys(sigs))`` transposed: uint32 ``[bands, m]``."""
     m = sigs.shape[0]
     out = np.empty((bands, m), dtype=np.uint32)
+    h = np.empty(bands, dtype=np.uint64)
     for i in range(m):  # row by row: one pass over the signatures
-        _row_band_keys(sigs[i], rows, out, i)
+        _row_band_keys(sigs[i], rows, out, i, h)
     return out
 
 
@@ -205,11 +210,12 @@ def window_band_keys(data, win_start, win_end, k_words, a, b, bands, rows):
     keys = np.empty((bands, nw), dtype=np.uint32)
     counts = np.zeros(nw, dtype=np.int64)
     row = np.empty(len(a), dtype=np.uint32)
+    h = np.empty(bands, dtype=np.uint64)
     ts, te, hs, buf = _window_scratch(win_start, win_end)
     for w in range(nw):
         row[:] = np.uint32(0xFFFFFFFF)
         counts[w] = _window_row(data, win_start[w], win_end[w], k_words, a, b, row, ts, te, hs, buf)
-        _row_band_keys(row, rows, keys, w)
+        _row_band_keys(row, rows, keys, w, h)
     return keys, counts
 
 
