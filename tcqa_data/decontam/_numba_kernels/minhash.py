@@ -86,25 +86,22 @@ def _affine_min(row, a, b, h0, h1, h2, h3):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _window_row(data, start, end, k_words, a, b, row, ts, te, hs, buf):
+def _window_row(data, start, end, k_words, a, b, row, bd, hs, buf):
     """Folds the shingles of window ``data[start:end]`` into ``row`` (``window_signatures``);
-    scratch ``ts``, ``te``, ``hs`` and ``buf`` hold ``end - start + 2`` entries. Returns the
-    shingle count."""
-    # tokens of the window, branch-free: a token starts after a space and ends at one (space
-    # and non-space alternate every few bytes in no pattern a branch predictor learns)
-    # (unsigned counters and positions: no negative-index fix-up on each access)
-    nts = np.uint64(0)
-    nte = np.uint64(0)
+    scratch ``bd``, ``hs`` and ``buf`` hold ``end - start + 2`` entries. Returns the shingle
+    count."""
+    # token boundaries, branch-free (space and non-space alternate every few bytes in no pattern
+    # a branch predictor learns): every change between space and not, so token t starts at
+    # bd[2t] and ends at bd[2t + 1]; unsigned positions: no negative-index fix-up on each access
+    nb = np.uint64(0)
     prev = True
     for i in range(np.uint64(start), np.uint64(end)):
         sp = data[i] == 32
-        ts[nts] = i
-        nts += np.uint64(prev and not sp)
-        te[nte] = i
-        nte += np.uint64(sp and not prev)
+        bd[nb] = i
+        nb += np.uint64(sp != prev)
         prev = sp
-    te[nte] = end  # the end of a token running to the window's end
-    nt = np.int64(nts)
+    bd[nb] = end  # the end of a token running to the window's end
+    nt = (np.int64(nb) + 1) // 2
     if nt == 0:
         return 0
     nsh = nt - k_words + 1 if nt >= k_words else 1
@@ -113,18 +110,20 @@ def _window_row(data, start, end, k_words, a, b, row, ts, te, hs, buf):
     # dependency chains overlap when nothing else sits between them
     for j in range(nsh):
         # the shingle's bytes: tokens j .. j+span-1 joined by one space
+        first = bd[2 * j]
+        last = bd[2 * (j + span) - 1]
         need = 0
-        for t in range(j, j + span):
-            need += te[t] - ts[t] + 1
-        if need - 1 == te[j + span - 1] - ts[j]:
-            h = _xxh32(data, ts[j], need - 1)  # tokens one space apart: hash in place
+        for t in range(2 * j, 2 * (j + span), 2):
+            need += bd[t + 1] - bd[t] + 1
+        if need - 1 == last - first:
+            h = _xxh32(data, first, need - 1)  # tokens one space apart: hash in place
         else:
             m = 0
-            for t in range(j, j + span):
-                if t > j:
+            for t in range(2 * j, 2 * (j + span), 2):
+                if t > 2 * j:
                     buf[m] = 32
                     m += 1
-                for q in range(ts[t], te[t]):
+                for q in range(bd[t], bd[t + 1]):
                     buf[m] = data[q]
                     m += 1
             h = _xxh32(buf, 0, m)
@@ -147,12 +146,11 @@ def _window_row(data, start, end, k_words, a, b, row, ts, te, hs, buf):
 
 @njit(cache=True, nogil=True)
 def _window_scratch(win_start, win_end):
-    """``_window_row``'s scratch for the longest window: ts, te, hs, buf."""
+    """``_window_row``'s scratch for the longest window: bd, hs, buf."""
     n = 2
     for w in range(len(win_start)):
         n = max(n, win_end[w] - win_start[w] + 2)
-    return (np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64), np.empty(n, dtype=np.uint32),
-            np.empty(n, dtype=np.uint8))
+    return np.empty(n, dtype=np.int64), np.empty(n, dtype=np.uint32), np.empty(n, dtype=np.uint8)
 
 
 @njit(cache=True, nogil=True)
@@ -164,9 +162,9 @@ def window_signatures(data, win_start, win_end, k_words, a, b):
     nw = len(win_start)
     sigs = np.full((nw, len(a)), np.uint32(0xFFFFFFFF), dtype=np.uint32)
     counts = np.zeros(nw, dtype=np.int64)
-    ts, te, hs, buf = _window_scratch(win_start, win_end)
+    bd, hs, buf = _window_scratch(win_start, win_end)
     for w in range(nw):
-        counts[w] = _window_row(data, win_start[w], win_end[w], k_words, a, b, sigs[w], ts, te, hs, buf)
+        counts[w] = _window_row(data, win_start[w], win_end[w], k_words, a, b, sigs[w], bd, hs, buf)
     return sigs, counts
 
 
@@ -211,10 +209,10 @@ def window_band_keys(data, win_start, win_end, k_words, a, b, bands, rows):
     counts = np.zeros(nw, dtype=np.int64)
     row = np.empty(len(a), dtype=np.uint32)
     h = np.empty(bands, dtype=np.uint64)
-    ts, te, hs, buf = _window_scratch(win_start, win_end)
+    bd, hs, buf = _window_scratch(win_start, win_end)
     for w in range(nw):
         row[:] = np.uint32(0xFFFFFFFF)
-        counts[w] = _window_row(data, win_start[w], win_end[w], k_words, a, b, row, ts, te, hs, buf)
+        counts[w] = _window_row(data, win_start[w], win_end[w], k_words, a, b, row, bd, hs, buf)
         _row_band_keys(row, rows, keys, w, h)
     return keys, counts
 
