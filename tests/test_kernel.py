@@ -122,6 +122,30 @@ def test_minhash_kernel_signatures_equal_numpy_and_datasketch(wiki_sample, monke
         assert (c1 == 0).sum() == 2  # "" and "   " have no shingles
 
 
+def test_window_band_keys_equal_band_keys_of_signatures(wiki_sample, monkeypatch):
+    """The fused kernel (``verify="text"`` maps: no signatures kept) gives the band keys of the
+    windows' signatures, windows without tokens and double spaces included."""
+    from tcqa_data.decontam.minhash import MinHashParams, sketch
+    from tcqa_data.decontam.minhash.feed import codepoint_windows
+    from tcqa_data.decontam.minhash.windows import texts_codepoints
+
+    monkeypatch.setenv(kernel.ENV, "numba")
+    k = kernel.kernels()
+    for params in (MinHashParams(verify="text"), MinHashParams(num_perm=64, shingle_words=3, verify="text")):
+        _, data, _, ws, we = codepoint_windows(*texts_codepoints(_texts(wiki_sample, 15)), params)
+        extra = np.frombuffer(b"one  two three   ", dtype=np.uint8)  # double spaces, trailing ones
+        data = np.concatenate([data, extra])
+        n = len(data) - len(extra)
+        ws = np.concatenate([ws, [n, n + 3, n + 14, n, n + 1]])
+        we = np.concatenate([we, [n + 17, n + 3, n + 17, n + 9, n + 8]])
+        sigs, counts = sketch.sign_normalized(data, ws, we, params)
+        keys, counts2 = sketch.band_keys_normalized(data, ws, we, params)
+        assert len(ws) > 500 and (counts == 0).sum() == 2
+        assert np.array_equal(counts, counts2)
+        assert np.array_equal(keys, k["band_keys32"](sigs, params.bands, params.rows))
+        assert np.array_equal(keys, sketch.stored_band_keys(sketch.band_keys(sigs, params)).T)
+
+
 def test_compiled_jsonl_reader_writes_the_same_index(wiki_sample, tmp_path, monkeypatch):
     """The n-gram build reads JSONL with the compiled reader when the kernels are on: the whole
     index (docs table, manifest counts and skip statistics included) equals the Python reader's."""

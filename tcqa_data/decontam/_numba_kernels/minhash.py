@@ -22,14 +22,24 @@ def _rotl32(x, r):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _read32(buf, i):  # little-endian
-    return (np.uint64(buf[i]) | (np.uint64(buf[i + 1]) << np.uint64(8))
-            | (np.uint64(buf[i + 2]) << np.uint64(16)) | (np.uint64(buf[i + 3]) << np.uint64(24)))
+def _read32(buf, i):
+    """Little-endian; unsigned indices (no negative-index fix-up) let the compiler make the four
+    byte loads one."""
+    j = np.uint64(i)
+    return (np.uint64(buf[j]) | (np.uint64(buf[j + np.uint64(1)]) << np.uint64(8))
+            | (np.uint64(buf[j + np.uint64(2)]) << np.uint64(16))
+            | (np.uint64(buf[j + np.uint64(3)]) << np.uint64(24)))
 
 
 @njit(cache=True, nogil=True)
 def xxh32(buf, off, n):
     """xxHash32 (seed 0) of ``buf[off:off + n]``; 32-bit arithmetic in uint64 registers, masked."""
+    return _xxh32(buf, off, n)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _xxh32(buf, off, n):
+    """``xxh32``, inlined in the window kernel (a call per shingle: ~a third of the hash's time)."""
     i = off
     n += off
     if n - off >= 16:
@@ -52,7 +62,7 @@ def xxh32(buf, off, n):
         h = (_rotl32(h, 17) * _P32_4) & _M32
         i += 4
     while i < n:
-        h = (h + np.uint64(buf[i]) * _P32_5) & _M32
+        h = (h + np.uint64(buf[np.uint64(i)]) * _P32_5) & _M32
         h = (_rotl32(h, 11) * _P32_1) & _M32
         i += 1
     h ^= h >> np.uint64(15)
@@ -63,6 +73,86 @@ def xxh32(buf, off, n):
     return h
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _affine_min(row, a, b, h0, h1, h2, h3):
+    """``row[k] = min(row[k], (a[k] * h + b[k]) mod 2**32)`` for four shingle hashes at once: one
+    load and store of the row per four shingles (32-bit lanes: the compiler vectorizes it)."""
+    for k in range(len(row)):
+        ak = a[k]
+        bk = b[k]
+        v = min(min(np.uint32(ak * h0 + bk), np.uint32(ak * h1 + bk)),
+                min(np.uint32(ak * h2 + bk), np.uint32(ak * h3 + bk)))
+        row[k] = min(row[k], v)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _window_row(data, start, end, k_words, a, b, row, bd, hs, buf):
+    """Folds the shingles of window ``data[start:end]`` into ``row`` (``window_signatures``);
+    scratch ``bd``, ``hs`` and ``buf`` hold ``end - start + 2`` entries. Returns the shingle
+    count."""
+    # token boundaries, branch-free (space and non-space alternate every few bytes in no pattern
+    # a branch predictor learns): every change between space and not, so token t starts at
+    # bd[2t] and ends at bd[2t + 1]; unsigned positions: no negative-index fix-up on each access
+    nb = np.uint64(0)
+    prev = True
+    for i in range(np.uint64(start), np.uint64(end)):
+        sp = data[i] == 32
+        bd[nb] = i
+        nb += np.uint64(sp != prev)
+        prev = sp
+    bd[nb] = end  # the end of a token running to the window's end
+    nt = (np.int64(nb) + 1) // 2
+    if nt == 0:
+        return 0
+    nsh = nt - k_words + 1 if nt >= k_words else 1
+    span = k_words if nt >= k_words else nt
+    # every shingle hash first, then the permutations four shingles at a time: the hashes'
+    # dependency chains overlap when nothing else sits between them
+    for j in range(nsh):
+        # the shingle's bytes: tokens j .. j+span-1 joined by one space
+        first = bd[2 * j]
+        last = bd[2 * (j + span) - 1]
+        need = 0
+        for t in range(2 * j, 2 * (j + span), 2):
+            need += bd[t + 1] - bd[t] + 1
+        if need - 1 == last - first:
+            h = _xxh32(data, first, need - 1)  # tokens one space apart: hash in place
+        else:
+            m = 0
+            for t in range(2 * j, 2 * (j + span), 2):
+                if t > 2 * j:
+                    buf[m] = 32
+                    m += 1
+                for q in range(bd[t], bd[t + 1]):
+                    buf[m] = data[q]
+                    m += 1
+            h = _xxh32(buf, 0, m)
+        # datasketch pre-mixes each hash with MurmurHash3's fmix32
+        h ^= h >> np.uint64(16)
+        h = (h * np.uint64(0x85EBCA6B)) & _M32
+        h ^= h >> np.uint64(13)
+        h = (h * np.uint64(0xC2B2AE35)) & _M32
+        h ^= h >> np.uint64(16)
+        hs[j] = np.uint32(h)
+    j = 0
+    while j + 4 <= nsh:
+        _affine_min(row, a, b, hs[j], hs[j + 1], hs[j + 2], hs[j + 3])
+        j += 4
+    if j < nsh:  # the last one to three, some repeated (a repeat leaves the minimum as it is)
+        last = nsh - 1
+        _affine_min(row, a, b, hs[j], hs[min(j + 1, last)], hs[min(j + 2, last)], hs[last])
+    return nsh
+
+
+@njit(cache=True, nogil=True)
+def _window_scratch(win_start, win_end):
+    """``_window_row``'s scratch for the longest window: bd, hs, buf."""
+    n = 2
+    for w in range(len(win_start)):
+        n = max(n, win_end[w] - win_start[w] + 2)
+    return np.empty(n, dtype=np.int64), np.empty(n, dtype=np.uint32), np.empty(n, dtype=np.uint8)
+
+
 @njit(cache=True, nogil=True)
 def window_signatures(data, win_start, win_end, k_words, a, b):
     """MinHash signatures of windows ``data[win_start[i]:win_end[i]]`` (normalized bytes,
@@ -70,69 +160,11 @@ def window_signatures(data, win_start, win_end, k_words, a, b):
     tokens: one shingle of all), xxh32 of each, fmix32, then ``min((a * h + b) mod 2**32)``.
     Returns (uint32 [n, P] signatures, shingle count per window)."""
     nw = len(win_start)
-    nperm = len(a)
-    sigs = np.full((nw, nperm), np.uint32(0xFFFFFFFF), dtype=np.uint32)
+    sigs = np.full((nw, len(a)), np.uint32(0xFFFFFFFF), dtype=np.uint32)
     counts = np.zeros(nw, dtype=np.int64)
-    buf = np.empty(256, dtype=np.uint8)
-    ts = np.empty(64, dtype=np.int64)
-    te = np.empty(64, dtype=np.int64)
-    row = np.empty(nperm, dtype=np.uint32)
+    bd, hs, buf = _window_scratch(win_start, win_end)
     for w in range(nw):
-        # tokens of the window, branch-free: a token starts after a space and ends at one (space
-        # and non-space alternate every few bytes in no pattern a branch predictor learns)
-        start = win_start[w]
-        end = win_end[w]
-        if end - start + 2 > len(ts):
-            ts = np.empty(2 * (end - start) + 2, dtype=np.int64)
-            te = np.empty(2 * (end - start) + 2, dtype=np.int64)
-        nt = 0
-        ne = 0
-        prev = True
-        for i in range(start, end):
-            sp = data[i] == 32
-            ts[nt] = i
-            nt += prev and not sp
-            te[ne] = i
-            ne += sp and not prev
-            prev = sp
-        te[ne] = end  # the end of a token running to the window's end
-        if nt == 0:
-            continue
-        nsh = nt - k_words + 1 if nt >= k_words else 1
-        span = k_words if nt >= k_words else nt
-        counts[w] = nsh
-        row[:] = np.uint32(0xFFFFFFFF)
-        for j in range(nsh):
-            # the shingle's bytes: tokens j .. j+span-1 joined by one space
-            need = 0
-            for t in range(j, j + span):
-                need += te[t] - ts[t] + 1
-            if need - 1 == te[j + span - 1] - ts[j]:
-                h = xxh32(data, ts[j], need - 1)  # tokens one space apart: hash in place
-            else:
-                if need > len(buf):
-                    buf = np.empty(2 * need, dtype=np.uint8)
-                m = 0
-                for t in range(j, j + span):
-                    if t > j:
-                        buf[m] = 32
-                        m += 1
-                    for q in range(ts[t], te[t]):
-                        buf[m] = data[q]
-                        m += 1
-                h = xxh32(buf, 0, m)
-            # datasketch pre-mixes each hash with MurmurHash3's fmix32
-            h ^= h >> np.uint64(16)
-            h = (h * np.uint64(0x85EBCA6B)) & _M32
-            h ^= h >> np.uint64(13)
-            h = (h * np.uint64(0xC2B2AE35)) & _M32
-            h ^= h >> np.uint64(16)
-            h32 = np.uint32(h)
-            for k in range(nperm):  # 32-bit lanes: the compiler vectorizes this loop
-                v = np.uint32(a[k] * h32 + b[k])
-                row[k] = min(row[k], v)
-        for k in range(nperm):
-            sigs[w, k] = row[k]
+        counts[w] = _window_row(data, win_start[w], win_end[w], k_words, a, b, sigs[w], bd, hs, buf)
     return sigs, counts
 
 
@@ -140,23 +172,49 @@ _BK_MUL = np.uint64(0xFF51AFD7ED558CCD)
 _BK_SEED = np.uint64(0x9E3779B97F4A7C15)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _row_band_keys(row, rows, out, i, h):
+    """``out[band, i]``: the stored band keys of signature ``row``; ``h``: uint64 scratch, one a
+    band. Row step by row step over all bands (not band by band): the bands' multiply chains are
+    independent, so consecutive steps overlap (one band's five chained multiplies did not)."""
+    bands = out.shape[0]
+    for band in range(bands):
+        h[band] = _BK_SEED * np.uint64(band + 1)
+    for j in range(rows):
+        for band in range(bands):
+            x = (h[band] ^ np.uint64(row[band * rows + j])) * _BK_MUL
+            h[band] = x ^ (x >> np.uint64(32))
+    for band in range(bands):
+        out[band, i] = np.uint32(fmix(h[band]) >> np.uint64(32))
+
+
 @njit(cache=True, nogil=True)
 def band_keys32(sigs, bands, rows):
     """``sketch.stored_band_keys(sketch.band_keys(sigs))`` transposed: uint32 ``[bands, m]``."""
     m = sigs.shape[0]
     out = np.empty((bands, m), dtype=np.uint32)
-    seeds = np.empty(bands, dtype=np.uint64)
-    for band in range(bands):
-        seeds[band] = _BK_SEED * np.uint64(band + 1)
+    h = np.empty(bands, dtype=np.uint64)
     for i in range(m):  # row by row: one pass over the signatures
-        for band in range(bands):
-            h = seeds[band]
-            for j in range(band * rows, (band + 1) * rows):
-                h ^= np.uint64(sigs[i, j])
-                h *= _BK_MUL
-                h ^= h >> np.uint64(32)
-            out[band, i] = np.uint32(fmix(h) >> np.uint64(32))
+        _row_band_keys(sigs[i], rows, out, i, h)
     return out
+
+
+@njit(cache=True, nogil=True)
+def window_band_keys(data, win_start, win_end, k_words, a, b, bands, rows):
+    """``band_keys32(window_signatures(...)[0], bands, rows)`` and the shingle counts, each
+    window's signature kept only while its band keys are taken (no ``[n, P]`` array: 512 bytes
+    a window written and read back)."""
+    nw = len(win_start)
+    keys = np.empty((bands, nw), dtype=np.uint32)
+    counts = np.zeros(nw, dtype=np.int64)
+    row = np.empty(len(a), dtype=np.uint32)
+    h = np.empty(bands, dtype=np.uint64)
+    bd, hs, buf = _window_scratch(win_start, win_end)
+    for w in range(nw):
+        row[:] = np.uint32(0xFFFFFFFF)
+        counts[w] = _window_row(data, win_start[w], win_end[w], k_words, a, b, row, bd, hs, buf)
+        _row_band_keys(row, rows, keys, w, h)
+    return keys, counts
 
 
 @njit(cache=True, nogil=True)
@@ -220,4 +278,5 @@ def sorted_unique_pairs(pairs, scratch):
 
 
 KERNELS = {"xxh32": xxh32, "window_signatures": window_signatures, "band_keys32": band_keys32,
+           "window_band_keys": window_band_keys,
            "band_key_pairs": band_key_pairs, "sorted_unique_pairs": sorted_unique_pairs}

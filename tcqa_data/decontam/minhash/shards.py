@@ -14,6 +14,7 @@ from tcqa_data.decontam.arrays import narrow_ordinals
 from tcqa_data.decontam.minhash.params import MinHashParams
 from tcqa_data.decontam.minhash.sketch import (
     STORAGE_FORMAT,
+    band_keys_normalized,
     band_pairs,
     sign_normalized,
     stored_band_keys_t,
@@ -110,19 +111,26 @@ class ShardWriter:
 
         ords = self._ordinals(ordinals)
         win_doc, data, nstart, ws, we = codepoint_windows(cps, doc_start, self.params)
-        if len(ords):
+        if len(ords) and self.params.verify == "signatures":
             sigs, counts = sign_normalized(data, ws, we, self.params)
             self._add(ords, win_doc, sigs, counts)
+        elif len(ords):
+            keys, counts = band_keys_normalized(data, ws, we, self.params)
+            keep = counts > 0
+            self._add_keys(ords, win_doc, keys if keep.all() else keys[:, keep], keep, None)
         return data, nstart
 
     def _add(self, ordinals: np.ndarray, win_doc: np.ndarray, sigs: np.ndarray, counts: np.ndarray) -> None:
         keep = counts > 0  # no tokens, no signature: such a window could only match by accident
-        empty = int((~keep).sum())
-        self.n_empty += empty
-        kept = sigs[keep] if empty else sigs  # most batches have none: no 512-byte copy per window
-        keys = stored_band_keys_t(kept, self.params)  # [bands, kept windows]
+        kept = sigs if keep.all() else sigs[keep]  # most batches have none: no 512-byte copy per window
         stored = stored_signatures(kept) if self.params.verify == "signatures" else None
-        del kept
+        self._add_keys(ordinals, win_doc, stored_band_keys_t(kept, self.params), keep, stored)
+
+    def _add_keys(self, ordinals: np.ndarray, win_doc: np.ndarray, keys: np.ndarray, keep: np.ndarray,
+                  stored: np.ndarray | None) -> None:
+        """Buffer windows by their stored band keys (``[bands, kept windows]``: those whose
+        ``keep`` is set, the windows with tokens) and stored signatures, cutting parts."""
+        self.n_empty += int((~keep).sum())
         kept_before = np.zeros(len(keep) + 1, dtype=np.int64)
         np.cumsum(keep, out=kept_before[1:])
         # Parts end between documents, so one doc's windows are in one run (ordinal ranges of

@@ -150,6 +150,16 @@ def sign_normalized(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, para
                                                  np.asarray(ends, dtype=np.int64), params.shingle_words, a, b)
 
 
+def band_keys_normalized(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, params: MinHashParams
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """``(stored_band_keys_t(signatures), shingle counts)`` of the windows ``sign_normalized``
+    signs, without their signatures (an index that keeps none: ``verify="text"``)."""
+    a, b = _permutations(params.num_perm, params.seed)
+    return kernel.kernels()["window_band_keys"](data, np.asarray(starts, dtype=np.int64),
+                                                np.asarray(ends, dtype=np.int64), params.shingle_words, a, b,
+                                                params.bands, params.rows)
+
+
 @lru_cache(maxsize=1)
 def _janitor_deleted() -> np.ndarray:
     from tcqa_data.decontam.normalize import JANITOR_BYTES_DELETE
