@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 from tcqa_data.cli import app
 from tcqa_data.decontam.build import build_index, map_shard
+from tcqa_data.decontam.build_map import MAP_FORMAT
 from tcqa_data.decontam.hashing import HASH_NAME, ngram_hashes
 from tcqa_data.decontam.ngram_index import NgramIndex
 from tcqa_data.errors import IndexMismatchError, InputError, TcqaError
@@ -185,6 +186,25 @@ def test_kill9_never_looks_complete_and_rerun_recovers(tmp_path, corpus, phase):
     assert m["counts"]["docs"] == 90
     clean = tmp_path / "clean"
     build_index(corpus, clean, workers=2, run_pairs=20_000, num_buckets=64, quiet=True)
+    _assert_same(clean, out)
+
+
+def test_a_resume_by_code_with_another_map_layout_redoes_the_maps(tmp_path, corpus):
+    """Finished maps are build scratch in the layout of the code that wrote them: a build resumed
+    by code whose maps write another layout (``MAP_FORMAT`` in plan.json) maps again."""
+    out = tmp_path / "killed"
+    maps = out / "_work" / "maps"
+    _kill_when(_spawn_build(corpus, out), lambda: len(list(maps.glob("*/done.json"))) >= 1)
+    plan_path = out / "_work" / "plan.json"
+    plan = json.loads(plan_path.read_text())
+    assert plan["map_format"] == MAP_FORMAT
+    # stand-ins for an older layout's files: reading them again would fail the build
+    for done in maps.glob("*/done.json"):
+        (done.parent / "docs.parquet").write_bytes(b"not parquet")
+    plan_path.write_text(json.dumps(dict(plan, map_format=MAP_FORMAT - 1)))
+    build_index(corpus, out, workers=1, run_pairs=20_000, num_buckets=64, quiet=True)
+    clean = tmp_path / "clean"
+    build_index(corpus, clean, workers=1, run_pairs=20_000, num_buckets=64, quiet=True)
     _assert_same(clean, out)
 
 

@@ -2,7 +2,8 @@
 
 Work directory ``INDEX_DIR/_work`` (removed when the build completes)::
 
-    plan.json                  parameters of the build in progress (resume only if equal)
+    plan.json                  parameters and map layout of the build in progress (resume
+                               only if both are equal)
     maps/<key>/                one map output per input shard: runs, docs.parquet, minhash part,
                                done.json (written last: a shard without it is redone)
     stage/                     reduce output (ngrams/, docs.parquet, minhash/)
@@ -40,6 +41,7 @@ from tcqa_data.decontam import ngram_reduce as nred
 from tcqa_data.decontam import ngram_runs as nruns
 from tcqa_data.decontam.build_map import (
     BATCH_CHARS,
+    MAP_FORMAT,
     _fixed_mmap_threshold,
     _init_worker,
     _minhash_module,
@@ -247,15 +249,18 @@ def build_index(
                                  "to rebuild")
     if work.exists():
         plan = read_json(work / "plan.json") if (work / "plan.json").is_file() else None
-        if plan is None or plan.get("params") != params:
-            # An interrupted build with other parameters: restart cleanly.
+        same_params = plan is not None and plan.get("params") == params
+        if same_params and (work / "commit.json").is_file():
+            # staged index files (their format is in the parameters): finish the commit
+            _commit(out, read_json(work / "commit.json"), ns)
+            old_manifest = read_json(mpath)
+        elif not same_params or plan.get("map_format") != MAP_FORMAT:
+            # An interrupted build with other parameters, or whose maps another version of this
+            # code wrote: restart cleanly.
             if old_manifest is None:
                 _clear_index(out)
             else:
                 shutil.rmtree(work)
-        elif (work / "commit.json").is_file():
-            _commit(out, read_json(work / "commit.json"), ns)
-            old_manifest = read_json(mpath)
 
     def close_engine() -> None:
         if eng is not None and eng is not engine:
@@ -325,7 +330,7 @@ def build_index(
 
         # ---- map
         work.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(work / "plan.json", {"params": params})
+        write_json_atomic(work / "plan.json", {"params": params, "map_format": MAP_FORMAT})
         files = [e for e in entries if "hf" not in e]
         split_calls = [{"inp": CorpusInput(e["path"], e["format"], e["size"]), "target_bytes": shard_bytes}
                        for e in files]

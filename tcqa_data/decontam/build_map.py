@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 
 # Texts hashed together (bounds the per-batch numpy arrays, ~10 x this in memory).
 BATCH_CHARS = 4_000_000
+# The layout of a map's outputs (its runs, staged anchors and MinHash part: build scratch, not
+# index format). plan.json records it, and a build resumed by code that writes another layout
+# redoes the finished maps instead of reading them: bump it whenever those files change.
+MAP_FORMAT = 1
 
 
 def sha256_file(path: str) -> str:
