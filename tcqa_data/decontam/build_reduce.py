@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from tcqa_data.decontam import ngram_index as ni
 from tcqa_data.decontam import ngram_reduce as nred
-from tcqa_data.decontam.build_map import _minhash_module, arrow_int64, arrow_repeated_string
+from tcqa_data.decontam.build_map import MAP_FORMAT, _minhash_module, arrow_int64, arrow_repeated_string
 from tcqa_data.decontam.engines import Engine, run_tasks
 from tcqa_data.decontam.textstore.store import STORE_DIR
 from tcqa_data.errors import TcqaError
@@ -180,7 +180,8 @@ def _stage_map_anchors(dst: Path, all_inputs: list[dict], maps: Path) -> None:
                 target = dst / f"{key}.map-{i:05d}.{name}"
                 if not target.is_file():
                     os.replace(maps / shard / name, target)
-        write_json_atomic(dst / f"{key}.map.json", {"shard_docs": [int(n) for n in e["shard_docs"]]})
+        write_json_atomic(dst / f"{key}.map.json", {"shard_docs": [int(n) for n in e["shard_docs"]],
+                                                     "map_format": MAP_FORMAT})
 
 
 def _as_type(column: pa.ChunkedArray, typ: pa.DataType) -> pa.ChunkedArray:

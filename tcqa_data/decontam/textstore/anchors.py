@@ -209,12 +209,17 @@ MAP_HASHES, MAP_COUNTS = "anchors.hashes.npy", "anchors.counts.npy"
 def map_anchor_batches(store: Path, key: str, n_docs: int
                        ) -> Iterable[tuple[np.ndarray, np.ndarray, int]] | None:
     """The staged map anchors of input ``key`` as ``_write_anchor_runs`` batches (one per map
-    shard), or None when the map left none (another reader, an older build) or they do not
-    count ``n_docs`` docs."""
+    shard), or None when the map left none (another reader, an older build), another version's
+    maps wrote them (``build_map.MAP_FORMAT``) or they do not count ``n_docs`` docs."""
+    from tcqa_data.decontam.build_map import MAP_FORMAT
+
     listing = store / f"{key}.map.json"
     if not listing.is_file():
         return None
-    shard_docs = [int(n) for n in read_json(listing)["shard_docs"]]
+    staged = read_json(listing)
+    if staged.get("map_format") != MAP_FORMAT:
+        return None
+    shard_docs = [int(n) for n in staged["shard_docs"]]
     names = [(store / f"{key}.map-{i:05d}.{MAP_HASHES}", store / f"{key}.map-{i:05d}.{MAP_COUNTS}")
              for i in range(len(shard_docs))]
     if sum(shard_docs) != n_docs or not all(h.is_file() and c.is_file() for h, c in names):
