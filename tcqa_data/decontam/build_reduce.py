@@ -18,7 +18,7 @@ from tcqa_data.decontam import ngram_index as ni
 from tcqa_data.decontam import ngram_reduce as nred
 from tcqa_data.decontam.build_map import MAP_FORMAT, _minhash_module, arrow_int64, arrow_repeated_string
 from tcqa_data.decontam.engines import Engine, run_tasks
-from tcqa_data.decontam.textstore.store import STORE_DIR
+from tcqa_data.decontam.textstore.store import STORE_DIR, _key
 from tcqa_data.errors import TcqaError
 from tcqa_data.io_utils import atomic_path, write_json_atomic
 from tcqa_data.progress import progress_bar, rate_text
@@ -168,7 +168,6 @@ def _stage_map_anchors(dst: Path, all_inputs: list[dict], maps: Path) -> None:
     moved next to the index's text store by ``_commit``; an input whose maps did not all winnow
     (another reader) gets none. Idempotent: files moved by a killed run are not looked for again."""
     from tcqa_data.decontam.textstore.anchors import MAP_COUNTS, MAP_HASHES
-    from tcqa_data.decontam.textstore.store import _key
 
     for e in all_inputs:
         if e.get("_old") or not e.get("shard_anchors"):

@@ -11,7 +11,7 @@ import numpy as np
 from numba import njit
 from numba.cpython.unsafe.numbers import trailing_zeros
 
-from tcqa_data.decontam._numba_kernels.mix import HIGH8, ONES8
+from tcqa_data.decontam._numba_kernels.mix import HIGH8, ONES8, SPACES8
 
 # jsonl_scan statuses
 SCAN_END, SCAN_BATCH_FULL, SCAN_DEFER, SCAN_ROOM = 0, 1, 2, 3
@@ -563,7 +563,6 @@ def _cp_is_space(cp, amap):
             or cp == 0x2029 or cp == 0x202F or cp == 0x205F or cp == 0x3000)
 
 
-_SPACES8 = np.uint64(0x2020202020202020)
 _QUOTE8 = np.uint64(0x2222222222222222)
 _BSLASH8 = np.uint64(0x5C5C5C5C5C5C5C5C)
 
@@ -574,7 +573,7 @@ def _plain8(w):
     ``plain`` bytes): no high bit, none below 0x20, no 0x22, no 0x5C (zero-byte tests, exact)."""
     q = w ^ _QUOTE8
     s = w ^ _BSLASH8
-    bad = w | ((w - _SPACES8) & ~w) | ((q - ONES8) & ~q) | ((s - ONES8) & ~s)
+    bad = w | ((w - SPACES8) & ~w) | ((q - ONES8) & ~q) | ((s - ONES8) & ~s)
     return (bad & HIGH8) == 0
 
 

@@ -21,4 +21,5 @@ def fmix(z):
 
 # the zero-byte test on 8 bytes at once, ``(x - ONES8) & ~x & HIGH8``: a token's end, a line's end
 ONES8 = np.uint64(0x0101010101010101)
+SPACES8 = np.uint64(0x2020202020202020)  # eight spaces: a token scan's, a JSON string's plain bytes
 HIGH8 = np.uint64(0x8080808080808080)

@@ -9,7 +9,7 @@ import numpy as np
 from numba import njit
 from numba.cpython.unsafe.numbers import leading_zeros, trailing_zeros
 
-from tcqa_data.decontam._numba_kernels.mix import HIGH8, ONES8, fmix
+from tcqa_data.decontam._numba_kernels.mix import HIGH8, ONES8, SPACES8, fmix
 
 _K_LEN = np.uint64(0xD6E8FEB86659FD93)
 
@@ -348,9 +348,6 @@ def unpack_cells(w, offs, first_cell, shift, doc_offset, h_out, d_out):
             d_out[i] = np.int64(v & mask) + doc_offset
 
 
-_SP8 = np.uint64(0x2020202020202020)
-
-
 @njit(cache=True, nogil=True)
 def token_hashes_1p(data, words, doc_start, salt_tok, max_bytes, tok, huge):
     """Token hashes (``hashing._token_hashes``'s values) in one pass over ``data`` into caller
@@ -379,7 +376,7 @@ def token_hashes_1p(data, words, doc_start, salt_tok, max_bytes, tok, huge):
         e = s
         w = w0
         while True:
-            x = w ^ _SP8
+            x = w ^ SPACES8
             z = (x - ONES8) & ~x & HIGH8
             if z != 0:
                 e += trailing_zeros(z) >> 3

@@ -163,7 +163,7 @@ def _write_anchor_runs(store: Path, key: str, batches: Iterable[tuple[np.ndarray
     """Anchor entries of one input's docs, as sorted packed tables; returns their meta.
     ``batches``: per batch of docs in index order, ``winnow``'s result and the batch's doc count.
     A run ends with the doc that brings it to ``ANCHOR_RUN`` entries, whatever the batches: the
-    map's anchors (``map_anchors``) and a pass over the input write the same runs."""
+    map's anchors (``map_anchor_batches``) and a pass over the input write the same runs."""
     names: list[dict[str, Any]] = []
     id_bits = packed.id_bits_for(max(0, n_docs - 1))
     parts: list[np.ndarray] = []
@@ -183,16 +183,15 @@ def _write_anchor_runs(store: Path, key: str, batches: Iterable[tuple[np.ndarray
     for h, d, k in batches:
         d = np.asarray(d, dtype=np.int64)  # non-decreasing: winnowing keeps doc order
         lo = 0
-        while held + len(h) - lo >= ANCHOR_RUN:
-            last = d[lo + ANCHOR_RUN - held - 1]  # the doc holding the run's last entry
-            hi = int(np.searchsorted(d, last, side="right"))
+        while lo < len(h):
+            full = held + len(h) - lo >= ANCHOR_RUN
+            # a full run ends with the doc holding its ANCHOR_RUN-th entry
+            hi = int(np.searchsorted(d, d[lo + ANCHOR_RUN - held - 1], side="right")) if full else len(h)
             parts.append((h[lo:hi].astype(np.uint64) << np.uint64(32)) | (d[lo:hi] + base).astype(np.uint64))
             held += hi - lo
-            flush()
             lo = hi
-        if lo < len(h):
-            parts.append((h[lo:].astype(np.uint64) << np.uint64(32)) | (d[lo:] + base).astype(np.uint64))
-            held += len(h) - lo
+            if full:
+                flush()
         base += k
     flush()
     return names
