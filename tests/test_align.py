@@ -12,7 +12,8 @@ import pytest
 
 from tcqa_data.decontam.align import AlignParams, align_tokens, contaminated_spans
 from tcqa_data.decontam.build import build_index
-from tcqa_data.decontam.detect import QueryDoc, Rule, score_docs
+from tcqa_data.decontam.detect import QueryDoc, score_docs
+from tcqa_data.decontam.rules import Rule
 from tcqa_data.decontam.textstore.build import build_text_store
 from tcqa_data.decontam.textstore.store import TextStore, has_text_store
 from tcqa_data.errors import ConfigError, IndexMismatchError, TcqaError
@@ -181,7 +182,7 @@ def edited_index(wiki_sample, tmp_path_factory):
 
 def test_anchors_find_every_doc_sharing_six_words(edited_index):
     from tcqa_data.decontam.normalize import tokenize
-    from tcqa_data.decontam.textstore.anchors import AnchorIndex
+    from tcqa_data.decontam.textstore.anchor_index import AnchorIndex
 
     idx, docs = edited_index
     anchors = AnchorIndex(idx)
@@ -211,7 +212,8 @@ def test_anchor_kgram_in_more_than_max_df_docs_across_inputs_is_ignored(tmp_path
     look it up (same result)."""
     from tcqa_data.decontam.hashing import batch_ngram_hashes
     from tcqa_data.decontam.textstore import build as ts_build
-    from tcqa_data.decontam.textstore.anchors import ANCHOR_MAX_DF, AnchorIndex, winnow
+    from tcqa_data.decontam.textstore.anchor_index import AnchorIndex
+    from tcqa_data.decontam.textstore.anchors import ANCHOR_MAX_DF, winnow
 
     if not merged:  # per-input runs, as an index of 2**32 docs or more keeps them
         monkeypatch.setattr(ts_build, "MERGED_MAX_DOCS", 0)
@@ -284,7 +286,7 @@ def test_anchor_tables_are_packed_and_version2_stores_still_read(edited_index, t
     import shutil
 
     from tcqa_data.decontam import packed
-    from tcqa_data.decontam.textstore.anchors import AnchorIndex
+    from tcqa_data.decontam.textstore.anchor_index import AnchorIndex
     from tcqa_data.decontam.textstore.store import store_summary
 
     idx, docs = edited_index

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tcqa_data.decontam.detect import Rule, attribute_fields, auto_ngram, doc_status
+from tcqa_data.decontam.detect import attribute_fields, auto_ngram
+from tcqa_data.decontam.rules import Rule, doc_status
 from tcqa_data.errors import ConfigError
 
 

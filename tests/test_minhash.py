@@ -23,6 +23,7 @@ from tcqa_data.decontam.minhash import (
     split_windows,
     write_minhash_shard,
 )
+from tcqa_data.decontam.minhash import band_merge as mh_band
 from tcqa_data.decontam.minhash import merge as mh_merge
 from tcqa_data.decontam.minhash import shards as mh_shards
 from tcqa_data.decontam.minhash import windows as mh_windows
@@ -378,8 +379,8 @@ def test_shards_parts_and_append_equal_a_full_rebuild(wiki_sample, tmp_path, mon
     docs[5] = docs[2]  # duplicate article: equal band keys, ties ordered by window id
     docs[7] = "The same boilerplate sentence repeats here. " * 40
     monkeypatch.setattr(mh_shards, "PART_WINDOWS", 150)  # several runs per shard
-    monkeypatch.setattr(mh_merge, "_MIN_BLOCK", 17)  # many merge steps
-    monkeypatch.setattr(mh_merge, "_MERGE_ENTRIES", 64)
+    monkeypatch.setattr(mh_band, "_MIN_BLOCK", 17)  # many merge steps
+    monkeypatch.setattr(mh_band, "_MERGE_ENTRIES", 64)
     full = _bytes(_build(docs, tmp_path / "one", P, shards=1))
     assert _bytes(_build(docs, tmp_path / "four", P, shards=4)) == full
     assert _bytes(_build(docs, tmp_path / "again", P, shards=1)) == full  # deterministic
@@ -592,8 +593,8 @@ def test_band_merge_with_small_blocks_and_many_runs_is_identical(wiki_sample, tm
     texts = _wiki(wiki_sample, range(0, 600, 20))
     monkeypatch.setattr(mh_shards, "PART_WINDOWS", 200)
     big = _build(texts, tmp_path / "big", shards=4)
-    monkeypatch.setattr(mh_merge, "_MIN_BLOCK", 8)
-    monkeypatch.setattr(mh_merge, "_MERGE_ENTRIES", 64)
+    monkeypatch.setattr(mh_band, "_MIN_BLOCK", 8)
+    monkeypatch.setattr(mh_band, "_MERGE_ENTRIES", 64)
     small = _build(texts, tmp_path / "small", shards=4)
     files = sorted(p.name for p in (big / "minhash").iterdir())
     assert len(list((big / "_work").rglob("part*.band_pairs.npy"))) > 8  # many runs
@@ -617,7 +618,7 @@ def test_band_merge_in_run_groups_or_key_ranges_is_identical(wiki_sample, tmp_pa
     monkeypatch.setattr(mh_shards, "PART_WINDOWS", 200)
     one = _bytes(_build(texts, tmp_path / "one", shards=4))
     if wide:
-        monkeypatch.setattr(mh_merge, "_pair_ops", lambda layout: mh_merge._Wide)
+        monkeypatch.setattr(mh_band, "_pair_ops", lambda layout: mh_band._Wide)
     if groups:
         monkeypatch.setattr(mh_merge, "GROUP_RUNS", 3)
     if ranges:
@@ -723,7 +724,7 @@ def _sorted_runs(rng, runs: int):
     return np.concatenate(ks), np.concatenate(ds)
 
 
-@pytest.mark.parametrize("runs", [1, 3, 3 * mh_merge._RADIX_RUNS])
+@pytest.mark.parametrize("runs", [1, 3, 3 * mh_band._RADIX_RUNS])
 def test_band_merge_pair_forms_agree(runs):
     """The band merge holds (key, doc) pairs as one uint64 while docs fit 32 bits (``_Narrow``:
     numpy's stable sort, or from _RADIX_RUNS runs the compiled radix sort on the key) and as two
@@ -731,9 +732,9 @@ def test_band_merge_pair_forms_agree(runs):
     k, d = _sorted_runs(np.random.default_rng(runs), runs)
     expect = sorted(set(zip(k.tolist(), d.tolist(), strict=True)))
     scratch = np.empty(len(k) + 3, dtype=np.uint64)
-    pairs = mh_merge._Narrow.sorted_unique(mh_merge._Narrow.from_keys_docs(k, d), runs, scratch)
+    pairs = mh_band._Narrow.sorted_unique(mh_band._Narrow.from_keys_docs(k, d), runs, scratch)
     assert [(int(p) >> 32, int(p) & 0xFFFFFFFF) for p in pairs] == expect
-    wide_k, wide_d = mh_merge._Wide.sorted_unique((k.copy(), d + 2**32), runs, scratch)  # docs past 32 bits
+    wide_k, wide_d = mh_band._Wide.sorted_unique((k.copy(), d + 2**32), runs, scratch)  # docs past 32 bits
     assert list(zip(wide_k.tolist(), (wide_d - 2**32).tolist(), strict=True)) == expect
 
 

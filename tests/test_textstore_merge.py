@@ -17,6 +17,8 @@ from tcqa_data.decontam import packed
 from tcqa_data.decontam.build import build_index
 from tcqa_data.decontam.engines import LocalEngine
 from tcqa_data.decontam.hashing import batch_ngram_hashes
+from tcqa_data.decontam.textstore import anchor_index as ts_index
+from tcqa_data.decontam.textstore import anchor_merge as ts_merge
 from tcqa_data.decontam.textstore import anchors as ts_anchors
 from tcqa_data.decontam.textstore import build as ts_build
 from tcqa_data.decontam.textstore.build import build_text_store
@@ -63,6 +65,7 @@ def queries(inputs: list[Path], mc_taco_test: Path) -> list[str]:
 
 def _env(monkeypatch, merge: bool = True) -> None:
     monkeypatch.setattr(ts_anchors, "ANCHOR_RUN", RUN)
+    monkeypatch.setattr(ts_merge, "ANCHOR_RUN", RUN)  # the merged parts' size (plan_anchor_parts)
     monkeypatch.setattr(ts_anchors, "_ANCHOR_BATCH_CHARS", 100_000)  # runs end at batch ends
     # no merge: every index looks as if it had 2**32 docs or more (per-input runs, version 3's layout)
     monkeypatch.setattr(ts_build, "MERGED_MAX_DOCS", 1 << 32 if merge else 0)
@@ -70,7 +73,7 @@ def _env(monkeypatch, merge: bool = True) -> None:
 
 
 def _tiers(idx: Path, queries: list[str]) -> tuple[list[list[int]], list[list[int]]]:
-    return ts_anchors.AnchorIndex(idx).candidate_tiers(queries, 16, 2, 8)
+    return ts_index.AnchorIndex(idx).candidate_tiers(queries, 16, 2, 8)
 
 
 def _meta(idx: Path) -> dict:
@@ -120,7 +123,7 @@ def test_merged_table_gives_the_per_input_candidates_and_upgrades_a_version3_sto
     # both kinds of query k-grams: in 1..ANCHOR_MAX_DF docs, and in more (dropped)
     entries = _merged_entries(idx)
     hashes, df = np.unique(entries >> np.uint64(32), return_counts=True)
-    ai = ts_anchors.AnchorIndex(idx)
+    ai = ts_index.AnchorIndex(idx)
     flat, _ = batch_ngram_hashes(queries, [ts_anchors.ANCHOR_K], ai.scheme, ai.seed)[ts_anchors.ANCHOR_K]
     q_df = df[np.isin(hashes, np.unique(np.asarray(flat, dtype=np.uint64) >> np.uint64(32)))]
     assert (q_df > ts_anchors.ANCHOR_MAX_DF).any() and (q_df <= ts_anchors.ANCHOR_MAX_DF).any()
@@ -139,7 +142,7 @@ def test_merged_table_gives_the_per_input_candidates_and_upgrades_a_version3_sto
     assert all(r["anchors"] == [] for r in meta["inputs"].values())
     assert not [f for f in (idx / STORE_DIR).iterdir() if ".anchors-" in f.name]  # runs deleted
     assert np.array_equal(_merged_entries(idx), entries)
-    assert len(ts_anchors.AnchorIndex(idx).runs) == len(merged["parts"])
+    assert len(ts_index.AnchorIndex(idx).runs) == len(merged["parts"])
     assert _tiers(idx, queries) == per_input
     after = store_summary(idx)
     assert after["anchor_entries"] == before["anchor_entries"] == len(entries)
@@ -162,7 +165,7 @@ def test_per_input_and_merged_candidates_agree_for_every_cap(inputs, queries, tm
     _env(monkeypatch, merge=True)
     build_index([str(p) for p in inputs[:3]], b, minhash=False, quiet=True, workers=1)
     assert "anchors" not in _meta(a) and _meta(b)["anchors"]["parts"]
-    ra, rb = ts_anchors.AnchorIndex(a), ts_anchors.AnchorIndex(b)
+    ra, rb = ts_index.AnchorIndex(a), ts_index.AnchorIndex(b)
     for top, min_shared, weak in ((1, 1, 0), (64, 2, 64), (3, 3, 1), (8, 1, 8)):
         got = rb.candidate_tiers(queries, top, min_shared, weak)
         assert ra.candidate_tiers(queries, top, min_shared, weak) == got
@@ -206,7 +209,7 @@ def test_a_merged_table_of_other_inputs_is_recomputed_from_text(inputs, queries,
     build_index(kept, idx, minhash=False, quiet=True, workers=1, text_store="none")
     build_index(kept, fresh, minhash=False, quiet=True, workers=1)
     shutil.copytree(old / STORE_DIR, idx / STORE_DIR)
-    assert ts_anchors.AnchorIndex(idx).runs == []  # never the wrong docs
+    assert ts_index.AnchorIndex(idx).runs == []  # never the wrong docs
     reads = _count_reads(monkeypatch)
     build_text_store(idx)
     assert sorted(reads) == [inputs[0].name, inputs[2].name]
@@ -262,7 +265,7 @@ def test_an_append_past_the_id_width_keeps_the_new_runs_beside_the_merged_table(
     meta = _meta(idx)
     assert meta["anchors"]["parts"] == parts and len(meta["anchors"]["inputs"]) == 3
     runs = [r for rec in meta["inputs"].values() for r in rec["anchors"]]
-    assert len(runs) >= 2 and len(ts_anchors.AnchorIndex(idx).runs) == len(parts) + len(runs)
+    assert len(runs) >= 2 and len(ts_index.AnchorIndex(idx).runs) == len(parts) + len(runs)
     _env(monkeypatch)
     build_index([str(p) for p in inputs], full, minhash=False, quiet=True, workers=1)
     assert _tiers(idx, queries) == _tiers(full, queries)
@@ -291,7 +294,7 @@ def test_runs_stay_unmerged_until_there_are_anchor_merge_runs_of_them(inputs, qu
     meta = _meta(idx)
     left = sum(len(r["anchors"]) for r in meta["inputs"].values())
     assert meta["anchors"]["generation"] == 1 and left >= 2
-    assert len(ts_anchors.AnchorIndex(idx).runs) == len(meta["anchors"]["parts"]) + left
+    assert len(ts_index.AnchorIndex(idx).runs) == len(meta["anchors"]["parts"]) + left
     unmerged = _tiers(idx, queries)
     # enough runs outside the table: the next build merges them (and the table) into one
     monkeypatch.setattr(ts_build, "ANCHOR_MERGE_RUNS", left)
@@ -304,7 +307,7 @@ def test_runs_stay_unmerged_until_there_are_anchor_merge_runs_of_them(inputs, qu
     build_index([str(inputs[4])], idx, minhash=False, quiet=True, workers=1, append=True)
     meta = _meta(idx)
     assert meta["anchors"]["generation"] == 3 and all(r["anchors"] == [] for r in meta["inputs"].values())
-    assert len(ts_anchors.AnchorIndex(idx).runs) == len(meta["anchors"]["parts"])
+    assert len(ts_index.AnchorIndex(idx).runs) == len(meta["anchors"]["parts"])
     # the default threshold: a small store keeps its runs
     monkeypatch.undo()
     assert ts_build.ANCHOR_MERGE_RUNS > 2

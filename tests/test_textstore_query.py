@@ -11,6 +11,7 @@ import pytest
 
 from tcqa_data.decontam import packed
 from tcqa_data.decontam.build import build_index
+from tcqa_data.decontam.textstore import anchor_index as ts_index
 from tcqa_data.decontam.textstore import anchors as ts_anchors
 from tcqa_data.decontam.textstore.store import TextStore
 
@@ -75,14 +76,14 @@ def many_runs(tmp_path_factory):
 @pytest.mark.parametrize("threads", [1, 2, 5])
 def test_anchor_runs_ahead_give_the_same_candidates(many_runs, monkeypatch, threads):
     idx, queries = many_runs
-    anchors = ts_anchors.AnchorIndex(idx)
+    anchors = ts_index.AnchorIndex(idx)
     assert len(anchors.runs) == 6
     df, hits = _sequential_tiers(anchors, queries, 8, 2, 2)
     assert (df > ts_anchors.ANCHOR_MAX_DF).any() \
         and ((df > 0) & (df <= ts_anchors.ANCHOR_MAX_DF)).any()  # both kinds
-    monkeypatch.setattr(ts_anchors, "_ANCHOR_THREADS", 1)  # no run looked up ahead: the sequential loop
+    monkeypatch.setattr(ts_index, "_ANCHOR_THREADS", 1)  # no run looked up ahead: the sequential loop
     ref = anchors.candidate_tiers(queries, 8, 2, 2)
-    monkeypatch.setattr(ts_anchors, "_ANCHOR_THREADS", threads)
+    monkeypatch.setattr(ts_index, "_ANCHOR_THREADS", threads)
     assert anchors.candidate_tiers(queries, 8, 2, 2) == ref
     assert any(ref[0]) and any(ref[1])
     # the counted hits equal the sequential loop's: hits and docs per k-gram

@@ -12,19 +12,10 @@ For each doc's decontamination query this computes, with the index's own normali
 - per-field attribution: how many matched words fall inside each template field.
 
 A query shorter than ``n`` words has no n-gram: ``testable`` is False and n-gram rules cannot
-flag it. Such docs are reported as "untestable", never silently as clean (see :func:`doc_status`).
+flag it. Such docs are reported as "untestable", never silently as clean (see
+:func:`tcqa_data.decontam.rules.doc_status`).
 
-Rules (``Rule.parse``) are a tiny boolean grammar over these scores::
-
-    rule   := clause ("|" clause)*          # OR
-    clause := term ("&" term)*              # AND (binds tighter than OR)
-    term   := "any-ngram"                   # ngram_hits >= 1 (lm-eval / GPT-3 default)
-            | "ngram-hits>=" INT
-            | "ngram-fraction>=" FLOAT      # 0..1
-            | "longest>=" INT               # words
-            | "minhash>=" FLOAT             # 0..1
-            | "aligned>=" FLOAT             # 0..1, share of query tokens in an aligned match (align.py)
-            | "aligned-field>=" FLOAT       # 0..1, the same share within the best-covered field
+The flag rules over these scores (``Rule``, ``doc_status``, ``DEFAULT_RULE``) live in ``rules.py``.
 """
 
 from __future__ import annotations
@@ -39,7 +30,6 @@ from typing import Any
 
 import numpy as np
 
-DEFAULT_RULE = "any-ngram"
 DEFAULT_NGRAM = 13
 # GPT-3 (Brown et al. 2020, appendix C): N = 5th percentile of query length in words, in 8..13.
 AUTO_NGRAM_MIN, AUTO_NGRAM_MAX, AUTO_NGRAM_PERCENTILE = 8, 13, 5
@@ -51,140 +41,6 @@ LOOKUP_BATCH = 1 << 20
 _WINDOW_BATCH = 4096  # query paragraphs cut into MinHash windows per call
 
 _PARAGRAPH_BREAK = re.compile(r"\n[^\S\n]*\n\s*")  # a blank line, as the MinHash windows use
-_TERM_RE = re.compile(
-    r"^(?P<name>any-ngram|ngram-hits|ngram-fraction|longest|minhash|aligned-field|aligned)"
-    r"(?:\s*>=\s*(?P<value>[0-9]*\.?[0-9]+))?$"
-)
-_TERM_METRIC = {
-    "any-ngram": "ngram_hits",
-    "ngram-hits": "ngram_hits",
-    "ngram-fraction": "ngram_fraction",
-    "longest": "longest_match",
-    "minhash": "minhash_sim",
-    "aligned": "aligned_share",
-    "aligned-field": "aligned_field_share",
-}
-
-
-@dataclass(frozen=True)
-class Term:
-    name: str
-    threshold: float
-
-    @property
-    def metric(self) -> str:
-        return _TERM_METRIC[self.name]
-
-    @property
-    def uses_minhash(self) -> bool:
-        return self.name == "minhash"
-
-    @property
-    def uses_alignment(self) -> bool:
-        return self.name.startswith("aligned")
-
-    def __str__(self) -> str:
-        if self.name == "any-ngram":
-            return "any-ngram"
-        value = int(self.threshold) if self.name in ("longest", "ngram-hits") else self.threshold
-        return f"{self.name}>={value}"
-
-
-@dataclass(frozen=True)
-class Rule:
-    """A disjunction of conjunctions of threshold terms."""
-
-    clauses: tuple[tuple[Term, ...], ...]
-
-    @classmethod
-    def parse(cls, text: str) -> Rule:
-        from tcqa_data.errors import ConfigError
-
-        if not text or not text.strip():
-            raise ConfigError("empty --rule; e.g. 'any-ngram' or 'ngram-fraction>=0.5|minhash>=0.8'")
-        clauses = []
-        for clause_text in text.split("|"):
-            terms = []
-            for term_text in clause_text.split("&"):
-                t = term_text.strip().lower()
-                m = _TERM_RE.match(t)
-                if not m or (m["name"] == "any-ngram") != (m["value"] is None):
-                    raise ConfigError(
-                        f"cannot parse rule term {term_text.strip()!r} in {text!r}; terms are any-ngram, "
-                        "ngram-hits>=K, ngram-fraction>=X, longest>=L, minhash>=T, aligned>=S, "
-                        "aligned-field>=S joined by & (and) and | (or)")
-                name = m["name"]
-                value = 1.0 if name == "any-ngram" else float(m["value"])
-                shares = ("ngram-fraction", "minhash", "aligned", "aligned-field")
-                if name in shares and not 0.0 <= value <= 1.0:
-                    raise ConfigError(f"rule term {t!r}: threshold must be in [0, 1]")
-                if name in ("longest", "ngram-hits") and (value != int(value) or value < 1):
-                    raise ConfigError(f"rule term {t!r}: threshold must be a positive integer")
-                terms.append(Term(name, value))
-            clauses.append(tuple(terms))
-        return cls(tuple(clauses))
-
-    def __str__(self) -> str:
-        return "|".join("&".join(str(t) for t in c) for c in self.clauses)
-
-    @property
-    def terms(self) -> list[Term]:
-        return [t for c in self.clauses for t in c]
-
-    @property
-    def uses_minhash(self) -> bool:
-        return any(t.uses_minhash for t in self.terms)
-
-    @property
-    def uses_alignment(self) -> bool:
-        return any(t.uses_alignment for t in self.terms)
-
-    @property
-    def uses_ngrams(self) -> bool:
-        return any(not t.uses_minhash and not t.uses_alignment for t in self.terms)
-
-    def evaluate(self, scores: dict[str, np.ndarray]) -> tuple[np.ndarray, list[str]]:
-        """Per doc: whether the rule fires, and which clauses fired (text, '|'-joined)."""
-        k = len(next(iter(scores.values())))
-        dirty = np.zeros(k, dtype=bool)
-        fired: list[list[str]] = [[] for _ in range(k)]
-        for clause in self.clauses:
-            ok = np.ones(k, dtype=bool)
-            for term in clause:
-                values = np.asarray(scores[term.metric], dtype=np.float64)
-                hit = values >= term.threshold
-                if term.metric.startswith("ngram") or term.metric == "longest_match":
-                    hit &= np.asarray(scores["testable"], dtype=bool)
-                ok &= hit
-            dirty |= ok
-            label = "&".join(str(t) for t in clause)
-            for i in np.flatnonzero(ok):
-                fired[i].append(label)
-        return dirty, ["|".join(f) for f in fired]
-
-
-def doc_status(dirty: np.ndarray, testable: np.ndarray, rule: Rule,
-               minhash_windows: Sequence[int] | None = None,
-               aligned_tested: Sequence[bool] | None = None) -> list[str]:
-    """'dirty', 'clean' or 'untestable'.
-
-    A doc is 'untestable' when the rule did not fire, the query is shorter than n words, and no
-    MinHash term of the rule could test it instead (no such term, or no query window long enough
-    to query), and no alignment term either (the query is shorter than the alignment's minimum
-    match). Untestable docs stay in the clean split (nothing shows they were seen) but are
-    counted and listed separately in every report.
-    """
-    out = []
-    for i, (d, t) in enumerate(zip(dirty, testable, strict=True)):
-        mh_tested = rule.uses_minhash and (minhash_windows is None or minhash_windows[i] > 0)
-        al_tested = rule.uses_alignment and aligned_tested is not None and bool(aligned_tested[i])
-        if d:
-            out.append("dirty")
-        elif not t and not mh_tested and not al_tested:
-            out.append("untestable")
-        else:
-            out.append("clean")
-    return out
 
 
 def auto_ngram(query_word_counts: Sequence[int]) -> int:
@@ -599,7 +455,7 @@ def _align(docs: Sequence[QueryDoc], all_tokens: list[list[str]], index_dir: str
     """Align each query to its candidate docs: n-gram candidates first, then the text store's
     anchor candidates (shared rare 4-grams), then MinHash ones."""
     from tcqa_data.decontam.align import Aligner
-    from tcqa_data.decontam.textstore.anchors import AnchorIndex
+    from tcqa_data.decontam.textstore.anchor_index import AnchorIndex
 
     aligner = Aligner(index_dir, scheme, params)
     an_cands, weak_cands = AnchorIndex(index_dir).candidate_tiers(

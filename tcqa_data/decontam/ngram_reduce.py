@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
@@ -446,7 +446,7 @@ class _BucketPairs:
         old_bucket = _OldBucket(old.root, n, bucket, dir_bits, self._step(old_rows)) if old_rows else None
         if old_bucket is not None and not keys:
             raise ValueError("an old index's entries come as weighted keys: use keys=True")
-        curs: list[tuple[Any, NpyRowReader, int, bool]] = []
+        curs: list[tuple[_Cursor | _CellCursor, NpyRowReader, int, bool]] = []
         for r in self._runs:
             cur = (_Cursor(r.files.hashes, r.start, r.end, self._step(r.end - r.start)) if r.cells is None
                    else _CellCursor(r.files.hashes, r.cells, r.start, r.end, 64 - r.files.cell_bits))

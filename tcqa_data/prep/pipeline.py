@@ -17,14 +17,12 @@ import pyarrow as pa
 
 import tcqa_data
 from tcqa_data.decontam.detect import (
-    DEFAULT_RULE,
     QueryDoc,
-    Rule,
     auto_ngram,
-    doc_status,
     has_minhash,
     score_docs,
 )
+from tcqa_data.decontam.rules import DEFAULT_RULE, Rule, doc_status
 from tcqa_data.errors import ConfigError, IndexMismatchError, TcqaError
 from tcqa_data.io_utils import write_json_atomic, write_parquet_atomic, write_text_atomic
 from tcqa_data.prep.benchmarks import BenchmarkSplit, group_ids, load_split

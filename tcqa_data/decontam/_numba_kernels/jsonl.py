@@ -11,7 +11,7 @@ import numpy as np
 from numba import njit
 from numba.cpython.unsafe.numbers import trailing_zeros
 
-from tcqa_data.decontam._numba_kernels.mix import HIGH8, ONES8, SPACES8
+from tcqa_data.decontam._numba_kernels.mix import HIGH8, SPACES8, byte_matches
 
 # jsonl_scan statuses
 SCAN_END, SCAN_BATCH_FULL, SCAN_DEFER, SCAN_ROOM = 0, 1, 2, 3
@@ -469,8 +469,7 @@ def _line_end(buf, words, pos, end):
     KBs)."""
     nl = pos
     while nl + 8 <= end and nl < len(words):
-        x = words[nl] ^ _NL8
-        z = (x - ONES8) & ~x & HIGH8
+        z = byte_matches(words[nl], _NL8)
         if z != 0:
             return nl + (trailing_zeros(z) >> 3)
         nl += 8
@@ -571,9 +570,7 @@ _BSLASH8 = np.uint64(0x5C5C5C5C5C5C5C5C)
 def _plain8(w):
     """Whether the 8 bytes of ``w`` are all printable ASCII other than quote and backslash (the
     ``plain`` bytes): no high bit, none below 0x20, no 0x22, no 0x5C (zero-byte tests, exact)."""
-    q = w ^ _QUOTE8
-    s = w ^ _BSLASH8
-    bad = w | ((w - SPACES8) & ~w) | ((q - ONES8) & ~q) | ((s - ONES8) & ~s)
+    bad = w | ((w - SPACES8) & ~w) | byte_matches(w, _QUOTE8) | byte_matches(w, _BSLASH8)
     return (bad & HIGH8) == 0
 
 

@@ -19,7 +19,15 @@ def fmix(z):
     return z
 
 
-# the zero-byte test on 8 bytes at once, ``(x - ONES8) & ~x & HIGH8``: a token's end, a line's end
 ONES8 = np.uint64(0x0101010101010101)
 SPACES8 = np.uint64(0x2020202020202020)  # eight spaces: a token scan's, a JSON string's plain bytes
 HIGH8 = np.uint64(0x8080808080808080)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def byte_matches(word, pattern8):
+    """The zero-byte test on ``word ^ pattern8`` (8 bytes at once): the high bit of each byte of
+    ``word`` equal to ``pattern8``'s byte (a space, a newline, a quote), exact up to the first such
+    byte (a borrow may mark bytes after it), so ``trailing_zeros(m) >> 3`` is the first one's index."""
+    x = word ^ pattern8
+    return (x - ONES8) & ~x & HIGH8

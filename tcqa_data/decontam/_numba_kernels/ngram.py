@@ -9,7 +9,7 @@ import numpy as np
 from numba import njit
 from numba.cpython.unsafe.numbers import leading_zeros, trailing_zeros
 
-from tcqa_data.decontam._numba_kernels.mix import HIGH8, ONES8, SPACES8, fmix
+from tcqa_data.decontam._numba_kernels.mix import SPACES8, byte_matches, fmix
 
 _K_LEN = np.uint64(0xD6E8FEB86659FD93)
 
@@ -376,8 +376,7 @@ def token_hashes_1p(data, words, doc_start, salt_tok, max_bytes, tok, huge):
         e = s
         w = w0
         while True:
-            x = w ^ SPACES8
-            z = (x - ONES8) & ~x & HIGH8
+            z = byte_matches(w, SPACES8)
             if z != 0:
                 e += trailing_zeros(z) >> 3
                 break

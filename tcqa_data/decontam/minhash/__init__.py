@@ -93,8 +93,9 @@ signed again from the doc's text) and returns the best window per query by signa
 (the Jaccard estimate).
 
 Modules: ``params`` (MinHashParams), ``windows`` (split_windows), ``sketch`` (shingles,
-signatures, band keys), ``shards`` (map), ``merge`` (reduce), ``query`` (MinHashIndex). Every
-public name is re-exported here.
+signatures, band keys), ``shards`` (map), ``merge`` (the reduce steps), ``band_merge`` (their
+k-way merge of one band's sorted (key, doc) runs), ``query`` (MinHashIndex). Every public name
+is re-exported here.
 """
 
 from tcqa_data.decontam.minhash.merge import (

@@ -43,19 +43,20 @@ Location entries keep the absolute path, size and mtime of the file: a moved or 
 file is a clear error at read time, never wrong text.
 
 Modules: ``store`` (the layout, ``TextStore``: doc texts by ordinal, ``has_text_store``,
-``store_summary``, ``store_bytes``), ``anchors`` (winnowing, the anchor tables and ``AnchorIndex``:
-candidate docs for a query), ``build`` (``build_text_store``: the pass over the inputs that writes
+``store_summary``, ``store_bytes``), ``anchors`` (winnowing, the per-input anchor tables),
+``anchor_merge`` (merging them into one table), ``anchor_index`` (``AnchorIndex``: candidate docs
+for a query), ``build`` (``build_text_store``: the pass over the inputs that writes
 the store). Every public name of these modules is importable from the package
 (``from tcqa_data.decontam.textstore import TextStore``): the documented API.
 """
 
+from tcqa_data.decontam.textstore.anchor_index import AnchorIndex
 from tcqa_data.decontam.textstore.anchors import (
     ANCHOR_K,
     ANCHOR_MAX_DF,
     ANCHOR_MIN_SHARED,
     ANCHOR_RUN,
     ANCHOR_W,
-    AnchorIndex,
     winnow,
     winnow_hashes,
 )

@@ -15,17 +15,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tcqa_data.decontam.engines import run_tasks
-from tcqa_data.decontam.textstore.anchors import (
+from tcqa_data.decontam.textstore.anchor_merge import (
     MERGED_MAX_DOCS,
+    anchor_overlaps,
+    anchor_sources,
+    plan_anchor_parts,
+    write_anchor_part,
+)
+from tcqa_data.decontam.textstore.anchors import (
     _NotIndexOrder,
     _winnowed_jsonl,
     _winnowed_texts,
     _write_anchor_runs,
-    anchor_overlaps,
-    anchor_sources,
     map_anchor_batches,
-    plan_anchor_parts,
-    write_anchor_part,
 )
 from tcqa_data.decontam.textstore.store import (
     META,
