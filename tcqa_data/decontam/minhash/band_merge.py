@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from tcqa_data.decontam import kernel, packed
+from tcqa_data.decontam.minhash.params import band_entries_name
 from tcqa_data.io_utils import NpyRowReader, NpyStream, cached_row_reader, load_npy
 
 _U32 = np.uint32
@@ -67,7 +68,7 @@ def _run_sources(r: _Run, band: int, block: int, layout: dict[str, Any], ops: ty
         # an existing format-3 index: decode its band table a range of directory cells at a time
         d, ib = layout["base_dir_bits"], layout["base_id_bits"]
         cells = r.reader("band_cells")
-        words = load_npy(r.prefix + _entries_name(band) + ".npy")
+        words = load_npy(r.prefix + band_entries_name(band) + ".npy")
         rbits = packed.KEY_BITS - d
         step = max(1, block // packed.LOAD)
         for c0 in range(lo >> rbits, hi >> rbits, step):
@@ -267,12 +268,6 @@ def _merge_band(runs: list[_Run], band: int, out: packed.TableWriter | _PairsWri
         if ops.size(b):
             prev = ops.last(b)
         ops.add(out, b)
-
-
-def _entries_name(band: int) -> str:
-    """Each band's packed entries are a file of its own: their count (distinct (key, doc) pairs)
-    is known only once the band is merged."""
-    return f"band_entries_{band:03d}"
 
 
 class _PairsWriter:

@@ -16,15 +16,18 @@ from tcqa_data.decontam import packed
 from tcqa_data.decontam.minhash.band_merge import (
     _MERGE_ENTRIES,
     _MIN_BLOCK,
-    _U64,
-    _entries_name,
     _merge_band,
     _pairs_doc_dtype,
     _PairsWriter,
     _RangeTableWriter,
     _Run,
 )
-from tcqa_data.decontam.minhash.params import INDEX_STORAGE_FORMAT, MinHashParams, index_storage_info
+from tcqa_data.decontam.minhash.params import (
+    INDEX_STORAGE_FORMAT,
+    MinHashParams,
+    band_entries_name,
+    index_storage_info,
+)
 from tcqa_data.decontam.minhash.sketch import STORAGE_FORMAT as RUN_STORAGE_FORMAT
 from tcqa_data.errors import IndexMismatchError, TcqaError
 from tcqa_data.io_utils import (
@@ -257,7 +260,7 @@ def merge_minhash_band(plan: dict[str, Any], out_dir: str | os.PathLike, params:
     out, lay = Path(out_dir), plan["layout"]
     cshape, cdt = _cells_shape(plan, params), np.dtype(lay["cell_dtype"])
     # the entries' count is known only at the end: a stream whose header is written last
-    entries = NpyStream(out / f"{_entries_name(band)}{_PARTIAL}", _U64)
+    entries = NpyStream(out / f"{band_entries_name(band)}{_PARTIAL}", np.uint64)
     try:
         with open(out / f"band_cells{_PARTIAL}", "r+b") as fc:
             np.lib.format.read_magic(fc)
@@ -368,7 +371,7 @@ def finish_minhash_merge(plan: dict[str, Any], out_dir: str | os.PathLike, param
                          ) -> dict[str, Any]:
     """Reduce, last step: ``params.json`` (marks the folder complete); returns it."""
     out, total, lay = Path(out_dir), plan["n_windows"], plan["layout"]
-    for name in ("band_cells", *map(_entries_name, range(params.bands))):
+    for name in ("band_cells", *map(band_entries_name, range(params.bands))):
         os.replace(out / f"{name}{_PARTIAL}", out / f"{name}.npy")
     shutil.rmtree(out / GROUPS_DIR, ignore_errors=True)
     shutil.rmtree(out / RANGES_DIR, ignore_errors=True)
@@ -377,7 +380,7 @@ def finish_minhash_merge(plan: dict[str, Any], out_dir: str | os.PathLike, param
         (out / f"{name}.npy").unlink(missing_ok=True)  # an older layout's files (in-place append)
     sizes = {f"{name}.npy": (out / f"{name}.npy").stat().st_size for name in _FILES
              if (out / f"{name}.npy").exists()}
-    sizes["band_entries_*.npy"] = sum((out / f"{_entries_name(b)}.npy").stat().st_size
+    sizes["band_entries_*.npy"] = sum((out / f"{band_entries_name(b)}.npy").stat().st_size
                                       for b in range(params.bands))
     layout = {k: lay[k] for k in ("doc_span", "dir_bits", "id_bits", "entry_bits")}
     summary = {"kind": "tcqa-minhash-index", "format_version": FORMAT_VERSION, "params": params.to_dict(),

@@ -123,6 +123,12 @@ SIGNATURE_BITS = 16  # stored signature values (verify="signatures"): their low 
 BAND_KEY_BITS = 32  # band keys: the top 32 bits of the 64-bit mix
 
 
+def band_entries_name(band: int) -> str:
+    """The file (without ``.npy``) of band ``band``'s packed entries in a format-3 index: a file per
+    band, since their count (distinct (key, doc) pairs) is known only once the band is merged."""
+    return f"band_entries_{band:03d}"
+
+
 def index_storage_info(n_windows: int, params: MinHashParams, band_layout: dict[str, int]) -> dict[str, Any]:
     """The storage of a format-3 index of ``n_windows`` windows and its computed error rates.
 

@@ -14,7 +14,7 @@ import numpy as np
 from tcqa_data.decontam import packed
 from tcqa_data.decontam.arrays import sorted_unique
 from tcqa_data.decontam.minhash.feed import window_signatures
-from tcqa_data.decontam.minhash.params import INDEX_STORAGE_FORMAT, MinHashParams
+from tcqa_data.decontam.minhash.params import INDEX_STORAGE_FORMAT, MinHashParams, band_entries_name
 from tcqa_data.decontam.minhash.sketch import (
     EMPTY_HASH,
     band_keys,
@@ -70,11 +70,11 @@ class MinHashIndex:
                         "band_cells": (p.bands, (1 << self.dir_bits) + 1)}
             if self.band_cells.shape == expected["band_cells"]:
                 # per band: its distinct (key, doc) pairs, the last directory offset
-                self.band_entries = [load(f"band_entries_{b:03d}") for b in range(p.bands)]
+                self.band_entries = [load(band_entries_name(b)) for b in range(p.bands)]
                 for b, arr in enumerate(self.band_entries):
                     want = (packed.n_words(int(self.band_cells[b, -1]), width),)
                     if arr.shape != want:
-                        raise TcqaError(f"MinHash index {folder} is damaged: band_entries_{b:03d}.npy has "
+                        raise TcqaError(f"MinHash index {folder} is damaged: {band_entries_name(b)}.npy has "
                                         f"shape {arr.shape}, expected {want}; rebuild it")
             if p.verify == "signatures":
                 self.signatures = load("signatures")
