@@ -95,6 +95,7 @@ def one_split(value: str | None, command: str) -> str | None:
                                  param_hint="--splits")
     return names[0] if names else None
 
+
 # Register the stage commands (imports are for their side effect on `app`).
 from tcqa_data.cli import analyze as _analyze  # noqa: E402,F401
 from tcqa_data.cli import decontaminate as _decontaminate  # noqa: E402,F401
