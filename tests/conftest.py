@@ -16,10 +16,14 @@ if "NLTK_DATA" not in os.environ and (SHARED_DATA / "nltk_data").is_dir():
 
 
 def shared_file(relative: str) -> Path:
-    """Path to a file under ../shared/data, or skip the test with the reason."""
+    """Path to a file under ../shared/data, or skip the test with the reason; with ``CI=true`` the
+    test fails instead (CI has the data: a run without it must not pass on skips)."""
     path = SHARED_DATA / relative
     if not path.exists():
-        pytest.skip(f"needs ../shared/data/{relative} (real data; present in CI, absent here)")
+        reason = f"needs ../shared/data/{relative} (real data; present in CI, absent here)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{reason}; CI=true, so missing data fails the run ({path})", pytrace=False)
+        pytest.skip(reason)
     return path
 
 

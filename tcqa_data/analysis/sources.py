@@ -41,7 +41,7 @@ SAMPLES_RE = re.compile(r"^samples_(?P<task>.+)_(?P<date>\d{4}-\d{2}-\d{2}T[0-9.
 
 
 class NotPreparedError(TcqaError):
-    """A samples file of an lm-eval task that PREP_DIR does not hold (or that --task leaves out)."""
+    """A samples file of an lm-eval task that PREP_DIR does not hold (or that --tasks leaves out)."""
 
 
 @dataclass
@@ -226,7 +226,7 @@ def load_lm_eval_sourced(prep_dir: Path, task: str, split: str | None) -> TaskDa
         split = present[0]
     if split not in present:
         raise TcqaError(f"{task_dir}: no prepared split {split!r}; present: {present}"
-                        + ("; pass --split" if split is None else ""))
+                        + ("; pass --splits" if split is None else ""))
     return read_split(task, split, None, task_dir / split)
 
 
@@ -319,7 +319,7 @@ def _prepared_task_of(prep_dir: Path, lm_task: str, tasks: list[str] | None, spl
                     if tasks and t not in tasks:
                         # an exported task's samples are that task's: never analyzed as another
                         raise NotPreparedError(f"{path}: samples of {lm_task}, the exported task of "
-                                               f"prepared task {t!r}, which --task {tasks} leaves out")
+                                               f"prepared task {t!r}, which --tasks {tasks} leaves out")
                     return t, s, which
     if lm_task in names and (not tasks or lm_task in tasks):
         return lm_task, split, "full"
@@ -329,7 +329,7 @@ def _prepared_task_of(prep_dir: Path, lm_task: str, tasks: list[str] | None, spl
                 for t in names for p in sorted((prep_dir / t).glob("*/full.parquet"))]
     raise NotPreparedError(f"{path}: samples of lm-eval task {lm_task!r}, which is not prepared in "
                            f"{prep_dir} (tasks {names or 'none'}; exported full-split tasks {exported}); "
-                           "pass --task to name the prepared task it ran on")
+                           "pass --tasks to name the prepared task it ran on")
 
 
 def _verify_doc(data: TaskData, ours: dict[str, Any], theirs: Any, path: Path, line_no: int) -> None:
