@@ -75,8 +75,8 @@ def run_pipeline(root: Path, wiki_sample: Path, mc_taco_dev: Path, squad_validat
         "--data-files", f"squad_completion:validation={squad}",
         "--rule", "any-ngram|aligned-field>=0.8", "--quiet")
     cli("evaluate", root / "prep", "--model", model, "--device", "cpu", "--batch-size", "4",
-        "--limit-groups", "6", "--output", root / "eval", "--quiet")
-    cli("analyze", root / "prep", "--results", root / "eval", "--output", root / "analysis", "--quiet")
+        "--limit-groups", "6", "--out", root / "eval", "--quiet")
+    cli("analyze", root / "prep", "--results", root / "eval", "--out", root / "analysis", "--quiet")
     out: dict[str, str] = {}
     for name in ("index", "prep", "eval", "analysis"):
         out.update(digests(root / name, root))
