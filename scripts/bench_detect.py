@@ -230,8 +230,8 @@ def split_negatives(items: list[dict], pool: list[int], injected: list[int], tex
 
 # ---- scoring ---------------------------------------------------------------------------------
 def score(items: list[dict], index_dir: Path) -> dict[str, np.ndarray]:
-    from tcqa_data.decontam.detect import QueryDoc, score_docs
-    from tcqa_data.decontam.rules import Rule
+    from tcqa_data.decontam.detect.rules import Rule
+    from tcqa_data.decontam.detect.score import QueryDoc, score_docs
 
     cols = score_docs([QueryDoc(it["query"], it["fields"]) for it in items], str(index_dir), 13)
     out = {"ngram_fraction": np.asarray(cols["ngram_fraction"]), "longest": np.asarray(cols["longest_match"]),
@@ -451,8 +451,8 @@ def inject_natural(corpus: list[dict], items: list[dict], chosen: list[int], see
 
 
 def score_natural(items: list[dict], index_dir: Path, rules: list[str], align_params) -> dict:
-    from tcqa_data.decontam.detect import QueryDoc, score_docs
-    from tcqa_data.decontam.rules import Rule
+    from tcqa_data.decontam.detect.rules import Rule
+    from tcqa_data.decontam.detect.score import QueryDoc, score_docs
 
     cols = score_docs([QueryDoc(it["query"], it["fields"]) for it in items], str(index_dir), 13,
                       align=True, align_params=align_params)
@@ -462,7 +462,7 @@ def score_natural(items: list[dict], index_dir: Path, rules: list[str], align_pa
 
 
 def natural(args: argparse.Namespace) -> None:
-    from tcqa_data.decontam.align import AlignParams
+    from tcqa_data.decontam.detect.align import AlignParams
     from tcqa_data.decontam.textstore.store import store_bytes
 
     work = Path(args.work)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tcqa_data.decontam.detect import attribute_fields, auto_ngram
-from tcqa_data.decontam.rules import Rule, doc_status
+from tcqa_data.decontam.detect.rules import Rule, doc_status
+from tcqa_data.decontam.detect.score import attribute_fields, auto_ngram
 from tcqa_data.errors import ConfigError
 
 
@@ -65,7 +65,7 @@ def test_auto_ngram_is_gpt3_percentile_clamped():
 
 
 def test_attribution_locates_fields_in_the_query():
-    from tcqa_data.decontam.normalize import tokenize
+    from tcqa_data.decontam.core.normalize import tokenize
 
     query = "How long was he gone? He left at noon, ate lunch and came back."
     toks = tokenize(query)
@@ -84,7 +84,7 @@ def test_scores_and_evidence_on_a_small_real_index(tmp_path):
     import json
 
     from tcqa_data.decontam.build import build_index
-    from tcqa_data.decontam.detect import QueryDoc, score_docs
+    from tcqa_data.decontam.detect.score import QueryDoc, score_docs
 
     seen = "the quick brown fox jumps over the lazy dog near the quiet river bank at dawn"  # 16 words
     corpus = [

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import zstandard
 
-from tcqa_data.decontam import build_map
+from tcqa_data.decontam.build import map as build_map
 from tcqa_data.decontam.minhash import MinHashParams, write_minhash_shard
 from tcqa_data.decontam.minhash import shards as mh_shards
 from tcqa_data.decontam.readers import jsonl_batches
@@ -151,7 +151,7 @@ def _janitor_from_cps_reference(cps: np.ndarray, doc_start: np.ndarray, at_start
     """``janitor_from_cps`` by its definition: each doc's ``encode_normalized`` bytes (non-ASCII
     whitespace as spaces) after a space; a start bound at its char, an end bound at the end of
     the first doc ending there, else at its char."""
-    from tcqa_data.decontam.hashing import encode_normalized
+    from tcqa_data.decontam.core.hashing import encode_normalized
 
     out = bytearray(b" ")
     char_at, end_at, nstart = {}, {}, []
@@ -173,8 +173,8 @@ def _janitor_from_cps_reference(cps: np.ndarray, doc_start: np.ndarray, at_start
 def test_janitor_from_cps_equals_its_definition(kernels_on):
     """Window bounds anywhere (doc starts and ends, empty docs, runs of equal bounds) and
     non-ASCII, whitespace and punctuation chars: the kernel's bytes and offsets."""
-    from tcqa_data.decontam import kernel
-    from tcqa_data.decontam.hashing import JANITOR_ASCII_MAP
+    from tcqa_data.decontam.core import kernel
+    from tcqa_data.decontam.core.hashing import JANITOR_ASCII_MAP
 
     rng = np.random.default_rng(7)
     alphabet = np.array([ord(c) for c in "abcXYZ 09.,;!\"'-\u00e9\u00a0\u3000\u4e2d\U0001f600\t"],

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from tcqa_data.cli import app, warning
-from tcqa_data.decontam.rules import DEFAULT_RULE
+from tcqa_data.decontam.detect.rules import DEFAULT_RULE
 
 
 @app.command("decontaminate")

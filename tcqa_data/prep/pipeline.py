@@ -16,13 +16,13 @@ import numpy as np
 import pyarrow as pa
 
 import tcqa_data
-from tcqa_data.decontam.detect import (
+from tcqa_data.decontam.detect.rules import DEFAULT_RULE, Rule, doc_status
+from tcqa_data.decontam.detect.score import (
     QueryDoc,
     auto_ngram,
     has_minhash,
     score_docs,
 )
-from tcqa_data.decontam.rules import DEFAULT_RULE, Rule, doc_status
 from tcqa_data.errors import ConfigError, IndexMismatchError, TcqaError
 from tcqa_data.io_utils import write_json_atomic, write_parquet_atomic, write_text_atomic
 from tcqa_data.prep.benchmarks import BenchmarkSplit, group_ids, load_split
@@ -80,7 +80,7 @@ def portable_ref(index_dir: str | os.PathLike) -> Callable[[str | None], str | N
     Doc refs without an id field embed the input path as given to index-corpus; PREP_DIR files
     must not. Refs from an id field (titles, urls) are left as they are.
     """
-    from tcqa_data.decontam.ngram_index import MANIFEST
+    from tcqa_data.decontam.ngrams.index import MANIFEST
     from tcqa_data.io_utils import read_json
 
     inputs = read_json(Path(index_dir) / MANIFEST).get("inputs", [])
@@ -141,8 +141,8 @@ def _minhash_and_index_checks(idx: Any, index_dir: str | os.PathLike, rule: Rule
                         "so every doc below is reported clean")
     if not index_has_minhash:
         return False, "off: the index has no MinHash section", warnings
+    from tcqa_data.decontam.build.preflight import minhash_windows_problem
     from tcqa_data.decontam.minhash import MinHashParams
-    from tcqa_data.decontam.preflight import minhash_windows_problem
 
     problem = minhash_windows_problem(MinHashParams.from_dict(idx.manifest["minhash"]))
     if problem is None:
@@ -182,7 +182,7 @@ def decontaminate(
     that form its question groups (any task; default: each doc is its own group).
     ``lm_eval_include_defaults=False`` skips indexing lm-eval's shipped tasks.
     """
-    from tcqa_data.decontam.ngram_index import NgramIndex
+    from tcqa_data.decontam.ngrams.index import NgramIndex
 
     if isinstance(tasks, str):
         tasks = [t.strip() for t in tasks.split(",") if t.strip()]
@@ -247,7 +247,7 @@ def decontaminate(
 
     def choose_n(task: str, queries: Iterable[str]) -> tuple[int, str]:
         if fixed_n is None:
-            from tcqa_data.decontam.normalize import tokenize
+            from tcqa_data.decontam.core.normalize import tokenize
 
             n = auto_ngram([len(tokenize(q, idx.normalization)) for q in queries])
             how = "auto (GPT-3: 5th percentile of query length in words, clamped to 8..13)"
@@ -418,7 +418,7 @@ def _contamination_table(cols: dict[str, list], gids: list[int], n: int, dirty_d
     sims = cols["minhash_sim"]
     data["minhash_sim"] = pa.array([None if x is None or not x >= 0 else float(x) for x in sims],
                                    type=pa.float64())
-    from tcqa_data.decontam.align import ALIGNED_COLUMN_TYPES
+    from tcqa_data.decontam.detect.align import ALIGNED_COLUMN_TYPES
 
     for name, typ in ALIGNED_COLUMN_TYPES.items():  # present when the index has a text store
         if name in cols:

@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tcqa_data.decontam import kernel
+from tcqa_data.decontam.core import kernel
 from tcqa_data.decontam.minhash.params import MinHashParams
 from tcqa_data.decontam.minhash.sketch import sign_normalized, sign_spans
 from tcqa_data.decontam.minhash.windows import codepoint_window_spans, texts_codepoints, window_spans
@@ -58,7 +58,7 @@ class _CodepointBatchBuilder:
 
     def scan(self, buf: np.ndarray, words: np.ndarray, pos: int, line: int, key: np.ndarray,
              counts: np.ndarray) -> tuple[int, int, int]:
-        from tcqa_data.decontam.hashing import JANITOR_ASCII_MAP
+        from tcqa_data.decontam.core.hashing import JANITOR_ASCII_MAP
 
         status, pos, self.o, self.ndocs, line, _ = self.kernel(
             buf, words, pos, len(buf), key, JANITOR_ASCII_MAP, self.no_bytes, self.out, True,
@@ -102,7 +102,7 @@ def normalized_codepoints(cps: np.ndarray, doc_start: np.ndarray, at_start: np.n
     """(Janitor-normalized bytes in ``hashing.hash_normalized``'s layout, their doc starts, the
     byte offsets there of the sorted char positions ``at_start`` and ``at_end``: window starts
     and ends) of documents given as code points (``CodepointBatch``)."""
-    from tcqa_data.decontam.hashing import JANITOR_ASCII_MAP
+    from tcqa_data.decontam.core.hashing import JANITOR_ASCII_MAP
 
     return kernel.kernels()["janitor_from_cps"](cps, np.asarray(doc_start, dtype=np.int64), JANITOR_ASCII_MAP,
                                                 np.asarray(at_start, dtype=np.int64),

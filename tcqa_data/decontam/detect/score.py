@@ -13,9 +13,9 @@ For each doc's decontamination query this computes, with the index's own normali
 
 A query shorter than ``n`` words has no n-gram: ``testable`` is False and n-gram rules cannot
 flag it. Such docs are reported as "untestable", never silently as clean (see
-:func:`tcqa_data.decontam.rules.doc_status`).
+:func:`tcqa_data.decontam.detect.rules.doc_status`).
 
-The flag rules over these scores (``Rule``, ``doc_status``, ``DEFAULT_RULE``) live in ``rules.py``.
+The flag rules over these scores (``Rule``, ``doc_status``, ``DEFAULT_RULE``) live in ``detect/rules.py``.
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def score_docs(docs: Sequence[QueryDoc], index_dir: str, n: int, *, max_corpus_f
     ``max_corpus_freq``: n-grams found in more than this many corpus docs are ignored (counted in
     ``ngram_common``), so boilerplate shared by many docs does not flag a query.
     ``align``: align queries against candidate corpus docs' text (``aligned_*`` columns, see
-    ``decontam/align.py``); None = when the index has a text store. ``align_params``: ``AlignParams``.
+    ``decontam/detect/align.py``); None = when the index has a text store. ``align_params``: ``AlignParams``.
     """
     # MC-TACO repeats one query for every candidate answer of a question: score each distinct
     # (query, fields) once and copy the result to its docs.
@@ -158,9 +158,9 @@ def score_docs(docs: Sequence[QueryDoc], index_dir: str, n: int, *, max_corpus_f
 def _score_unique(docs: Sequence[QueryDoc], index_dir: str, n: int, *, max_corpus_freq: int | None,
                   use_minhash: bool, progress: Callable[[int], None], align: bool = False,
                   align_params: Any = None) -> dict[str, list]:
-    from tcqa_data.decontam.hashing import batch_ngram_hashes
-    from tcqa_data.decontam.ngram_index import NgramIndex
-    from tcqa_data.decontam.normalize import token_char_spans, tokenize
+    from tcqa_data.decontam.core.hashing import batch_ngram_hashes
+    from tcqa_data.decontam.core.normalize import token_char_spans, tokenize
+    from tcqa_data.decontam.ngrams.index import NgramIndex
 
     idx = NgramIndex.open(index_dir)
     scheme = idx.normalization
@@ -256,7 +256,7 @@ def _score_unique(docs: Sequence[QueryDoc], index_dir: str, n: int, *, max_corpu
 
     k = len(docs)
     if align:
-        from tcqa_data.decontam.align import alignment_columns
+        from tcqa_data.decontam.detect.align import alignment_columns
 
         ng_cands = _ngram_candidates(docs, idx, n, doc_cols, counted, offsets)
         results = _align(docs, all_tokens, index_dir, scheme, ng_cands, mh_cands or [[] for _ in docs], tok,
@@ -298,7 +298,7 @@ def _lookup_distinct(idx: Any, flat: np.ndarray, n: int) -> tuple[np.ndarray, np
 def _lookup_behind_other_reads(idx: Any, flat: np.ndarray, n: int
                                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`_lookup_distinct` for a background thread (its page-ins paced)."""
-    from tcqa_data.decontam.pagein import behind_other_reads
+    from tcqa_data.decontam.core.pagein import behind_other_reads
 
     with behind_other_reads():
         return _lookup_distinct(idx, flat, n)
@@ -311,7 +311,7 @@ def _majority_owner(owners: list[str]) -> str:
 
 def has_minhash(index_dir: str) -> bool:
     """Whether the index holds a MinHash section (its manifest says so)."""
-    from tcqa_data.decontam.ngram_index import NgramIndex
+    from tcqa_data.decontam.ngrams.index import NgramIndex
 
     manifest = NgramIndex.open(index_dir).manifest
     return bool(manifest.get("minhash"))
@@ -395,7 +395,7 @@ def _minhash_scores(pre: _MinHashQueries, index_dir: str, candidates: list[list[
 
     ``candidates``: when given, each doc's list gets the corpus doc of every query window's best
     candidate window, most similar first (alignment candidates)."""
-    from tcqa_data.decontam.ngram_index import NgramIndex
+    from tcqa_data.decontam.ngrams.index import NgramIndex
 
     mh, texts, owner = pre.mh, pre.texts, pre.owner
     n_docs = pre.docs
@@ -431,7 +431,7 @@ def _minhash_scores(pre: _MinHashQueries, index_dir: str, candidates: list[list[
 def _ngram_candidates(docs: Sequence[QueryDoc], idx: Any, n: int, doc_cols: np.ndarray, counted: np.ndarray,
                       offsets: np.ndarray) -> list[list[int]]:
     """Per doc, corpus docs of its matched n-grams at every size the index holds, most hits first."""
-    from tcqa_data.decontam.hashing import batch_ngram_hashes
+    from tcqa_data.decontam.core.hashing import batch_ngram_hashes
 
     counts: list[Counter] = [Counter() for _ in docs]
     for i in range(len(docs)):
@@ -454,7 +454,7 @@ def _align(docs: Sequence[QueryDoc], all_tokens: list[list[str]], index_dir: str
            params: Any) -> list[Any]:
     """Align each query to its candidate docs: n-gram candidates first, then the text store's
     anchor candidates (shared rare 4-grams), then MinHash ones."""
-    from tcqa_data.decontam.align import Aligner
+    from tcqa_data.decontam.detect.align import Aligner
     from tcqa_data.decontam.textstore.anchor_index import AnchorIndex
 
     aligner = Aligner(index_dir, scheme, params)

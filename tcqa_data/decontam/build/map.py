@@ -21,12 +21,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tcqa_data.decontam import ngram_runs as nruns
-from tcqa_data.decontam.engines import Engine
+from tcqa_data.decontam.core.map_files import MAP_COUNTS, MAP_HASHES
+from tcqa_data.decontam.ngrams import runs as nruns
 from tcqa_data.decontam.readers.documents import SkipStats, iter_documents
 from tcqa_data.decontam.readers.hf_stream import iter_hf_documents
 from tcqa_data.decontam.readers.inputs import CorpusInput, InputShard
 from tcqa_data.decontam.readers.jsonl_batches import iter_normalized_batches, normalized_batches_supported
+from tcqa_data.engines import Engine
 from tcqa_data.io_utils import atomic_path, read_json, write_json_atomic, write_npy_atomic
 from tcqa_data.progress import progress_bar, rate_text
 
@@ -35,10 +36,6 @@ if TYPE_CHECKING:
 
 # Texts hashed together (bounds the per-batch numpy arrays, ~10 x this in memory).
 BATCH_CHARS = 4_000_000
-# The layout of a map's outputs (its runs, staged anchors and MinHash part: build scratch, not
-# index format). plan.json records it, and a build resumed by code that writes another layout
-# redoes the finished maps instead of reading them: bump it whenever those files change.
-MAP_FORMAT = 1
 
 
 def sha256_file(path: str) -> str:
@@ -269,7 +266,7 @@ class _MapAnchors:
     def add(self, data: np.ndarray, doc_start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Winnow a batch; returns its token hashes (``hashing.normalized_tokens``): the n-gram
         side hashes the same tokens."""
-        from tcqa_data.decontam.hashing import normalized_tokens
+        from tcqa_data.decontam.core.hashing import normalized_tokens
         from tcqa_data.decontam.textstore.anchors import winnow_normalized
 
         tokens = normalized_tokens(data, doc_start, self.seed)
@@ -280,8 +277,6 @@ class _MapAnchors:
         return tokens
 
     def write(self, out: Path) -> int:
-        from tcqa_data.decontam.textstore.anchors import MAP_COUNTS, MAP_HASHES
-
         h = np.concatenate(self.hashes) if self.hashes else np.zeros(0, np.uint32)
         write_npy_atomic(out / MAP_HASHES, h)
         counts = np.concatenate(self.counts) if self.counts else np.zeros(0, np.uint32)
