@@ -12,6 +12,7 @@ import pytest
 
 from tcqa_data.decontam.build import build_index
 from tcqa_data.decontam.detect.align import AlignParams, align_tokens, contaminated_spans
+from tcqa_data.decontam.detect.evidence import IndexEvidence
 from tcqa_data.decontam.detect.rules import Rule
 from tcqa_data.decontam.detect.score import QueryDoc, score_docs
 from tcqa_data.decontam.textstore.build import build_text_store
@@ -328,7 +329,7 @@ def test_edited_passage_is_aligned_with_span_share_and_field(edited_index, mc_ta
     q = QueryDoc(query, {"question": question, "sentence": SENTENCE})
     never = mc_taco_rows[0].split("\t")
     clean = QueryDoc(f"{never[1]} {never[0]}", {"question": never[1], "sentence": never[0]})
-    cols = score_docs([q, clean], str(idx), 13)
+    cols = score_docs([q, clean], IndexEvidence.open(idx), 13)
     assert cols["ngram_hits"][0] == 0  # no intact 13-gram survives the edits: any-ngram misses it
     assert cols["aligned_share"][0] == pytest.approx(len(tokenize(SENTENCE)) / len(tokenize(query)))
     assert cols["aligned_field_share"][0] == 1.0

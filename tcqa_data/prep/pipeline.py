@@ -16,13 +16,9 @@ import numpy as np
 import pyarrow as pa
 
 import tcqa_data
+from tcqa_data.decontam.detect.evidence import IndexEvidence
 from tcqa_data.decontam.detect.rules import DEFAULT_RULE, Rule, doc_status
-from tcqa_data.decontam.detect.score import (
-    QueryDoc,
-    auto_ngram,
-    has_minhash,
-    score_docs,
-)
+from tcqa_data.decontam.detect.score import QueryDoc, auto_ngram, score_docs
 from tcqa_data.errors import ConfigError, IndexMismatchError, TcqaError
 from tcqa_data.io_utils import write_json_atomic, write_parquet_atomic, write_text_atomic
 from tcqa_data.prep.benchmarks import BenchmarkSplit, group_ids, load_split
@@ -73,17 +69,21 @@ def portable_path(path: str | os.PathLike) -> str:
     return Path(text).resolve().name or text
 
 
-def portable_ref(index_dir: str | os.PathLike) -> Callable[[str | None], str | None]:
+def portable_ref(index_dir: str | os.PathLike, manifest: Mapping[str, Any] | None = None
+                 ) -> Callable[[str | None], str | None]:
     """A function that rewrites a ``"<input path>:<line>"`` corpus doc ref of the index at
-    ``index_dir`` to ``"<file name>:<line>"``, as PREP_DIR files record it.
+    ``index_dir`` (its ``manifest``, read from there when not given) to ``"<file name>:<line>"``,
+    as PREP_DIR files record it.
 
     Doc refs without an id field embed the input path as given to index-corpus; PREP_DIR files
     must not. Refs from an id field (titles, urls) are left as they are.
     """
-    from tcqa_data.decontam.ngrams.index import MANIFEST
-    from tcqa_data.io_utils import read_json
+    if manifest is None:
+        from tcqa_data.decontam.ngrams.index import MANIFEST
+        from tcqa_data.io_utils import read_json
 
-    inputs = read_json(Path(index_dir) / MANIFEST).get("inputs", [])
+        manifest = read_json(Path(index_dir) / MANIFEST)
+    inputs = manifest.get("inputs", [])
     renamed = {e["path"] + ":": portable_path(e["path"]) + ":" for e in inputs}
 
     def fix(ref: str | None) -> str | None:
@@ -102,9 +102,9 @@ def portable_ref(index_dir: str | os.PathLike) -> Callable[[str | None], str | N
     return fix
 
 
-def portable_doc_refs(cols: dict[str, list], index_dir: str | os.PathLike) -> None:
-    """Rewrite the corpus doc refs in ``cols`` (columns ``*_ref``, ``*_refs``) with ``portable_ref``."""
-    fix = portable_ref(index_dir)
+def portable_doc_refs(cols: dict[str, list], fix: Callable[[str | None], str | None]) -> None:
+    """Rewrite the corpus doc refs in ``cols`` (columns ``*_ref``, ``*_refs``) with ``fix``
+    (``portable_ref``)."""
     for name in cols:  # every corpus doc ref column is named *_ref or *_refs
         if name.endswith(("_ref", "_refs")):
             cols[name] = [[fix(r) for r in v] if isinstance(v, list) else fix(v) for v in cols[name]]
@@ -182,8 +182,6 @@ def decontaminate(
     that form its question groups (any task; default: each doc is its own group).
     ``lm_eval_include_defaults=False`` skips indexing lm-eval's shipped tasks.
     """
-    from tcqa_data.decontam.ngrams.index import NgramIndex
-
     if isinstance(tasks, str):
         tasks = [t.strip() for t in tasks.split(",") if t.strip()]
     if not tasks:
@@ -199,25 +197,23 @@ def decontaminate(
             fixed_n = int(ngram)
         except ValueError as exc:
             raise ConfigError(f"--ngram must be an integer or 'auto', not {ngram!r}") from exc
-    idx = NgramIndex.open(str(index_dir))
+    idx = IndexEvidence.open(index_dir)  # the index, opened once: every split reads its evidence
     if normalization is not None and normalization != idx.normalization:
         raise IndexMismatchError(
             f"index {index_dir} was built with normalization {idx.normalization!r}, but "
             f"{normalization!r} was asked; rebuild the index or ask for {idx.normalization!r}")
-    minhash_ok = has_minhash(str(index_dir))
-    if parsed_rule.uses_minhash and not minhash_ok:
+    index_has_minhash = idx.has_minhash
+    if parsed_rule.uses_minhash and not index_has_minhash:
         raise IndexMismatchError(f"rule {str(parsed_rule)!r} uses MinHash, but index {index_dir} has no "
                                  "MinHash section; rebuild it with MinHash or use an n-gram rule")
-    index_has_minhash = minhash_ok
     if parsed_rule.uses_alignment:
-        from tcqa_data.decontam.textstore.store import has_text_store
-
-        if not has_text_store(index_dir):
+        if not idx.has_text:
             raise IndexMismatchError(f"rule {str(parsed_rule)!r} aligns against corpus text, but index "
                                      f"{index_dir} has no text store; rebuild it with --text-store auto")
     minhash_ok, minhash_evidence, warnings = _minhash_and_index_checks(idx, index_dir, parsed_rule,
                                                                        index_has_minhash)
-    sizes = sorted(int(s) for s in idx.ngram_sizes)
+    sizes = idx.ngram_sizes
+    fix_ref = portable_ref(index_dir, idx.manifest)
     index_summary = _index_summary(idx, index_dir)
     out = Path(out_dir)
     data_files = {k: dict(v) for k, v in (data_files or {}).items()}
@@ -289,7 +285,7 @@ def decontaminate(
         summary["tasks"][task.task] = {}
         for b, queries, role in parts:
             counts, export = _process_split(
-                task, b, queries, role, out / task.task / b.split, index_dir=str(index_dir), n=n,
+                task, b, queries, role, out / task.task / b.split, evidence=idx, fix_ref=fix_ref, n=n,
                 rule=parsed_rule, max_corpus_freq=max_corpus_freq, group_policy=group_policy,
                 use_minhash=minhash_ok, config={**config, "ngram": n, "ngram_choice": how},
                 index_summary=index_summary, quiet=quiet)
@@ -333,8 +329,8 @@ def decontaminate(
 
 
 def _process_split(spec: TaskSpec | LmEvalTask, b: BenchmarkSplit, queries: list[str], role: str,
-                   split_dir: Path, *,
-                   index_dir: str, n: int, rule: Rule, max_corpus_freq: int | None, group_policy: str,
+                   split_dir: Path, *, evidence: IndexEvidence, fix_ref: Callable[[str | None], str | None],
+                   n: int, rule: Rule, max_corpus_freq: int | None, group_policy: str,
                    use_minhash: bool, config: dict[str, Any], index_summary: dict[str, Any],
                    quiet: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     import time
@@ -355,9 +351,9 @@ def _process_split(spec: TaskSpec | LmEvalTask, b: BenchmarkSplit, queries: list
                             rate=rate_text(done[0], time.perf_counter() - t0, "docs"))
 
         # alignment against corpus text (aligned_* columns) runs when the rule has an aligned term
-        cols = score_docs(qdocs, index_dir, n, max_corpus_freq=max_corpus_freq, use_minhash=use_minhash,
+        cols = score_docs(qdocs, evidence, n, max_corpus_freq=max_corpus_freq, use_minhash=use_minhash,
                           progress=step, align=rule.uses_alignment)
-    portable_doc_refs(cols, index_dir)
+    portable_doc_refs(cols, fix_ref)
     gids = group_ids(spec, b.table)
     dirty_doc, fired = rule.evaluate(cols)
     dirty = group_flags(dirty_doc, gids, group_policy)

@@ -311,12 +311,13 @@ class QueryAlignment:
 
 
 class Aligner:
-    """Aligns queries to candidate docs of one index, caching doc texts and field alignments."""
+    """Aligns queries to candidate corpus docs, caching doc texts and field alignments.
 
-    def __init__(self, index_dir: str, scheme: str, params: AlignParams | None = None) -> None:
-        from tcqa_data.decontam.textstore.store import TextStore
+    ``source`` gives the docs' texts by ordinal (``text(o)``, ``texts(os)``): an evidence source
+    (``evidence.py``) or a ``TextStore``."""
 
-        self.store = TextStore.open(index_dir)
+    def __init__(self, source: Any, scheme: str, params: AlignParams | None = None) -> None:
+        self.store = source
         self.scheme = scheme
         self.params = params or AlignParams()
         self._docs: OrderedDict[int, _DocText] = OrderedDict()
