@@ -230,10 +230,12 @@ def split_negatives(items: list[dict], pool: list[int], injected: list[int], tex
 
 # ---- scoring ---------------------------------------------------------------------------------
 def score(items: list[dict], index_dir: Path) -> dict[str, np.ndarray]:
-    from tcqa_data.decontam.detect import QueryDoc, score_docs
-    from tcqa_data.decontam.rules import Rule
+    from tcqa_data.decontam.detect.evidence import IndexEvidence
+    from tcqa_data.decontam.detect.rules import Rule
+    from tcqa_data.decontam.detect.score import QueryDoc, score_docs
 
-    cols = score_docs([QueryDoc(it["query"], it["fields"]) for it in items], str(index_dir), 13)
+    queries = [QueryDoc(it["query"], it["fields"]) for it in items]
+    cols = score_docs(queries, IndexEvidence.open(index_dir), 13)
     out = {"ngram_fraction": np.asarray(cols["ngram_fraction"]), "longest": np.asarray(cols["longest_match"]),
            "minhash": np.asarray(cols["minhash_sim"]), "query_words": np.asarray(cols["query_words"])}
     for r in RULES:
@@ -451,18 +453,19 @@ def inject_natural(corpus: list[dict], items: list[dict], chosen: list[int], see
 
 
 def score_natural(items: list[dict], index_dir: Path, rules: list[str], align_params) -> dict:
-    from tcqa_data.decontam.detect import QueryDoc, score_docs
-    from tcqa_data.decontam.rules import Rule
+    from tcqa_data.decontam.detect.evidence import IndexEvidence
+    from tcqa_data.decontam.detect.rules import Rule
+    from tcqa_data.decontam.detect.score import QueryDoc, score_docs
 
-    cols = score_docs([QueryDoc(it["query"], it["fields"]) for it in items], str(index_dir), 13,
-                      align=True, align_params=align_params)
+    queries = [QueryDoc(it["query"], it["fields"]) for it in items]
+    cols = score_docs(queries, IndexEvidence.open(index_dir), 13, align=True, align_params=align_params)
     out = {r: Rule.parse(r).evaluate(cols)[0] for r in rules}
     out["cols"] = cols
     return out
 
 
 def natural(args: argparse.Namespace) -> None:
-    from tcqa_data.decontam.align import AlignParams
+    from tcqa_data.decontam.detect.align import AlignParams
     from tcqa_data.decontam.textstore.store import store_bytes
 
     work = Path(args.work)

@@ -178,8 +178,8 @@ def janitor_baseline(texts: list[str]) -> tuple[float, set[str]]:
 def same_ngram_set(grams: set[str], index: Path) -> tuple[bool, int, int]:
     """Hash lm-eval's normalized n-gram strings with our function; compare with the index's
     stored keys (format 2 keeps the top ``key_bits`` bits of each hash: compared at that width)."""
-    from tcqa_data.decontam import ngram_index as ni
-    from tcqa_data.decontam.hashing import batch_ngram_hashes
+    from tcqa_data.decontam.core.hashing import batch_ngram_hashes
+    from tcqa_data.decontam.ngrams import index as ni
 
     strings = list(grams)
     theirs = np.concatenate([batch_ngram_hashes(strings[i:i + 200_000], [13])[13][0]
@@ -196,7 +196,7 @@ def ngram_size_report(index: Path, corpus_bytes: int, queries: int = 1_000_000) 
     """The n-gram part on disk (per corpus byte, per unique n-gram, per file kind) and its
     false-positive rate: computed (manifest) and measured with random query hashes, which are
     absent from the corpus but for a chance of 2**-64 each."""
-    from tcqa_data.decontam import ngram_index as ni
+    from tcqa_data.decontam.ngrams import index as ni
 
     idx = ni.NgramIndex.open(index)
     c = idx.manifest["counts"]["ngrams"]["13"]
@@ -218,8 +218,8 @@ def ngram_size_report(index: Path, corpus_bytes: int, queries: int = 1_000_000) 
 def fp_check_32bit_keys(corpus: Path, out: Path, queries: int = 1_000_000) -> dict:
     """The computed false-positive rate against random queries where it is big enough to count:
     the same corpus with 32-bit keys (1 bucket, no directory bits) instead of the default width."""
-    from tcqa_data.decontam import ngram_index as ni
     from tcqa_data.decontam.build import build_index
+    from tcqa_data.decontam.ngrams import index as ni
 
     m = build_index([str(corpus)], out, workers=1, minhash=False, quiet=True, text_store="none",
                     num_buckets=1, ngram_dir_bits=0, overwrite=True)
@@ -312,7 +312,7 @@ print(json.dumps([max(peak[0], rss()) - rss0, cpu, *extra]))
 _BAND_MERGE_CODE = """
 import json, sys
 import numpy as np
-from tcqa_data.decontam import kernel, packed
+from tcqa_data.decontam.core import kernel, packed
 from tcqa_data.decontam.minhash import MinHashParams, merge
 params = MinHashParams(**json.loads(sys.argv[2]))
 if kernel.enabled():  # numba's own memory (cache load) before the baseline
@@ -371,8 +371,8 @@ def band_merge_memory(run_counts: list[int], windows: int, folder: Path, group_r
 
 _BUCKET_MERGE_CODE = """
 import sys
-from tcqa_data.decontam import kernel
-from tcqa_data.decontam import ngram_reduce as nred
+from tcqa_data.decontam.core import kernel
+from tcqa_data.decontam.ngrams import reduce as nred
 folder, runs, group_runs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 if kernel.enabled():  # numba's own memory (cache load) before the baseline
     kernel.kernels()
@@ -396,7 +396,7 @@ def bucket_merge_memory(run_counts: list[int], pairs: int, folder: Path, group_r
     over the process's RSS before the merge (sampled every 5 ms) and its CPU seconds. Past
     ``group_runs`` runs (0: the default, ``GROUP_RUNS``) the merge runs in two levels, as a
     build does."""
-    from tcqa_data.decontam.ngram_runs import write_run
+    from tcqa_data.decontam.ngrams.runs import write_run
 
     rows = []
     for runs in run_counts:
@@ -631,7 +631,7 @@ def main() -> None:
     # runs of each, so a burst of someone else's work does not decide the ratio.
     out = bench / "wiki_idx"
     jan_times, builds, fallback = [], [], []
-    import tcqa_data.decontam.kernel as kernel
+    import tcqa_data.decontam.core.kernel as kernel
 
     kernel_name = kernel.name()
     for _ in range(args.repeat):

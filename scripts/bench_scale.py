@@ -82,7 +82,7 @@ def du(path: Path) -> int:
 
 def ray_overhead(cpus: int, probe: str, tasks: int = 200) -> dict:
     """Start a private local Ray instance, run one empty task, then many, then shut down."""
-    from tcqa_data.decontam.engines import RayEngine
+    from tcqa_data.engines import RayEngine
 
     t0 = time.perf_counter()
     eng = RayEngine(num_cpus=cpus).start()
@@ -100,7 +100,8 @@ def ray_overhead(cpus: int, probe: str, tasks: int = 200) -> dict:
 
 def driver_passes(corpus: Path) -> dict:
     """The passes over the input the driver makes itself: checksum and line-numbered split."""
-    from tcqa_data.decontam.build import SHARD_BYTES, sha256_file
+    from tcqa_data.decontam.build import sha256_file
+    from tcqa_data.decontam.build.index import SHARD_BYTES
     from tcqa_data.decontam.readers.inputs import resolve_inputs, split_input
 
     size = corpus.stat().st_size
@@ -137,7 +138,7 @@ def own_cpu_s() -> float:
 
 def phase_timed_engine(engine: str, n: int):
     """A Local or Ray engine that records, per step of the build (``desc``), its tasks, wall and CPU time."""
-    from tcqa_data.decontam.engines import LocalEngine, RayEngine
+    from tcqa_data.engines import LocalEngine, RayEngine
 
     base = RayEngine if engine == "ray" else LocalEngine
 

@@ -1,4 +1,4 @@
-"""A packed (key, id) table (``decontam/packed.py``) written to .npy files and memory-mapped, as
+"""A packed (key, id) table (``decontam/core/packed.py``) written to .npy files and memory-mapped, as
 the index's anchor and MinHash band tables are read."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tcqa_data.decontam import packed
+from tcqa_data.decontam.core import packed
 
 
 def packed_table(tmp_path: Path, rng: np.random.Generator, n: int, key_range: int, id_bits: int):

@@ -10,10 +10,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tcqa_data.decontam.align import AlignParams, align_tokens, contaminated_spans
 from tcqa_data.decontam.build import build_index
-from tcqa_data.decontam.detect import QueryDoc, score_docs
-from tcqa_data.decontam.rules import Rule
+from tcqa_data.decontam.detect.align import AlignParams, align_tokens, contaminated_spans
+from tcqa_data.decontam.detect.evidence import IndexEvidence
+from tcqa_data.decontam.detect.rules import Rule
+from tcqa_data.decontam.detect.score import QueryDoc, score_docs
 from tcqa_data.decontam.textstore.build import build_text_store
 from tcqa_data.decontam.textstore.store import TextStore, has_text_store
 from tcqa_data.errors import ConfigError, IndexMismatchError, TcqaError
@@ -181,7 +182,7 @@ def edited_index(wiki_sample, tmp_path_factory):
 
 
 def test_anchors_find_every_doc_sharing_six_words(edited_index):
-    from tcqa_data.decontam.normalize import tokenize
+    from tcqa_data.decontam.core.normalize import tokenize
     from tcqa_data.decontam.textstore.anchor_index import AnchorIndex
 
     idx, docs = edited_index
@@ -210,7 +211,7 @@ def test_anchor_kgram_in_more_than_max_df_docs_across_inputs_is_ignored(tmp_path
     """A kept 4-gram counts as evidence while at most ANCHOR_MAX_DF docs hold it, summed over every
     input's runs (or in the merged table); once a query k-gram passes that, later runs no longer
     look it up (same result)."""
-    from tcqa_data.decontam.hashing import batch_ngram_hashes
+    from tcqa_data.decontam.core.hashing import batch_ngram_hashes
     from tcqa_data.decontam.textstore import build as ts_build
     from tcqa_data.decontam.textstore.anchor_index import AnchorIndex
     from tcqa_data.decontam.textstore.anchors import ANCHOR_MAX_DF, winnow
@@ -264,7 +265,7 @@ def test_anchor_kgram_in_more_than_max_df_docs_across_inputs_is_ignored(tmp_path
 
 def test_doc_text_token_tests_equal_isin():
     """Alignment's per-doc token tests (distinct ids, searched) equal np.isin both ways."""
-    from tcqa_data.decontam.align import _doc_text
+    from tcqa_data.decontam.detect.align import _doc_text
 
     rng = np.random.default_rng(3)
     words = [f"t{i}" for i in range(40)]
@@ -285,7 +286,7 @@ def test_anchor_tables_are_packed_and_version2_stores_still_read(edited_index, t
     version 2 (one uint64 ``hash << 32 | doc`` per entry) gives the same candidates."""
     import shutil
 
-    from tcqa_data.decontam import packed
+    from tcqa_data.decontam.core import packed
     from tcqa_data.decontam.textstore.anchor_index import AnchorIndex
     from tcqa_data.decontam.textstore.store import store_summary
 
@@ -320,7 +321,7 @@ def test_anchor_tables_are_packed_and_version2_stores_still_read(edited_index, t
 
 
 def test_edited_passage_is_aligned_with_span_share_and_field(edited_index, mc_taco_rows):
-    from tcqa_data.decontam.normalize import tokenize
+    from tcqa_data.decontam.core.normalize import tokenize
 
     idx, docs = edited_index
     question = next(r.split("\t")[1] for r in mc_taco_rows if r.startswith(SENTENCE))
@@ -328,7 +329,7 @@ def test_edited_passage_is_aligned_with_span_share_and_field(edited_index, mc_ta
     q = QueryDoc(query, {"question": question, "sentence": SENTENCE})
     never = mc_taco_rows[0].split("\t")
     clean = QueryDoc(f"{never[1]} {never[0]}", {"question": never[1], "sentence": never[0]})
-    cols = score_docs([q, clean], str(idx), 13)
+    cols = score_docs([q, clean], IndexEvidence.open(idx), 13)
     assert cols["ngram_hits"][0] == 0  # no intact 13-gram survives the edits: any-ngram misses it
     assert cols["aligned_share"][0] == pytest.approx(len(tokenize(SENTENCE)) / len(tokenize(query)))
     assert cols["aligned_field_share"][0] == 1.0

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from tcqa_data.decontam.arrays import narrow_ordinals, sorted_unique
+from tcqa_data.decontam.core.arrays import narrow_ordinals, sorted_unique
 
 
 @pytest.mark.parametrize("dtype", [np.uint64, np.int64, np.uint32])

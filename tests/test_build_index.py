@@ -21,9 +21,9 @@ from typer.testing import CliRunner
 
 from tcqa_data.cli import app
 from tcqa_data.decontam.build import build_index, map_shard
-from tcqa_data.decontam.build_map import MAP_FORMAT
-from tcqa_data.decontam.hashing import HASH_NAME, ngram_hashes
-from tcqa_data.decontam.ngram_index import NgramIndex
+from tcqa_data.decontam.core.hashing import HASH_NAME, ngram_hashes
+from tcqa_data.decontam.core.map_files import MAP_FORMAT
+from tcqa_data.decontam.ngrams.index import NgramIndex
 from tcqa_data.errors import IndexMismatchError, InputError, TcqaError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -331,7 +331,7 @@ def test_hf_dataset_input(tmp_path, wiki_lines, monkeypatch):
 def test_arrow_repeated_string_is_the_same_array_as_one_string_per_row():
     """docs.parquet's input column is built from one encoded copy of the path, not one per row:
     the same Arrow array (so the same file bytes) as ``arrow_strings`` of the repeated value."""
-    from tcqa_data.decontam.build_map import arrow_repeated_string, arrow_strings
+    from tcqa_data.decontam.build.map import arrow_repeated_string, arrow_strings
 
     cases = (("/data/ü/part-0001.jsonl", 7), ("", 4), ("x", 0), ("hf://org/set/cfg:train", 50_000))
     for value, count in cases:

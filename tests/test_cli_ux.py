@@ -32,9 +32,9 @@ def no_punkt(monkeypatch, tmp_path):
     """NLTK finds no Punkt tables (as on a fresh machine without NLTK_DATA)."""
     import nltk
 
+    from tcqa_data.decontam.build.preflight import minhash_windows_problem
     from tcqa_data.decontam.minhash import MinHashParams
     from tcqa_data.decontam.minhash import windows as mh_windows
-    from tcqa_data.decontam.preflight import minhash_windows_problem
 
     monkeypatch.setattr(nltk.data, "path", [str(tmp_path / "no_nltk_data")])
     mh_windows._punkt.cache_clear()

@@ -14,7 +14,7 @@ from typer.main import get_command
 from typer.testing import CliRunner
 
 from tcqa_data.cli import DEPRECATED_SPELLINGS, app
-from tcqa_data.decontam.rules import OPERATORS, TERM_KINDS, Rule, rule_terms_help, term_syntax
+from tcqa_data.decontam.detect.rules import OPERATORS, TERM_KINDS, Rule, rule_terms_help, term_syntax
 from tcqa_data.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tcqa_data.decontam.detect import attribute_fields, auto_ngram
-from tcqa_data.decontam.rules import Rule, doc_status
+from tcqa_data.decontam.detect.rules import Rule, doc_status
+from tcqa_data.decontam.detect.score import attribute_fields, auto_ngram
 from tcqa_data.errors import ConfigError
 
 
@@ -65,7 +65,7 @@ def test_auto_ngram_is_gpt3_percentile_clamped():
 
 
 def test_attribution_locates_fields_in_the_query():
-    from tcqa_data.decontam.normalize import tokenize
+    from tcqa_data.decontam.core.normalize import tokenize
 
     query = "How long was he gone? He left at noon, ate lunch and came back."
     toks = tokenize(query)
@@ -84,7 +84,8 @@ def test_scores_and_evidence_on_a_small_real_index(tmp_path):
     import json
 
     from tcqa_data.decontam.build import build_index
-    from tcqa_data.decontam.detect import QueryDoc, score_docs
+    from tcqa_data.decontam.detect.evidence import IndexEvidence
+    from tcqa_data.decontam.detect.score import QueryDoc, score_docs
 
     seen = "the quick brown fox jumps over the lazy dog near the quiet river bank at dawn"  # 16 words
     corpus = [
@@ -103,7 +104,8 @@ def test_scores_and_evidence_on_a_small_real_index(tmp_path):
         QueryDoc("Completely different words that never appear in that corpus at all today", {}),
         QueryDoc("too short to test", {}),
     ]
-    cols = score_docs(docs, str(idx), 13, use_minhash=False)
+    evidence = IndexEvidence.open(idx)
+    cols = score_docs(docs, evidence, 13, use_minhash=False)
     assert cols["query_words"] == [26, 12, 4]
     assert cols["testable"] == [True, False, False]
     assert cols["ngram_total"] == [14, 0, 0]
@@ -120,6 +122,6 @@ def test_scores_and_evidence_on_a_small_real_index(tmp_path):
     assert cols["min_doc_freq"][0] == cols["max_doc_freq"][0] == 2
     assert cols["ngram_hits"][1:] == [0, 0] and cols["longest_match"][1:] == [0, 0]
     # n-grams found in more than one corpus doc are ignored with max_corpus_freq=1
-    strict = score_docs(docs, str(idx), 13, max_corpus_freq=1, use_minhash=False)
+    strict = score_docs(docs, evidence, 13, max_corpus_freq=1, use_minhash=False)
     assert strict["ngram_hits"][0] == 0 and strict["ngram_common"][0] == 4
     assert strict["longest_match"][0] == 0

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tcqa_data.decontam.engines import (
+from tcqa_data.engines import (
     LocalEngine,
     RayEngine,
     check_writable_dir,
@@ -220,7 +220,7 @@ def test_engines_module_does_not_import_ray_and_missing_ray_is_explained() -> No
     proc = run_python(
         "import sys\n"
         "import tcqa_data.cli, tcqa_data.decontam.build\n"
-        "import tcqa_data.decontam.engines as e\n"
+        "import tcqa_data.engines as e\n"
         "assert 'ray' not in sys.modules, 'ray imported eagerly'\n"
         "sys.modules['ray'] = None  # as if the extra were not installed\n"
         "from tcqa_data.errors import TcqaError\n"
@@ -241,7 +241,7 @@ def test_unreachable_ray_address_names_it(scheme: str) -> None:
         port = s.getsockname()[1]
     address = f"{scheme}127.0.0.1:{port}"
     proc = run_python(
-        "from tcqa_data.decontam.engines import RayEngine\n"
+        "from tcqa_data.engines import RayEngine\n"
         "from tcqa_data.errors import TcqaError\n"
         "try:\n"
         f"    RayEngine(address={address!r}).start()\n"
@@ -258,7 +258,7 @@ def test_ray_engine_starts_and_stops_its_own_local_instance(tmp_path: Path) -> N
     (tmp_path / "a.txt").write_bytes(b"12345")
     proc = run_python(
         "import os, ray\n"
-        "from tcqa_data.decontam.engines import RayEngine\n"
+        "from tcqa_data.engines import RayEngine\n"
         "with RayEngine(num_cpus=1) as eng:\n"
         f"    print('SIZES', eng.map(os.path.getsize, [{{'filename': {str(tmp_path / 'a.txt')!r}}}]))\n"
         "    print('CPUS', eng.parallelism)\n"
@@ -392,9 +392,9 @@ def test_two_level_reduces_on_an_engine_equal_one_level(wiki_corpus, local2: Loc
     of their own (each bucket's, each band's) before the buckets and bands, and with more windows
     than RANGE_WINDOWS each band's key ranges apart: the same index as the one-level merges
     (default pool)."""
-    from tcqa_data.decontam import ngram_reduce as nred
     from tcqa_data.decontam.build import build_index
     from tcqa_data.decontam.minhash import merge as mh_merge
+    from tcqa_data.decontam.ngrams import reduce as nred
 
     build_index(wiki_corpus, tmp_path / "one", workers=2, quiet=True, run_pairs=30_000, batch_chars=50_000)
     monkeypatch.setattr(mh_merge, "GROUP_RUNS", 2)

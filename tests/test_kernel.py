@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from packed_fixtures import packed_table
 
-from tcqa_data.decontam import hashing, kernel
-from tcqa_data.decontam import ngram_index as ni
-from tcqa_data.decontam import ngram_merge as nmerge
-from tcqa_data.decontam import ngram_runs as nruns
+from tcqa_data.decontam.core import hashing, kernel
+from tcqa_data.decontam.ngrams import index as ni
+from tcqa_data.decontam.ngrams import merge as nmerge
+from tcqa_data.decontam.ngrams import runs as nruns
 from tcqa_data.errors import ConfigError
 
 pytest.importorskip("numba")
@@ -151,8 +151,8 @@ def test_compiled_jsonl_reader_writes_the_same_index(wiki_sample, tmp_path, monk
     index (docs table, manifest counts and skip statistics included) equals the Python reader's."""
     import gzip
 
-    from tcqa_data.decontam import build_map
     from tcqa_data.decontam.build import build_index
+    from tcqa_data.decontam.build import map as build_map
 
     texts = _texts(wiki_sample, 30)
     lines = [json.dumps({"text": t}, ensure_ascii=k % 2 == 0 or k >= 30).encode()
@@ -192,7 +192,7 @@ def test_kernel_packed_lookup_equals_numpy(monkeypatch, tmp_path):
     """``packed.lookup`` (anchor and MinHash band tables): the kernel's (query, id) arrays equal the
     numpy binary search's, on memory-mapped tables, with and without a per-key cap, for keys
     that are present, absent, repeated and unsorted, and for a cell holding most entries."""
-    from tcqa_data.decontam import packed
+    from tcqa_data.decontam.core import packed
 
     rng = np.random.default_rng(1)
     for n, key_range, id_bits in ((0, 2**32, 1), (7, 2**32, 3), (20_000, 2**32, 21), (20_000, 2**10, 9),

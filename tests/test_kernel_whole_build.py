@@ -75,7 +75,7 @@ def _assert_same(a: Path, b: Path) -> None:
 
 @pytest.fixture(scope="module")
 def numba_build(inputs, tmp_path_factory) -> Path:
-    from tcqa_data.decontam import kernel
+    from tcqa_data.decontam.core import kernel
 
     mp = pytest.MonkeyPatch()
     mp.setenv(kernel.ENV, "numba")
@@ -90,7 +90,7 @@ def numba_build(inputs, tmp_path_factory) -> Path:
 
 
 def test_numpy_fallback_builds_the_same_index_from_every_format(inputs, numba_build, tmp_path, monkeypatch):
-    from tcqa_data.decontam import kernel
+    from tcqa_data.decontam.core import kernel
 
     monkeypatch.setenv(kernel.ENV, "numpy")
     assert not kernel.enabled()
@@ -126,21 +126,18 @@ def ray_numpy():
 
 @pytest.mark.ray
 def test_numpy_fallback_on_ray_builds_the_same_index(inputs, numba_build, ray_numpy, tmp_path, monkeypatch):
-    from tcqa_data.decontam import kernel
+    from tcqa_data.decontam.core import kernel
 
     monkeypatch.setenv(kernel.ENV, "numpy")  # the driver's own steps too
 
     @ray_numpy.remote
     def worker_kernel() -> str:
-        from tcqa_data.decontam import kernel as k
+        from tcqa_data.decontam.core import kernel as k
 
         return k.name()
 
     assert set(ray_numpy.get([worker_kernel.remote() for _ in range(4)])) == {"numpy"}
-    try:  # the engines' home before and after the package layout moves
-        from tcqa_data.engines import RayEngine  # type: ignore[import-not-found]
-    except ImportError:
-        from tcqa_data.decontam.engines import RayEngine
+    from tcqa_data.engines import RayEngine
     tasks: list[str] = []
     ray_map = RayEngine.map
 

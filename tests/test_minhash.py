@@ -259,7 +259,7 @@ def _full_signatures(corpus: list[str]) -> np.ndarray:
 
 
 def test_band_tables_are_consistent(planted):
-    from tcqa_data.decontam import packed
+    from tcqa_data.decontam.core import packed
 
     corpus, _, root, _ = planted
     index = MinHashIndex.open(root)
@@ -289,9 +289,9 @@ def test_band_tables_are_consistent(planted):
 
 
 def test_packed_tables_round_trip_and_look_up():
-    """decontam/packed.py: streamed in blocks, decoded back exactly, looked up by binary search
+    """decontam/core/packed.py: streamed in blocks, decoded back exactly, looked up by binary search
     within directory cells (also a cell holding most entries), at most ``max_per_key`` smallest ids."""
-    from tcqa_data.decontam import packed
+    from tcqa_data.decontam.core import packed
 
     rng = np.random.default_rng(0)
     for n, key_range, id_bits in ((0, 2**32, 1), (5, 2**32, 11), (5000, 2**32, 20), (5000, 2**12, 7)):
@@ -523,7 +523,7 @@ _EDGE_TEXTS = [
 
 
 def _kernel_modes(monkeypatch, fn):
-    from tcqa_data.decontam import kernel
+    from tcqa_data.decontam.core import kernel
 
     out = []
     for mode in ("numba", "numpy"):
@@ -648,7 +648,7 @@ def test_packed_key_ranges_joined_equal_one_table(dir_bits, id_bits, ranges):
     directories offset and their words joined by ``WordsJoin`` in pieces: the same directory and
     words as the table packed at once, for entry widths that do and do not divide 64 bits,
     empty ranges included."""
-    from tcqa_data.decontam import packed
+    from tcqa_data.decontam.core import packed
 
     rng = np.random.default_rng(dir_bits * 100 + id_bits)
     n = 3000
@@ -692,7 +692,7 @@ def test_packed_offsets_writer_counts_every_value(monkeypatch):
     """``OffsetsWriter`` (the tables' directories, a MinHash index's doc -> window offsets): for
     each value, the items before it, whatever the chunking of the stream (ties across chunks,
     empty chunks, values past one output chunk)."""
-    from tcqa_data.decontam import packed
+    from tcqa_data.decontam.core import packed
 
     monkeypatch.setattr(packed, "_OFFSET_CHUNK", 7)
     rng = np.random.default_rng(1)

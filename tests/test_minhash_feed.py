@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import zstandard
 
-from tcqa_data.decontam import build_map
+from tcqa_data.decontam.build import map as build_map
 from tcqa_data.decontam.minhash import MinHashParams, write_minhash_shard
 from tcqa_data.decontam.minhash import shards as mh_shards
 from tcqa_data.decontam.readers import jsonl_batches
@@ -146,12 +146,58 @@ def test_full_build_codepoint_path_equals_text_path(wiki_sample, tmp_path, monke
         assert a == b, n
 
 
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_str_map_normalizes_once_and_writes_the_same_index(wiki_sample, tmp_path, monkeypatch, kernels_on,
+                                                           fmt):
+    """Documents the map reads as ``str`` (an id field; Parquet) with MinHash: each batch is cut
+    into windows and normalized once on code points, and the n-gram side hashes those bytes
+    (``_map_minhash_texts``); the index is the one of the path that normalizes the texts for the
+    n-grams and again for the windows (every file; the manifest less its timing)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tcqa_data.decontam.build import build_index
+
+    rows = [json.loads(line) for line in wiki_sample.read_text(encoding="utf-8").splitlines()[:70]]
+    # Parquet holds UTF-8 only: no lone surrogate there
+    rows += [{"id": f"edge-{k}", "text": t} for k, t in enumerate(EDGE)
+             if t and (fmt == "jsonl" or t.encode("utf-8", "surrogatepass").decode("utf-8", "replace") == t)]
+    inputs = []
+    for k, (a, b) in enumerate(((0, 30), (30, len(rows)))):
+        part = [{"id": r["id"], "text": r["text"]} for r in rows[a:b]]
+        p = tmp_path / f"in{k}.{fmt}"
+        if fmt == "jsonl":
+            p.write_text("".join(json.dumps(r) + "\n" for r in part), encoding="utf-8")
+        else:
+            pq.write_table(pa.Table.from_pylist(part), p, row_group_size=10)
+        inputs.append(str(p))
+    used = []
+    real = build_map._map_minhash_texts
+    monkeypatch.setattr(build_map, "_map_minhash_texts", lambda *a: used.append(1) or real(*a))
+    kw = {"workers": 1, "quiet": True, "shard_bytes": 60_000, "batch_chars": 30_000, "text_store": "none",
+          "id_field": "id"}
+    build_index(inputs, tmp_path / "once", **kw)
+    assert used  # the str map on code points ran
+    monkeypatch.setattr(build_map, "_minhash_texts_ok", lambda *a: False)
+    build_index(inputs, tmp_path / "twice", **kw)
+    names = sorted(str(p.relative_to(tmp_path / "twice")) for p in (tmp_path / "twice").rglob("*")
+                   if p.is_file())
+    assert names == sorted(str(p.relative_to(tmp_path / "once")) for p in (tmp_path / "once").rglob("*")
+                           if p.is_file())
+    for n in names:
+        a, b = (tmp_path / "twice" / n).read_bytes(), (tmp_path / "once" / n).read_bytes()
+        if n == "manifest.json":
+            a, b = ({k: v for k, v in json.loads(x).items() if k != "build"} for x in (a, b))
+        assert a == b, n
+
+
 def _janitor_from_cps_reference(cps: np.ndarray, doc_start: np.ndarray, at_start: np.ndarray,
                                 at_end: np.ndarray) -> tuple[bytes, list, list, list]:
     """``janitor_from_cps`` by its definition: each doc's ``encode_normalized`` bytes (non-ASCII
     whitespace as spaces) after a space; a start bound at its char, an end bound at the end of
     the first doc ending there, else at its char."""
-    from tcqa_data.decontam.hashing import encode_normalized
+    from tcqa_data.decontam.core.hashing import encode_normalized
 
     out = bytearray(b" ")
     char_at, end_at, nstart = {}, {}, []
@@ -173,8 +219,8 @@ def _janitor_from_cps_reference(cps: np.ndarray, doc_start: np.ndarray, at_start
 def test_janitor_from_cps_equals_its_definition(kernels_on):
     """Window bounds anywhere (doc starts and ends, empty docs, runs of equal bounds) and
     non-ASCII, whitespace and punctuation chars: the kernel's bytes and offsets."""
-    from tcqa_data.decontam import kernel
-    from tcqa_data.decontam.hashing import JANITOR_ASCII_MAP
+    from tcqa_data.decontam.core import kernel
+    from tcqa_data.decontam.core.hashing import JANITOR_ASCII_MAP
 
     rng = np.random.default_rng(7)
     alphabet = np.array([ord(c) for c in "abcXYZ 09.,;!\"'-\u00e9\u00a0\u3000\u4e2d\U0001f600\t"],

@@ -14,8 +14,8 @@ from test_minhash_feed import EDGE
 from test_readers import CRAFTED, PYTHON_LINES
 from test_textstore_build import _corpus
 
-from tcqa_data.decontam import kernel
 from tcqa_data.decontam.build import build_index
+from tcqa_data.decontam.core import kernel
 from tcqa_data.decontam.minhash import MinHashIndex, MinHashParams, feed
 from tcqa_data.decontam.minhash.sketch import sign_spans
 from tcqa_data.decontam.minhash.windows import texts_codepoints, window_spans

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tcqa_data.decontam import hashing, kernel
-from tcqa_data.decontam import ngram_index as ni
-from tcqa_data.decontam import ngram_reduce as nred
-from tcqa_data.decontam import ngram_runs as nruns
+from tcqa_data.decontam.core import hashing, kernel
+from tcqa_data.decontam.ngrams import index as ni
+from tcqa_data.decontam.ngrams import reduce as nred
+from tcqa_data.decontam.ngrams import runs as nruns
 from tcqa_data.io_utils import write_npy_atomic
 
 pytest.importorskip("numba")
@@ -216,7 +216,7 @@ def test_kernels_load_without_scipy_linalg():
     import sys
 
     pytest.importorskip("scipy")
-    code = ("import sys, numpy as np; from tcqa_data.decontam import kernel; k = kernel.kernels(); "
+    code = ("import sys, numpy as np; from tcqa_data.decontam.core import kernel; k = kernel.kernels(); "
             "h, d = k['dedupe_pairs'](np.array([1, 1, 2], np.uint64), np.array([0, 0, 0], np.int64)); "
             "assert h.tolist() == [1, 2], h; assert 'scipy.linalg' not in sys.modules; "
             "import scipy.linalg.cython_blas; print('ok')")
@@ -312,7 +312,7 @@ def test_build_counts_an_ngram_repeated_in_a_doc_once(tmp_path, monkeypatch, mod
     import json
 
     from tcqa_data.decontam.build import build_index
-    from tcqa_data.decontam.hashing import ngram_hashes
+    from tcqa_data.decontam.core.hashing import ngram_hashes
 
     monkeypatch.setenv(kernel.ENV, mode)
     docs = ["alpha beta gamma " * 4, "beta gamma alpha delta", "alpha beta gamma alpha beta gamma"]

@@ -9,13 +9,13 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from tcqa_data.decontam import ngram_index as ni
-from tcqa_data.decontam import ngram_merge as nmerge
-from tcqa_data.decontam import ngram_reduce as nred
-from tcqa_data.decontam import ngram_runs as nruns
 from tcqa_data.decontam.build import build_index
-from tcqa_data.decontam.hashing import batch_ngram_hashes, ngram_hashes, token_ngram_hashes
-from tcqa_data.decontam.normalize import tokenize
+from tcqa_data.decontam.core.hashing import batch_ngram_hashes, ngram_hashes, token_ngram_hashes
+from tcqa_data.decontam.core.normalize import tokenize
+from tcqa_data.decontam.ngrams import index as ni
+from tcqa_data.decontam.ngrams import merge as nmerge
+from tcqa_data.decontam.ngrams import reduce as nred
+from tcqa_data.decontam.ngrams import runs as nruns
 from tcqa_data.errors import IndexMismatchError, TcqaError
 from tcqa_data.io_utils import NpyRowReader
 

@@ -1,4 +1,4 @@
-"""Query-side page-in (``decontam/pagein.py``): lookups return the same arrays whether or not their
+"""Query-side page-in (``decontam/core/pagein.py``): lookups return the same arrays whether or not their
 pages were requested first."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import mmap
 import numpy as np
 from packed_fixtures import packed_table
 
-from tcqa_data.decontam import kernel, packed, pagein
+from tcqa_data.decontam.core import kernel, packed, pagein
 
 
 def test_page_offsets_cover_exactly_the_rows_pages(tmp_path):
@@ -72,7 +72,7 @@ def test_packed_lookup_same_after_page_in(tmp_path, monkeypatch):
 
 def test_ngram_lookup_same_with_and_without_page_in(wiki_index, monkeypatch):
     """NgramIndex.lookup reads its pages first (every bucket's at once) or not: the same result."""
-    from tcqa_data.decontam import ngram_index as ni
+    from tcqa_data.decontam.ngrams import index as ni
 
     idx = ni.NgramIndex.open(wiki_index)
     n = idx.ngram_sizes[0]

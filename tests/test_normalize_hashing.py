@@ -8,13 +8,13 @@ import string
 import numpy as np
 import pytest
 
-from tcqa_data.decontam.hashing import (
+from tcqa_data.decontam.core.hashing import (
     HASH_NAME,
     batch_ngram_hashes,
     ngram_hashes,
     token_ngram_hashes,
 )
-from tcqa_data.decontam.normalize import normalize, token_char_spans, tokenize
+from tcqa_data.decontam.core.normalize import normalize, token_char_spans, tokenize
 from tcqa_data.errors import ConfigError
 
 janitor_mod = pytest.importorskip("lm_eval.decontamination.janitor",
@@ -131,8 +131,8 @@ def test_hash_distribution_has_no_collisions_on_real_ngrams(wiki_sample):
 def test_written_out_tables_equal_their_definitions():
     import sys
 
-    from tcqa_data.decontam.hashing import JANITOR_ASCII_MAP
-    from tcqa_data.decontam.normalize import UNICODE_WHITESPACE
+    from tcqa_data.decontam.core.hashing import JANITOR_ASCII_MAP
+    from tcqa_data.decontam.core.normalize import UNICODE_WHITESPACE
 
     assert UNICODE_WHITESPACE == tuple(chr(c) for c in range(0x80, sys.maxunicode + 1) if chr(c).isspace())
     # the JSONL kernel's ASCII map: str.translate's Janitor table, with str.split()'s whitespace as spaces
@@ -144,7 +144,7 @@ def test_written_out_tables_equal_their_definitions():
 
 
 def test_hash_normalized_equals_batch_hashes(wiki_sample):
-    from tcqa_data.decontam.hashing import _blank_unicode_whitespace, encode_normalized, hash_normalized
+    from tcqa_data.decontam.core.hashing import _blank_unicode_whitespace, encode_normalized, hash_normalized
 
     texts = _wiki_texts(wiki_sample, 5) + [TRICKY, "", "one"]
     parts = [np.frombuffer(encode_normalized(t), dtype=np.uint8) for t in texts]

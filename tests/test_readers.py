@@ -385,7 +385,7 @@ def _python_batches(docs: list[Document], batch_chars: int) -> list[list[Documen
 
 
 def _assert_batches_equal(fast: list, docs: list[Document], batch_chars: int) -> None:
-    from tcqa_data.decontam.hashing import batch_ngram_hashes, hash_normalized
+    from tcqa_data.decontam.core.hashing import batch_ngram_hashes, hash_normalized
 
     slow = _python_batches(docs, batch_chars)
     assert len(fast) == len(slow)

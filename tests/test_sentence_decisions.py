@@ -26,7 +26,7 @@ def kernels_on(monkeypatch):
 def _candidates(texts: list[str], tables: tuple) -> list[tuple[str, str | None, int, bool]]:
     """(chunk, next chunk, kernel decision (1, 0, -1: Python's), ``_is_break``) of every
     candidate the kernel finds in ``texts``."""
-    from tcqa_data.decontam import kernel
+    from tcqa_data.decontam.core import kernel
 
     space, follow, nws, _ = mh_windows._char_tables()
     cps, doc_start = mh_windows.texts_codepoints(texts)

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from test_readers import CRAFTED, PYTHON_LINES
 
-from tcqa_data.decontam import kernel
 from tcqa_data.decontam.build import build_index
+from tcqa_data.decontam.core import kernel
 from tcqa_data.decontam.textstore import anchors as ts_anchors
 from tcqa_data.decontam.textstore import build as ts_build
 from tcqa_data.decontam.textstore.build import build_text_store
@@ -163,7 +163,7 @@ def test_pack_kernel_equals_numpy(monkeypatch, width):
     """``packed.pack`` (anchor and MinHash band tables): the kernel's words equal numpy's, and
     ``unpack`` reads the values back."""
     pytest.importorskip("numba")
-    from tcqa_data.decontam import packed
+    from tcqa_data.decontam.core import packed
 
     rng = np.random.default_rng(width)
     for n in (0, 64, 64 * 37):
@@ -241,7 +241,7 @@ def test_map_anchors_survive_an_interrupted_text_store_pass(tmp_path, wiki_lines
     path = tmp_path / "c.jsonl"
     path.write_bytes(_corpus(wiki_lines, CRAFTED[:4]))
     index = tmp_path / "idx"
-    import tcqa_data.decontam.build as build_mod
+    import tcqa_data.decontam.build.index as build_mod
 
     with monkeypatch.context() as m:
         m.setattr(build_mod, "_finish_text_store", lambda *a: None)

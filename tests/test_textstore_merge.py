@@ -13,16 +13,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tcqa_data.decontam import packed
 from tcqa_data.decontam.build import build_index
-from tcqa_data.decontam.engines import LocalEngine
-from tcqa_data.decontam.hashing import batch_ngram_hashes
+from tcqa_data.decontam.core import packed
+from tcqa_data.decontam.core.hashing import batch_ngram_hashes
 from tcqa_data.decontam.textstore import anchor_index as ts_index
 from tcqa_data.decontam.textstore import anchor_merge as ts_merge
 from tcqa_data.decontam.textstore import anchors as ts_anchors
 from tcqa_data.decontam.textstore import build as ts_build
 from tcqa_data.decontam.textstore.build import build_text_store
 from tcqa_data.decontam.textstore.store import STORE_DIR, TextStore, store_summary
+from tcqa_data.engines import LocalEngine
 
 _STORE_INPUT = ts_build._store_input
 N_INPUTS = 5

@@ -9,8 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from tcqa_data.decontam import packed
 from tcqa_data.decontam.build import build_index
+from tcqa_data.decontam.core import packed
 from tcqa_data.decontam.textstore import anchor_index as ts_index
 from tcqa_data.decontam.textstore import anchors as ts_anchors
 from tcqa_data.decontam.textstore.store import TextStore
@@ -18,8 +18,8 @@ from tcqa_data.decontam.textstore.store import TextStore
 
 def _sequential_tiers(anchors, texts, top, min_shared, weak_top):
     """HEAD's candidate_tiers loop: runs in order, each looking up only the k-grams still live."""
-    from tcqa_data.decontam.arrays import sorted_unique
-    from tcqa_data.decontam.hashing import batch_ngram_hashes
+    from tcqa_data.decontam.core.arrays import sorted_unique
+    from tcqa_data.decontam.core.hashing import batch_ngram_hashes
 
     flat, owner = batch_ngram_hashes(list(texts), [ts_anchors.ANCHOR_K], anchors.scheme,
                                      anchors.seed)[ts_anchors.ANCHOR_K]

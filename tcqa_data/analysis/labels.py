@@ -102,7 +102,7 @@ def _locate(hay: list[str], needle: list[str], lo: int = 0, hi: int | None = Non
 def doc_label_status(spec: TaskSpec, docs: list[dict[str, Any]], cont: pa.Table, scheme: str,
                      texts: dict[str, str]) -> list[str]:
     """Per doc: 'clean' (not flagged), 'input' or 'input+label'."""
-    from tcqa_data.decontam.normalize import token_char_spans, tokenize
+    from tcqa_data.decontam.core.normalize import token_char_spans, tokenize
 
     fields = label_fields(spec)
     dirty = cont.column("doc_dirty").to_pylist()

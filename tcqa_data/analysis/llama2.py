@@ -46,7 +46,7 @@ def lengths_supported(n: int, longest: np.ndarray) -> list[int]:
 
 def token_shares(table: pa.Table, lengths: list[int], scheme: str) -> dict[int, np.ndarray]:
     """Per L: per doc, the share of query words inside matched runs of >= L words."""
-    from tcqa_data.decontam.normalize import token_char_spans
+    from tcqa_data.decontam.core.normalize import token_char_spans
 
     queries = table.column("query").to_pylist()
     spans = table.column("match_spans").to_pylist()

@@ -41,7 +41,7 @@ TOKEN_SHARE_PREFIX = "token_share_L"
 
 def rule_thresholds(rule: str | None) -> dict[str, list[float]]:
     """Score column -> thresholds of the decontaminate rule's terms (none for an unparsable rule)."""
-    from tcqa_data.decontam.rules import Rule
+    from tcqa_data.decontam.detect.rules import Rule
 
     if not rule:
         return {}

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from tcqa_data.cli import app, comma_list, warning
-from tcqa_data.decontam.rules import DEFAULT_RULE, rule_terms_help
+from tcqa_data.decontam.detect.rules import DEFAULT_RULE, rule_terms_help
 
 
 @app.command("decontaminate")

@@ -64,7 +64,7 @@ def index_corpus(
 ) -> None:
     """Index a training corpus: n-gram hashes (exact matches) and MinHash windows (near-duplicates)."""
     from tcqa_data.decontam.build import build_index
-    from tcqa_data.decontam.ngram_index import MANIFEST
+    from tcqa_data.decontam.ngrams.index import MANIFEST
     from tcqa_data.io_utils import read_json
 
     manifest_path = out / MANIFEST
@@ -146,7 +146,7 @@ def index_info(
         head.add_row("minhash", "off")
     head.add_row("docs", f"{c['docs']:,} ({c['input_bytes']:,} input bytes)")
     st = m.get("ngram_storage")
-    if st:  # format 2: what the n-gram files keep of each n-gram (ngram_index.py)
+    if st:  # format 2: what the n-gram files keep of each n-gram (decontam/ngrams/index.py)
         head.add_row("n-gram storage", (
             f"format {st['format']}: {st['key_bits']}-bit keys of the 64-bit hashes ({st['dir_bits']} "
             f"directory bits + {st['suffix_bits']}-bit stored suffixes), {st['df_bits']}-bit df with "

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,13 +16,9 @@ import numpy as np
 import pyarrow as pa
 
 import tcqa_data
-from tcqa_data.decontam.detect import (
-    QueryDoc,
-    auto_ngram,
-    has_minhash,
-    score_docs,
-)
-from tcqa_data.decontam.rules import DEFAULT_RULE, Rule, doc_status
+from tcqa_data.decontam.detect.evidence import IndexEvidence
+from tcqa_data.decontam.detect.rules import DEFAULT_RULE, Rule, doc_status
+from tcqa_data.decontam.detect.score import QueryDoc, auto_ngram, score_docs
 from tcqa_data.errors import ConfigError, IndexMismatchError, TcqaError
 from tcqa_data.io_utils import write_json_atomic, write_parquet_atomic, write_text_atomic
 from tcqa_data.prep.benchmarks import BenchmarkSplit, group_ids, load_split
@@ -73,17 +69,21 @@ def portable_path(path: str | os.PathLike) -> str:
     return Path(text).resolve().name or text
 
 
-def portable_ref(index_dir: str | os.PathLike) -> Callable[[str | None], str | None]:
+def portable_ref(index_dir: str | os.PathLike, manifest: Mapping[str, Any] | None = None
+                 ) -> Callable[[str | None], str | None]:
     """A function that rewrites a ``"<input path>:<line>"`` corpus doc ref of the index at
-    ``index_dir`` to ``"<file name>:<line>"``, as PREP_DIR files record it.
+    ``index_dir`` (its ``manifest``, read from there when not given) to ``"<file name>:<line>"``,
+    as PREP_DIR files record it.
 
     Doc refs without an id field embed the input path as given to index-corpus; PREP_DIR files
     must not. Refs from an id field (titles, urls) are left as they are.
     """
-    from tcqa_data.decontam.ngram_index import MANIFEST
-    from tcqa_data.io_utils import read_json
+    if manifest is None:
+        from tcqa_data.decontam.ngrams.index import MANIFEST
+        from tcqa_data.io_utils import read_json
 
-    inputs = read_json(Path(index_dir) / MANIFEST).get("inputs", [])
+        manifest = read_json(Path(index_dir) / MANIFEST)
+    inputs = manifest.get("inputs", [])
     renamed = {e["path"] + ":": portable_path(e["path"]) + ":" for e in inputs}
 
     def fix(ref: str | None) -> str | None:
@@ -102,9 +102,9 @@ def portable_ref(index_dir: str | os.PathLike) -> Callable[[str | None], str | N
     return fix
 
 
-def portable_doc_refs(cols: dict[str, list], index_dir: str | os.PathLike) -> None:
-    """Rewrite the corpus doc refs in ``cols`` (columns ``*_ref``, ``*_refs``) with ``portable_ref``."""
-    fix = portable_ref(index_dir)
+def portable_doc_refs(cols: dict[str, list], fix: Callable[[str | None], str | None]) -> None:
+    """Rewrite the corpus doc refs in ``cols`` (columns ``*_ref``, ``*_refs``) with ``fix``
+    (``portable_ref``)."""
     for name in cols:  # every corpus doc ref column is named *_ref or *_refs
         if name.endswith(("_ref", "_refs")):
             cols[name] = [[fix(r) for r in v] if isinstance(v, list) else fix(v) for v in cols[name]]
@@ -128,7 +128,7 @@ def _index_summary(idx: Any, index_dir: str | os.PathLike) -> dict[str, Any]:
     return summary
 
 
-def _minhash_and_index_checks(idx: Any, index_dir: str | os.PathLike, rule: Rule, index_has_minhash: bool
+def _minhash_and_index_checks(idx: IndexEvidence, index_dir: str | os.PathLike, rule: Rule
                               ) -> tuple[bool, str, list[str]]:
     """Whether MinHash evidence is computed, how the reports describe it, and warnings for every report.
 
@@ -139,10 +139,10 @@ def _minhash_and_index_checks(idx: Any, index_dir: str | os.PathLike, rule: Rule
     if idx.manifest.get("counts", {}).get("docs", 0) == 0:
         warnings.append(f"the index {portable_path(index_dir)} holds 0 documents: nothing was searched, "
                         "so every doc below is reported clean")
-    if not index_has_minhash:
+    if not idx.has_minhash:
         return False, "off: the index has no MinHash section", warnings
+    from tcqa_data.decontam.build.preflight import minhash_windows_problem
     from tcqa_data.decontam.minhash import MinHashParams
-    from tcqa_data.decontam.preflight import minhash_windows_problem
 
     problem = minhash_windows_problem(MinHashParams.from_dict(idx.manifest["minhash"]))
     if problem is None:
@@ -151,6 +151,34 @@ def _minhash_and_index_checks(idx: Any, index_dir: str | os.PathLike, rule: Rule
         raise TcqaError(f"rule {str(rule)!r} uses MinHash, which needs sentence windows: {problem}")
     warnings.append(f"MinHash evidence (minhash_sim) was left out: {problem}")
     return False, "off: MinHash windows cannot be cut here (see the warning)", warnings
+
+
+@dataclasses.dataclass
+class _Run:
+    """What every task and split of one ``decontaminate`` run is scored and written with."""
+
+    evidence: IndexEvidence  # the index, opened once
+    index_dir: str | os.PathLike  # as given (error messages name it)
+    out: Path
+    rule: Rule
+    fixed_n: int | None  # None: "auto" (GPT-3's n per task)
+    max_corpus_freq: int | None
+    group_policy: str
+    use_minhash: bool  # MinHash evidence is computed (the index has it, and windows can be cut here)
+    config: dict[str, Any]  # the settings every report and the manifest record
+    index_summary: dict[str, Any]
+    fix_ref: Callable[[str | None], str | None]  # corpus doc refs as PREP_DIR records them
+    quiet: bool
+
+
+@dataclasses.dataclass
+class _TaskJob:
+    """One task's splits, each as (docs, their queries, their role); ``source``: how lm-eval
+    resolved the task (None for built-in and YAML tasks)."""
+
+    task: TaskSpec | LmEvalTask
+    parts: list[tuple[BenchmarkSplit, list[str], str]]
+    source: dict[str, Any] | None = None
 
 
 def decontaminate(
@@ -181,47 +209,92 @@ def decontaminate(
     groups and tags expand to their tasks, and ``group_by`` maps a task name to the doc fields
     that form its question groups (any task; default: each doc is its own group).
     ``lm_eval_include_defaults=False`` skips indexing lm-eval's shipped tasks.
-    """
-    from tcqa_data.decontam.ngram_index import NgramIndex
 
+    Steps: the options checked; the index opened once (``IndexEvidence``) and checked against the
+    rule; the tasks resolved (all refusals before anything is written); then each task's splits
+    loaded, scored and written in turn; ``prep_manifest.json`` last.
+    """
     if isinstance(tasks, str):
         tasks = [t.strip() for t in tasks.split(",") if t.strip()]
     if not tasks:
         raise ConfigError("no tasks given; e.g. --tasks mc_taco,squad_completion")
+    parsed_rule, fixed_n = _check_options(rule, ngram, max_corpus_freq, group_policy)
+    run = _open_run(index_dir, out_dir, parsed_rule, fixed_n, normalization=normalization,
+                    max_corpus_freq=max_corpus_freq, group_policy=group_policy, quiet=quiet)
+    local = {k: dict(v) for k, v in (data_files or {}).items()}
+    own, lm_tasks = _resolve_tasks(tasks, local, {k: tuple(v) for k, v in (group_by or {}).items()},
+                                   lm_eval_include, lm_eval_include_defaults)
+    manifest_tasks: dict[str, Any] = {}
+    summary: dict[str, Any] = {"out_dir": str(run.out), "rule": str(parsed_rule),
+                               "warnings": run.config["warnings"], "tasks": {}}
+    for job in _task_jobs(own, lm_tasks, local, splits):
+        manifest_tasks[job.task.task], summary["tasks"][job.task.task] = _process_task(job, run)
+    manifest = {
+        "format_version": tcqa_data.FORMAT_VERSION,
+        "tcqa_data_version": tcqa_data.__version__,
+        "index": run.index_summary,
+        **run.config,
+        "tasks": manifest_tasks,
+    }
+    write_json_atomic(run.out / "prep_manifest.json", manifest)
+    return summary
+
+
+def _check_options(rule: str, ngram: str | int, max_corpus_freq: int | None, group_policy: str
+                   ) -> tuple[Rule, int | None]:
+    """The parsed rule and the fixed n-gram size (None for "auto"); bad options refused."""
     if group_policy not in GROUP_POLICIES:
         raise ConfigError(f"unknown group policy {group_policy!r}; choose one of {GROUP_POLICIES}")
     if max_corpus_freq is not None and max_corpus_freq < 1:
         raise ConfigError("--max-corpus-freq must be >= 1")
     parsed_rule = Rule.parse(rule)
-    fixed_n: int | None = None
-    if str(ngram) != "auto":
-        try:
-            fixed_n = int(ngram)
-        except ValueError as exc:
-            raise ConfigError(f"--ngram must be an integer or 'auto', not {ngram!r}") from exc
-    idx = NgramIndex.open(str(index_dir))
+    if str(ngram) == "auto":
+        return parsed_rule, None
+    try:
+        return parsed_rule, int(ngram)
+    except ValueError as exc:
+        raise ConfigError(f"--ngram must be an integer or 'auto', not {ngram!r}") from exc
+
+
+def _open_run(index_dir: str | os.PathLike, out_dir: str | os.PathLike, rule: Rule, fixed_n: int | None,
+              *, normalization: str | None, max_corpus_freq: int | None, group_policy: str, quiet: bool
+              ) -> _Run:
+    """The index opened once (every split reads its evidence) and checked against the options: its
+    normalization, and the MinHash section and text store the rule's terms need."""
+    idx = IndexEvidence.open(index_dir)
     if normalization is not None and normalization != idx.normalization:
         raise IndexMismatchError(
             f"index {index_dir} was built with normalization {idx.normalization!r}, but "
             f"{normalization!r} was asked; rebuild the index or ask for {idx.normalization!r}")
-    minhash_ok = has_minhash(str(index_dir))
-    if parsed_rule.uses_minhash and not minhash_ok:
-        raise IndexMismatchError(f"rule {str(parsed_rule)!r} uses MinHash, but index {index_dir} has no "
+    if rule.uses_minhash and not idx.has_minhash:
+        raise IndexMismatchError(f"rule {str(rule)!r} uses MinHash, but index {index_dir} has no "
                                  "MinHash section; rebuild it with MinHash or use an n-gram rule")
-    index_has_minhash = minhash_ok
-    if parsed_rule.uses_alignment:
-        from tcqa_data.decontam.textstore.store import has_text_store
+    if rule.uses_alignment and not idx.has_text:
+        raise IndexMismatchError(f"rule {str(rule)!r} aligns against corpus text, but index "
+                                 f"{index_dir} has no text store; rebuild it with --text-store auto")
+    use_minhash, minhash_evidence, warnings = _minhash_and_index_checks(idx, index_dir, rule)
+    config = {
+        "rule": str(rule),
+        "rule_help": "dirty if any '|'-separated clause holds; '&' joins terms of a clause",
+        "group_policy": group_policy,
+        "max_corpus_freq": max_corpus_freq,
+        "normalization": idx.normalization,
+        "minhash_available": idx.has_minhash,
+        "minhash_evidence": minhash_evidence,
+        "warnings": warnings,
+        "untestable_policy": "docs shorter than n words with no other rule term firing are kept in the "
+                             "clean split and reported as 'untestable'",
+    }
+    return _Run(idx, index_dir, Path(out_dir), rule, fixed_n, max_corpus_freq, group_policy, use_minhash,
+                config, _index_summary(idx, index_dir), portable_ref(index_dir, idx.manifest), quiet)
 
-        if not has_text_store(index_dir):
-            raise IndexMismatchError(f"rule {str(parsed_rule)!r} aligns against corpus text, but index "
-                                     f"{index_dir} has no text store; rebuild it with --text-store auto")
-    minhash_ok, minhash_evidence, warnings = _minhash_and_index_checks(idx, index_dir, parsed_rule,
-                                                                       index_has_minhash)
-    sizes = sorted(int(s) for s in idx.ngram_sizes)
-    index_summary = _index_summary(idx, index_dir)
-    out = Path(out_dir)
-    data_files = {k: dict(v) for k, v in (data_files or {}).items()}
-    group_by = {k: tuple(v) for k, v in (group_by or {}).items()}
+
+def _resolve_tasks(tasks: Sequence[str], data_files: dict[str, dict[str, str | os.PathLike]],
+                   group_by: dict[str, tuple[str, ...]], lm_eval_include: Any, lm_eval_include_defaults: bool
+                   ) -> tuple[list[tuple[str, TaskSpec]], list[LmEvalTask]]:
+    """The built-in and YAML tasks (each with the name it was given as) and the tasks resolved
+    through lm-eval. Refused here, before anything is written: data files or ``group_by`` for
+    tasks not given, a task given twice."""
     own = [t for t in tasks if is_tcqa_task(t)]
     specs = [TaskSpec.resolve(t) for t in own]
     specs = [dataclasses.replace(s, group_by=group_by.pop(t, group_by.pop(s.task, s.group_by)))
@@ -244,106 +317,98 @@ def decontaminate(
     names = [s.task for s in specs] + [t.task for t in lm_tasks]
     if len(set(names)) != len(names):
         raise ConfigError(f"tasks {sorted({n for n in names if names.count(n) > 1})} are given twice")
+    return list(zip(own, specs, strict=True)), lm_tasks
 
-    def choose_n(task: str, queries: Iterable[str]) -> tuple[int, str]:
-        if fixed_n is None:
-            from tcqa_data.decontam.normalize import tokenize
 
-            n = auto_ngram([len(tokenize(q, idx.normalization)) for q in queries])
-            how = "auto (GPT-3: 5th percentile of query length in words, clamped to 8..13)"
-        else:
-            n, how = fixed_n, "fixed"
-        if n not in sizes:
-            raise IndexMismatchError(
-                f"task {task!r} needs {n}-grams ({how}), but index {index_dir} holds n-gram sizes "
-                f"{sizes}; rebuild the index with --ngram {n} or pass --ngram with one of {sizes}")
-        return n, how
-
-    config = {
-        "rule": str(parsed_rule),
-        "rule_help": "dirty if any '|'-separated clause holds; '&' joins terms of a clause",
-        "group_policy": group_policy,
-        "max_corpus_freq": max_corpus_freq,
-        "normalization": idx.normalization,
-        "minhash_available": index_has_minhash,
-        "minhash_evidence": minhash_evidence,
-        "warnings": warnings,
-        "untestable_policy": "docs shorter than n words with no other rule term firing are kept in the "
-                             "clean split and reported as 'untestable'",
-    }
-    manifest_tasks: dict[str, Any] = {}
-    summary: dict[str, Any] = {"out_dir": str(out), "rule": str(parsed_rule), "warnings": warnings,
-                               "tasks": {}}
-
-    def process_task(task: TaskSpec | LmEvalTask, parts: list[tuple[BenchmarkSplit, list[str], str]],
-                     source: dict[str, Any] | None = None) -> None:
-        """One task's splits (docs, their queries, their role): one n-gram size, the PREP_DIR files,
-        and the task's manifest and summary entries. ``source``: how lm-eval resolved the task."""
-        n, how = choose_n(task.task, (q for _, queries, _ in parts for q in queries))
-        if isinstance(task, TaskSpec):
-            write_text_atomic(out / task.task / "task.yaml", task.to_yaml())
-        entry = manifest_tasks[task.task] = {"ngram": n, "ngram_choice": how, "splits": {},
-                                             "lm_eval_export": {}}
-        if source is not None:
-            entry["source"] = source
-        summary["tasks"][task.task] = {}
-        for b, queries, role in parts:
-            counts, export = _process_split(
-                task, b, queries, role, out / task.task / b.split, index_dir=str(index_dir), n=n,
-                rule=parsed_rule, max_corpus_freq=max_corpus_freq, group_policy=group_policy,
-                use_minhash=minhash_ok, config={**config, "ngram": n, "ngram_choice": how},
-                index_summary=index_summary, quiet=quiet)
-            entry["splits"][b.split] = counts
-            entry["lm_eval_export"][b.split] = export
-            summary["tasks"][task.task][b.split] = counts
-
-    for task_name, spec in zip(own, specs, strict=True):
-        local = data_files.get(task_name) or data_files.get(spec.task) or {}
-        role_of = {name: role for role, name in spec.splits().items()}
-        if local:
-            wanted = list(local)
-        else:
-            wanted = list(spec.splits().values())
-        if splits:
-            wanted = [s for s in wanted if s in splits]
-        if not wanted:
-            declared = list(spec.splits().values())
-            raise ConfigError(f"task {spec.task!r}: no split to process (declared {declared}, "
-                              f"local files {list(local)}, --splits {list(splits or [])})")
-        loaded: list[BenchmarkSplit] = [load_split(spec, s, local.get(s)) for s in wanted]
-        process_task(spec, [(b, [spec.decontamination_query(d) for d in b.docs()],
-                             role_of.get(b.split, "test")) for b in loaded])
+def _task_jobs(own: list[tuple[str, TaskSpec]], lm_tasks: list[LmEvalTask],
+               data_files: dict[str, dict[str, str | os.PathLike]], splits: Sequence[str] | None
+               ) -> Iterator[_TaskJob]:
+    """Each task's splits, loaded when its turn comes: built-in and YAML tasks first, then those
+    resolved through lm-eval."""
+    for name, spec in own:
+        yield _spec_job(spec, data_files.get(name) or data_files.get(spec.task) or {}, splits)
     for lt in lm_tasks:
-        if splits and lt.split not in splits:
-            raise ConfigError(f"lm-eval task {lt.task!r} evaluates split {lt.split!r}, which --splits "
-                              f"{list(splits)} leaves out")
-        b = BenchmarkSplit(task=lt.task, split=lt.split, source=lt.source, table=lt.table)
-        process_task(lt, [(b, lt.queries, lt.role)],
-                     {"lm_eval_task": lt.task, "requested_as": lt.requested_as, "query": lt.query_description,
-                      "group_by": list(lt.group_by)})
-    manifest = {
-        "format_version": tcqa_data.FORMAT_VERSION,
-        "tcqa_data_version": tcqa_data.__version__,
-        "index": index_summary,
-        **config,
-        "tasks": manifest_tasks,
-    }
-    write_json_atomic(out / "prep_manifest.json", manifest)
-    return summary
+        yield _lm_eval_job(lt, splits)
+
+
+def _spec_job(spec: TaskSpec, local: dict[str, str | os.PathLike], splits: Sequence[str] | None) -> _TaskJob:
+    """A built-in or YAML task: its local files' splits, else its declared ones (from the hub),
+    those in ``splits`` only; each split's queries from the task's template."""
+    role_of = {name: role for role, name in spec.splits().items()}
+    wanted = list(local) if local else list(spec.splits().values())
+    if splits:
+        wanted = [s for s in wanted if s in splits]
+    if not wanted:
+        declared = list(spec.splits().values())
+        raise ConfigError(f"task {spec.task!r}: no split to process (declared {declared}, "
+                          f"local files {list(local)}, --splits {list(splits or [])})")
+    loaded = [load_split(spec, s, local.get(s)) for s in wanted]
+    return _TaskJob(spec, [(b, [spec.decontamination_query(d) for d in b.docs()],
+                            role_of.get(b.split, "test")) for b in loaded])
+
+
+def _lm_eval_job(lt: LmEvalTask, splits: Sequence[str] | None) -> _TaskJob:
+    """A task resolved through lm-eval: the split lm-eval evaluates, its docs and queries as lm-eval
+    gives them."""
+    if splits and lt.split not in splits:
+        raise ConfigError(f"lm-eval task {lt.task!r} evaluates split {lt.split!r}, which --splits "
+                          f"{list(splits)} leaves out")
+    b = BenchmarkSplit(task=lt.task, split=lt.split, source=lt.source, table=lt.table)
+    return _TaskJob(lt, [(b, lt.queries, lt.role)],
+                    {"lm_eval_task": lt.task, "requested_as": lt.requested_as, "query": lt.query_description,
+                     "group_by": list(lt.group_by)})
+
+
+def _choose_n(task: str, queries: Iterable[str], run: _Run) -> tuple[int, str]:
+    """The task's n-gram size and how it was chosen; refused unless the index holds it."""
+    if run.fixed_n is None:
+        from tcqa_data.decontam.core.normalize import tokenize
+
+        n = auto_ngram([len(tokenize(q, run.evidence.normalization)) for q in queries])
+        how = "auto (GPT-3: 5th percentile of query length in words, clamped to 8..13)"
+    else:
+        n, how = run.fixed_n, "fixed"
+    sizes = run.evidence.ngram_sizes
+    if n not in sizes:
+        raise IndexMismatchError(
+            f"task {task!r} needs {n}-grams ({how}), but index {run.index_dir} holds n-gram sizes "
+            f"{sizes}; rebuild the index with --ngram {n} or pass --ngram with one of {sizes}")
+    return n, how
+
+
+def _process_task(job: _TaskJob, run: _Run) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One task's splits at one n-gram size, its PREP_DIR files; returns its manifest entry and
+    its summary (split -> counts)."""
+    task = job.task
+    n, how = _choose_n(task.task, (q for _, queries, _ in job.parts for q in queries), run)
+    if isinstance(task, TaskSpec):
+        write_text_atomic(run.out / task.task / "task.yaml", task.to_yaml())
+    entry: dict[str, Any] = {"ngram": n, "ngram_choice": how, "splits": {}, "lm_eval_export": {}}
+    if job.source is not None:
+        entry["source"] = job.source
+    summary: dict[str, Any] = {}
+    config = {**run.config, "ngram": n, "ngram_choice": how}
+    for b, queries, role in job.parts:
+        counts, export = _process_split(task, b, queries, role, run.out / task.task / b.split, run, n, config)
+        entry["splits"][b.split] = counts
+        entry["lm_eval_export"][b.split] = export
+        summary[b.split] = counts
+    return entry, summary
 
 
 def _process_split(spec: TaskSpec | LmEvalTask, b: BenchmarkSplit, queries: list[str], role: str,
-                   split_dir: Path, *,
-                   index_dir: str, n: int, rule: Rule, max_corpus_freq: int | None, group_policy: str,
-                   use_minhash: bool, config: dict[str, Any], index_summary: dict[str, Any],
-                   quiet: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+                   split_dir: Path, run: _Run, n: int, config: dict[str, Any]
+                   ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One split: scored against the index, flagged by the rule, its files written; returns its
+    report counts and where its lm-eval export is."""
     import time
 
+    rule = run.rule
     docs = b.docs()
     fields = spec.query_fields()
     qdocs = [QueryDoc(q, {f: str(d[f]) for f in fields if d.get(f) is not None})
              for q, d in zip(queries, docs, strict=True)]
-    with progress_bar(quiet) as prog:
+    with progress_bar(run.quiet) as prog:
         t0 = time.perf_counter()
         task_id = prog.add_task(f"{spec.task}/{b.split}", total=len(qdocs), rate="")
         done = [0]
@@ -355,12 +420,12 @@ def _process_split(spec: TaskSpec | LmEvalTask, b: BenchmarkSplit, queries: list
                             rate=rate_text(done[0], time.perf_counter() - t0, "docs"))
 
         # alignment against corpus text (aligned_* columns) runs when the rule has an aligned term
-        cols = score_docs(qdocs, index_dir, n, max_corpus_freq=max_corpus_freq, use_minhash=use_minhash,
-                          progress=step, align=rule.uses_alignment)
-    portable_doc_refs(cols, index_dir)
+        cols = score_docs(qdocs, run.evidence, n, max_corpus_freq=run.max_corpus_freq,
+                          use_minhash=run.use_minhash, progress=step, align=rule.uses_alignment)
+    portable_doc_refs(cols, run.fix_ref)
     gids = group_ids(spec, b.table)
     dirty_doc, fired = rule.evaluate(cols)
-    dirty = group_flags(dirty_doc, gids, group_policy)
+    dirty = group_flags(dirty_doc, gids, run.group_policy)
     status = doc_status(dirty, np.asarray(cols["testable"]), rule, cols["minhash_windows"],
                         cols.get("aligned_tested"))
     full = add_ids(b.table, gids)
@@ -377,7 +442,7 @@ def _process_split(spec: TaskSpec | LmEvalTask, b: BenchmarkSplit, queries: list
     elif (reason := exportable(spec.lm_task)) is None:
         export_lm_eval_task(spec, split_dir)
     counts = write_reports(spec, b.split, portable_path(b.source), full, contamination, split_dir,
-                           config=config, index_summary=index_summary)
+                           config=config, index_summary=run.index_summary)
     # where lm-eval finds the exported tasks (relative to PREP_DIR), for `lm_eval --include_path`
     if reason is None:
         export = {"include_path": f"{spec.task}/{b.split}/lm_eval",
@@ -418,7 +483,7 @@ def _contamination_table(cols: dict[str, list], gids: list[int], n: int, dirty_d
     sims = cols["minhash_sim"]
     data["minhash_sim"] = pa.array([None if x is None or not x >= 0 else float(x) for x in sims],
                                    type=pa.float64())
-    from tcqa_data.decontam.align import ALIGNED_COLUMN_TYPES
+    from tcqa_data.decontam.detect.align import ALIGNED_COLUMN_TYPES
 
     for name, typ in ALIGNED_COLUMN_TYPES.items():  # present when the index has a text store
         if name in cols:

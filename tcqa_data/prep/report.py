@@ -163,7 +163,7 @@ def _top_docs(c: dict[str, list], full: pa.Table, spec: TaskSpec) -> list[dict[s
         for f in extra:
             row[f] = full.column(f)[i].as_py()
         if c.get("aligned_text") and c["aligned_text"][i]:
-            # edited-contamination evidence (decontam/align.py): the corpus span and its mismatches
+            # edited-contamination evidence (decontam/detect/align.py): the corpus span and its mismatches
             row.update({key: c[key][i] for key in (
                 "aligned_ref", "aligned_span", "aligned_text", "aligned_text_marks", "aligned_query_spans",
                 "aligned_mismatches", "aligned_field", "aligned_words")})

@@ -66,7 +66,7 @@ writes ``out_dir`` (normally ``INDEX_DIR/minhash``), storage format 3::
     band_cells.npy        uint32 [bands, 2**dir_bits + 1]   per band: directory of a packed table
     band_entries_NNN.npy  uint64 [words]   band NNN: top 32 bits of each window's band key -> its
                                            doc ordinal, each distinct pair once, sorted, bit-packed
-                                           (decontam/packed.py)
+                                           (decontam/core/packed.py)
     doc_windows.npy   uint32 [n_docs + 1]   first window id of each doc (int64 from 2**32 windows)
     signatures.npy    uint16 [n_windows, num_perm]   low 16 bits of each value; only with
                                                      params.verify == "signatures"

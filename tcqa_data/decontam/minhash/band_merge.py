@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from tcqa_data.decontam import kernel, packed
+from tcqa_data.decontam.core import kernel, packed
 from tcqa_data.decontam.minhash.params import band_entries_name
 from tcqa_data.io_utils import NpyRowReader, NpyStream, cached_row_reader, load_npy
 

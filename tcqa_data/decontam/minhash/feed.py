@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tcqa_data.decontam import kernel
+from tcqa_data.decontam.core import kernel
 from tcqa_data.decontam.minhash.params import MinHashParams
 from tcqa_data.decontam.minhash.sketch import sign_normalized, sign_spans
 from tcqa_data.decontam.minhash.windows import codepoint_window_spans, texts_codepoints, window_spans
@@ -58,7 +58,7 @@ class _CodepointBatchBuilder:
 
     def scan(self, buf: np.ndarray, words: np.ndarray, pos: int, line: int, key: np.ndarray,
              counts: np.ndarray) -> tuple[int, int, int]:
-        from tcqa_data.decontam.hashing import JANITOR_ASCII_MAP
+        from tcqa_data.decontam.core.hashing import JANITOR_ASCII_MAP
 
         status, pos, self.o, self.ndocs, line, _ = self.kernel(
             buf, words, pos, len(buf), key, JANITOR_ASCII_MAP, self.no_bytes, self.out, True,
@@ -102,7 +102,7 @@ def normalized_codepoints(cps: np.ndarray, doc_start: np.ndarray, at_start: np.n
     """(Janitor-normalized bytes in ``hashing.hash_normalized``'s layout, their doc starts, the
     byte offsets there of the sorted char positions ``at_start`` and ``at_end``: window starts
     and ends) of documents given as code points (``CodepointBatch``)."""
-    from tcqa_data.decontam.hashing import JANITOR_ASCII_MAP
+    from tcqa_data.decontam.core.hashing import JANITOR_ASCII_MAP
 
     return kernel.kernels()["janitor_from_cps"](cps, np.asarray(doc_start, dtype=np.int64), JANITOR_ASCII_MAP,
                                                 np.asarray(at_start, dtype=np.int64),
@@ -121,6 +121,12 @@ def codepoint_windows(cps: np.ndarray, doc_start: np.ndarray, params: MinHashPar
     return win_doc, data, nstart, ws, we
 
 
+def codepoints_supported(params: MinHashParams) -> bool:
+    """Whether windows with ``params`` are cut, normalized and signed on code points
+    (``codepoint_windows``): compiled ``punkt-fast`` windows, Janitor normalization."""
+    return params.sentence_splitter == "punkt-fast" and params.normalization == "janitor" and kernel.enabled()
+
+
 def window_signatures(texts: Sequence[str], params: MinHashParams
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(text index of each window, signatures, shingle counts)`` of every window of ``texts``
@@ -130,8 +136,7 @@ def window_signatures(texts: Sequence[str], params: MinHashParams
     signed; the ``str`` path encodes each text twice more, and looks up every char's byte offset);
     otherwise the ``str`` path (``windows.window_spans``, ``sketch.sign_spans``). Both give the
     same windows and signatures."""
-    if not (params.sentence_splitter == "punkt-fast" and params.normalization == "janitor"
-            and kernel.enabled()):
+    if not codepoints_supported(params):
         win_doc, starts, ends = window_spans(texts, params)
         return win_doc, *sign_spans(texts, win_doc, starts, ends, params)
     win_doc, data, _, ws, we = codepoint_windows(*texts_codepoints(texts), params)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from tcqa_data import FORMAT_VERSION
-from tcqa_data.decontam import packed
+from tcqa_data.decontam.core import packed
 from tcqa_data.decontam.minhash.band_merge import (
     _MERGE_ENTRIES,
     _MIN_BLOCK,

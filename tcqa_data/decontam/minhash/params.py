@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from tcqa_data.decontam.normalize import check_scheme
+from tcqa_data.decontam.core.normalize import check_scheme
 from tcqa_data.errors import IndexMismatchError
 
 SCHEME = "affine32"  # datasketch 2.0's default permutation scheme
@@ -133,7 +133,7 @@ def index_storage_info(n_windows: int, params: MinHashParams, band_layout: dict[
     """The storage of a format-3 index of ``n_windows`` windows and its computed error rates.
 
     * Band tables map a band key's top 32 bits to the *doc* of each window (bit-packed, see
-      ``decontam/packed.py``). An unrelated window shares a band's 32-bit key by chance with
+      ``decontam/core/packed.py``). An unrelated window shares a band's 32-bit key by chance with
       probability 2**-32, so a query window meets about ``bands * n_windows / 2**32`` chance
       candidate docs. Candidates are verified (below), so they cost time, not false flags.
     * ``verify="signatures"``: 16-bit signature values; two different 32-bit values agree by chance

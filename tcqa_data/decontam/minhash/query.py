@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from tcqa_data.decontam import packed
-from tcqa_data.decontam.arrays import sorted_unique
+from tcqa_data.decontam.core import packed
+from tcqa_data.decontam.core.arrays import sorted_unique
 from tcqa_data.decontam.minhash.feed import window_signatures
 from tcqa_data.decontam.minhash.params import INDEX_STORAGE_FORMAT, MinHashParams, band_entries_name
 from tcqa_data.decontam.minhash.sketch import (
@@ -37,7 +37,7 @@ class MinHashIndex:
     """Memory-mapped MinHash index: ``open``, ``query``, ``window_docs``.
 
     Storage format 3 (``band_cells``/``band_entries_NNN``: per band, 32-bit band keys -> docs, see
-    ``decontam/packed.py``; ``doc_windows``: each doc's first window id; ``signatures`` only
+    ``decontam/core/packed.py``; ``doc_windows``: each doc's first window id; ``signatures`` only
     with ``verify="signatures"``). Formats 1 and 2 (per-window signatures and band tables of
     window ids) are still queried."""
 
@@ -233,7 +233,7 @@ class MinHashIndex:
 
     def _page_in(self, keys: np.ndarray) -> None:
         """Cold page cache: request the band-table pages that lookups of these stored band keys
-        ``[q, bands]`` read, of all bands at once (``decontam/pagein.py``)."""
+        ``[q, bands]`` read, of all bands at once (``decontam/core/pagein.py``)."""
         bands = range(self.params.bands)  # type: ignore[arg-type]
         packed.page_in_lookups([(self.band_cells[b], self.band_entries[b]) for b in bands],
                                [keys[:, b] for b in bands], self.dir_bits, self.id_bits)

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from tcqa_data import FORMAT_VERSION
-from tcqa_data.decontam.arrays import narrow_ordinals
+from tcqa_data.decontam.core.arrays import narrow_ordinals
 from tcqa_data.decontam.minhash.params import MinHashParams
 from tcqa_data.decontam.minhash.sketch import (
     STORAGE_FORMAT,

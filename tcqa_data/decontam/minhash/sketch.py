@@ -8,9 +8,9 @@ from functools import lru_cache
 import numpy as np
 import xxhash
 
-from tcqa_data.decontam import kernel
+from tcqa_data.decontam.core import kernel
+from tcqa_data.decontam.core.normalize import tokenize
 from tcqa_data.decontam.minhash.params import MinHashParams
-from tcqa_data.decontam.normalize import tokenize
 
 EMPTY_HASH = np.uint32(0xFFFFFFFF)  # datasketch's initial value: a window without shingles
 _CHUNK_SHINGLES = 8192  # shingles x permutations block (4 MiB at 128): stays in cache
@@ -100,7 +100,7 @@ def _sign_compiled(texts: Sequence[str], params: MinHashParams) -> tuple[np.ndar
     """Signatures and shingle counts with the numba kernel (Janitor normalization): the windows'
     normalized bytes (``encode_normalized``, as the n-gram hashing) in one buffer, then one
     pass per window: tokens, shingle bytes, xxh32, fmix32, the permutation minimum."""
-    from tcqa_data.decontam.hashing import _blank_unicode_whitespace, encode_normalized
+    from tcqa_data.decontam.core.hashing import _blank_unicode_whitespace, encode_normalized
 
     parts = [encode_normalized(t, "janitor") for t in texts]
     lens = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
@@ -122,8 +122,8 @@ def sign_spans(texts: Sequence[str], win_doc: np.ndarray, starts: np.ndarray, en
     if not (params.normalization == "janitor" and kernel.enabled()):
         return sign([texts[d][s:e] for d, s, e in zip(win_doc.tolist(), starts.tolist(), ends.tolist(),
                                                        strict=True)], params)
-    from tcqa_data.decontam.hashing import _blank_unicode_whitespace
-    from tcqa_data.decontam.normalize import JANITOR_BYTES_DELETE, JANITOR_BYTES_TABLE
+    from tcqa_data.decontam.core.hashing import _blank_unicode_whitespace
+    from tcqa_data.decontam.core.normalize import JANITOR_BYTES_DELETE, JANITOR_BYTES_TABLE
 
     k = kernel.kernels()
     raw = b"".join([t.encode("utf-8", "surrogatepass") for t in texts])
@@ -162,7 +162,7 @@ def band_keys_normalized(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
 
 @lru_cache(maxsize=1)
 def _janitor_deleted() -> np.ndarray:
-    from tcqa_data.decontam.normalize import JANITOR_BYTES_DELETE
+    from tcqa_data.decontam.core.normalize import JANITOR_BYTES_DELETE
 
     out = np.zeros(128, dtype=np.bool_)
     out[list(JANITOR_BYTES_DELETE)] = True

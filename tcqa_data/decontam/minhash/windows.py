@@ -327,7 +327,7 @@ def _key_table(tables: tuple) -> tuple:
     per tables object (``_punkt_tables`` returns a cached one; its dict makes it unhashable)."""
     got = _KEY_TABLES.get(id(tables))
     if got is None or got[0] is not tables:
-        from tcqa_data.decontam._numba_kernels.sentences import punkt_key_table
+        from tcqa_data.decontam.core._numba_kernels.sentences import punkt_key_table
 
         got = _KEY_TABLES[id(tables)] = (tables, punkt_key_table(*tables))
     return got[1]
@@ -359,7 +359,7 @@ def codepoint_window_spans(cps: np.ndarray, doc_start: np.ndarray, params: MinHa
                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``window_spans`` (``punkt-fast``, compiled) of documents given as code points: doc ``k``
     is ``cps[doc_start[k]:doc_start[k + 1]]`` (uint32, one per ``str`` character)."""
-    from tcqa_data.decontam import kernel
+    from tcqa_data.decontam.core import kernel
 
     k = kernel.kernels()
     tables = _punkt_tables()
@@ -427,7 +427,7 @@ def codepoint_window_spans(cps: np.ndarray, doc_start: np.ndarray, params: MinHa
 def window_spans(texts: Sequence[str], params: MinHashParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every window of every text as ``(text index, start, end)`` arrays (int64, text order):
     compiled for ``punkt-fast`` when the kernels are enabled, else Python; the same windows."""
-    from tcqa_data.decontam import kernel
+    from tcqa_data.decontam.core import kernel
 
     if params.sentence_splitter == "punkt-fast" and kernel.enabled():
         return _window_spans_compiled(texts, params)

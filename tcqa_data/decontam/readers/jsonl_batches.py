@@ -41,7 +41,7 @@ def normalized_batches_supported(fmt: str, text_field: str, id_field: str | None
     """True when ``iter_normalized_batches`` reads this input: JSONL (plain or compressed),
     refs from lines (no id field), Janitor normalization, a text field name that JSON writes as
     is, and the compiled kernels enabled."""
-    from tcqa_data.decontam import kernel
+    from tcqa_data.decontam.core import kernel
 
     return (fmt in ("jsonl", "jsonl.gz", "jsonl.zst") and id_field is None and scheme == "janitor"
             and text_field != "" and all(0x20 <= ord(c) and c not in '"\\' for c in text_field)
@@ -109,7 +109,7 @@ def scan_jsonl_batches(inp: CorpusInput | InputShard, text_field: str, on_error:
     refs and skip counts are those of ``iter_documents``."""
     import numpy as np
 
-    from tcqa_data.decontam._numba_kernels.jsonl import SCAN_BATCH_FULL, SCAN_DEFER, SCAN_END, SCAN_ROOM
+    from tcqa_data.decontam.core._numba_kernels.jsonl import SCAN_BATCH_FULL, SCAN_DEFER, SCAN_END, SCAN_ROOM
 
     shard = inp if isinstance(inp, InputShard) else None
     corpus_input = shard.input if shard is not None else inp
@@ -178,7 +178,7 @@ class _NormalizedBatchBuilder:
     def __init__(self, batch_chars: int) -> None:
         import numpy as np
 
-        from tcqa_data.decontam import kernel
+        from tcqa_data.decontam.core import kernel
 
         self.kernel = kernel.kernels()["jsonl_scan"]
         self.no_cps = np.empty(0, dtype=np.uint32)  # the kernel's code-point output, unused here
@@ -195,7 +195,7 @@ class _NormalizedBatchBuilder:
         self.o, self.ndocs, self.chars = 1, 0, 0
 
     def scan(self, buf: Any, words: Any, pos: int, line: int, key: Any, counts: Any) -> tuple[int, int, int]:
-        from tcqa_data.decontam.hashing import JANITOR_ASCII_MAP
+        from tcqa_data.decontam.core.hashing import JANITOR_ASCII_MAP
 
         status, pos, self.o, self.ndocs, line, self.chars = self.kernel(
             buf, words, pos, len(buf), key, JANITOR_ASCII_MAP, self.out[:len(self.out) - self.PAD],
@@ -213,7 +213,7 @@ class _NormalizedBatchBuilder:
     def add(self, doc: Document) -> bool:
         import numpy as np
 
-        from tcqa_data.decontam.hashing import _blank_unicode_whitespace, encode_normalized
+        from tcqa_data.decontam.core.hashing import _blank_unicode_whitespace, encode_normalized
 
         part = encode_normalized(doc.text)
         self.room(len(part) + 3)

@@ -1,6 +1,6 @@
 """Corpus text reachable from the index: doc locations or a compact copy, per input.
 
-Alignment (``decontam/align.py``) needs the **text** of candidate corpus docs, which the hashed
+Alignment (``decontam/detect/align.py``) needs the **text** of candidate corpus docs, which the hashed
 n-gram and MinHash indexes do not keep. ``INDEX_DIR/textstore/`` makes it reachable:
 
 - uncompressed JSONL: **locations**, the byte offset of each doc's line in the file

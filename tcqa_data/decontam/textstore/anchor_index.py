@@ -12,8 +12,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tcqa_data.decontam import packed
-from tcqa_data.decontam.arrays import sorted_unique
+from tcqa_data.decontam.core import packed
+from tcqa_data.decontam.core.arrays import sorted_unique
 from tcqa_data.decontam.textstore.anchors import _LOW32, ANCHOR_K, ANCHOR_MAX_DF, ANCHOR_MIN_SHARED
 from tcqa_data.decontam.textstore.store import META, STORE_DIR, _entry_id, _id_key, _key, merged_covers
 from tcqa_data.io_utils import load_npy, read_json
@@ -86,7 +86,7 @@ class AnchorIndex:
         """Per text: up to ``top`` docs sharing at least ``min_shared`` kept k-grams (strong), and up to
         ``weak_top`` more sharing fewer (weak: an edited copy can keep a single 6-word run), each
         best first (summed inverse document frequency of the shared k-grams)."""
-        from tcqa_data.decontam.hashing import batch_ngram_hashes
+        from tcqa_data.decontam.core.hashing import batch_ngram_hashes
 
         out: list[list[int]] = [[] for _ in texts]
         weak: list[list[int]] = [[] for _ in texts]

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from tcqa_data.decontam import packed
-from tcqa_data.decontam.arrays import sorted_unique
+from tcqa_data.decontam.core import packed
+from tcqa_data.decontam.core.arrays import sorted_unique
 from tcqa_data.decontam.textstore.anchors import ANCHOR_RUN, _write_anchor_table
 from tcqa_data.decontam.textstore.store import STORE_DIR
 from tcqa_data.io_utils import cached_row_reader, load_npy

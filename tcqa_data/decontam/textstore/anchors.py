@@ -5,7 +5,7 @@ when no n-gram of the index survives the edits. Winnowing (Schleimer et al. 2003
 of word ``ANCHOR_K``-grams: of every ``ANCHOR_W`` consecutive k-grams of a doc the smallest hash
 is kept, so any run of at least ``ANCHOR_W + ANCHOR_K - 1`` (6) words shared by a query and a doc
 shares a kept k-gram, at about half an entry per corpus word. Entries are ``(hash >> 32, doc)``
-(input-local doc number), sorted, unique, stored as a packed table (``decontam/packed.py``: a
+(input-local doc number), sorted, unique, stored as a packed table (``decontam/core/packed.py``: a
 directory on the hash's top bits, then the rest of the 32 bits and the doc number bit-packed,
 about 16 + log2(docs) + 2 bits per entry instead of 64); one table per run of up to
 ``ANCHOR_RUN`` entries (bounded memory). The build then merges every input's runs into one table
@@ -38,8 +38,9 @@ from typing import Any
 
 import numpy as np
 
-from tcqa_data.decontam import packed
-from tcqa_data.decontam.arrays import sorted_unique
+from tcqa_data.decontam.core import packed
+from tcqa_data.decontam.core.arrays import sorted_unique
+from tcqa_data.decontam.core.map_files import MAP_COUNTS, MAP_FORMAT, MAP_HASHES, staged_anchor_file
 from tcqa_data.errors import TcqaError
 from tcqa_data.io_utils import load_npy, read_json, write_npy_atomic
 
@@ -55,7 +56,7 @@ _TABLE_BLOCK = 1 << 20  # entries per TableWriter.add (the file does not depend 
 
 def winnow(texts: Sequence[str], scheme: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Kept k-gram hashes (upper 32 bits) and the index in ``texts`` of their doc (see module doc)."""
-    from tcqa_data.decontam.hashing import batch_ngram_hashes
+    from tcqa_data.decontam.core.hashing import batch_ngram_hashes
 
     flat, owner = batch_ngram_hashes(list(texts), [ANCHOR_K], scheme, seed)[ANCHOR_K]
     return winnow_hashes(flat, owner)
@@ -64,7 +65,7 @@ def winnow(texts: Sequence[str], scheme: str, seed: int) -> tuple[np.ndarray, np
 def winnow_hashes(flat: np.ndarray, owner: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``winnow`` of k-gram hashes already computed: ``flat`` (uint64) and their doc ``owner``
     (int64, non-decreasing, as ``hashing`` returns them); the compiled kernel when enabled."""
-    from tcqa_data.decontam import kernel
+    from tcqa_data.decontam.core import kernel
 
     flat = np.asarray(flat, dtype=np.uint64)
     owner = np.asarray(owner, dtype=np.int64)
@@ -150,7 +151,7 @@ def winnow_normalized(data: np.ndarray, doc_start: np.ndarray, seed: int,
     """``winnow`` of documents already Janitor-normalized into one buffer (``hashing.hash_normalized``'s
     layout: the compiled readers' batches, the map's buffers); ``tokens``: its token hashes
     (``hashing.normalized_tokens``), when the caller has them."""
-    from tcqa_data.decontam.hashing import hash_normalized
+    from tcqa_data.decontam.core.hashing import hash_normalized
 
     flat, owner = hash_normalized(data, doc_start, [ANCHOR_K], seed, tokens)[ANCHOR_K]
     return winnow_hashes(flat, owner)
@@ -195,21 +196,11 @@ def _write_anchor_runs(store: Path, key: str, batches: Iterable[tuple[np.ndarray
     return names
 
 
-# The map's anchors (the full build's compiled JSONL path): each map shard winnows the normalized
-# bytes it already holds and keeps the kept hashes (in doc order) and their count per doc; the
-# reduce stages them as ``<key>.map-<shard>.{hashes,counts}.npy`` with ``<key>.map.json`` (the
-# shards' doc counts) in the store's folder, and the text store pass writes the input's runs from
-# them instead of reading and normalizing the input again. The store's cleanup deletes them.
-MAP_HASHES, MAP_COUNTS = "anchors.hashes.npy", "anchors.counts.npy"
-
-
 def map_anchor_batches(store: Path, key: str, n_docs: int
                        ) -> Iterable[tuple[np.ndarray, np.ndarray, int]] | None:
     """The staged map anchors of input ``key`` as ``_write_anchor_runs`` batches (one per map
     shard), or None when the map left none (another reader, an older build), another version's
-    maps wrote them (``build_map.MAP_FORMAT``) or they do not count ``n_docs`` docs."""
-    from tcqa_data.decontam.build_map import MAP_FORMAT
-
+    maps wrote them (``core.map_files.MAP_FORMAT``) or they do not count ``n_docs`` docs."""
     listing = store / f"{key}.map.json"
     if not listing.is_file():
         return None
@@ -217,7 +208,7 @@ def map_anchor_batches(store: Path, key: str, n_docs: int
     if staged.get("map_format") != MAP_FORMAT:
         return None
     shard_docs = [int(n) for n in staged["shard_docs"]]
-    names = [(store / f"{key}.map-{i:05d}.{MAP_HASHES}", store / f"{key}.map-{i:05d}.{MAP_COUNTS}")
+    names = [(store / staged_anchor_file(key, i, MAP_HASHES), store / staged_anchor_file(key, i, MAP_COUNTS))
              for i in range(len(shard_docs))]
     if sum(shard_docs) != n_docs or not all(h.is_file() and c.is_file() for h, c in names):
         return None

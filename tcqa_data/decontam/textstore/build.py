@@ -14,7 +14,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tcqa_data.decontam.engines import run_tasks
 from tcqa_data.decontam.textstore.anchor_merge import (
     MERGED_MAX_DOCS,
     anchor_overlaps,
@@ -38,11 +37,12 @@ from tcqa_data.decontam.textstore.store import (
     _key,
     merged_covers,
 )
+from tcqa_data.engines import run_tasks
 from tcqa_data.errors import ConfigError, TcqaError
 from tcqa_data.io_utils import atomic_path, read_json, write_json_atomic, write_npy_atomic
 
 if TYPE_CHECKING:
-    from tcqa_data.decontam.engines import Engine
+    from tcqa_data.engines import Engine
 
 MODES = ("auto", "copy", "none")
 # 4: the inputs' anchors merged into one table of key-range parts (meta "anchors"); 3: packed

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from tcqa_data.decontam.arrays import sorted_unique
+from tcqa_data.decontam.core.arrays import sorted_unique
 from tcqa_data.errors import TcqaError
 from tcqa_data.io_utils import load_npy, read_json
 

@@ -3,7 +3,7 @@
 :func:`reduce_bucket` reads run slices (and, on ``--append``, the existing index's bucket) with
 explicit positioned reads in bounded blocks, never memory maps, so its memory does not grow with
 the corpus (mapped run pages would count in the worker's RSS). The layout it writes is described
-in :mod:`ngram_index`, the runs it reads in :mod:`ngram_runs`: the map's runs are partitioned
+in :mod:`index`, the runs it reads in :mod:`runs`: the map's runs are partitioned
 into cells of the hash's top bits, not sorted nor deduplicated, so a bucket is read in chunks of
 whole cells, and each chunk is sorted by key and deduplicated here.
 """
@@ -19,8 +19,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tcqa_data.decontam import kernel
-from tcqa_data.decontam.ngram_index import (
+from tcqa_data.decontam.core import kernel
+from tcqa_data.decontam.ngrams.index import (
     _M32,
     BUCKET_FILES,
     DEFAULT_NUM_BUCKETS,
@@ -34,8 +34,8 @@ from tcqa_data.decontam.ngram_index import (
     bucket_paths,
     key_bits,
 )
-from tcqa_data.decontam.ngram_merge import _distinct_pairs, _merge_keys, _merge_pairs
-from tcqa_data.decontam.ngram_runs import run_file
+from tcqa_data.decontam.ngrams.merge import _distinct_pairs, _merge_keys, _merge_pairs
+from tcqa_data.decontam.ngrams.runs import run_file
 from tcqa_data.errors import TcqaError
 from tcqa_data.io_utils import NpyRowReader, NpyStream, write_npy_atomic
 
@@ -249,7 +249,7 @@ class _OldBucket:
 
 
 class _RunFiles(NamedTuple):
-    """A run's readers and what its offsets file says about it (:mod:`ngram_runs`)."""
+    """A run's readers and what its offsets file says about it (:mod:`runs`)."""
 
     hashes: NpyRowReader
     docs: NpyRowReader
@@ -257,7 +257,7 @@ class _RunFiles(NamedTuple):
     doc_base: int  # the doc ordinal its stored docs are relative to
     cell_bits: int | None  # a partitioned run's cells; None: sorted, with bucket offsets
     buckets: np.ndarray | None  # the buckets' row offsets, where kept (see _run_files)
-    packed: bool = False  # docs packed into the hash words (ngram_runs)
+    packed: bool = False  # docs packed into the hash words (runs.py)
 
 
 # Runs whose bucket offsets the cache keeps: up to 1,024 buckets, 8 KB a run at most (64 MB for
@@ -385,7 +385,7 @@ class _BucketPairs:
     by key range: the bucket's local key range is cut into equal sub-ranges of about
     ``chunk_pairs`` pairs, at the runs' cell bounds when a run is partitioned (a level reads at
     most GROUP_RUNS runs, whose pairs in one cell stay under about run_pairs / 2: see
-    ``ngram_runs.MIN_CELL_BITS``). Sorted inputs are read in blocks of about their share of a
+    ``runs.MIN_CELL_BITS``). Sorted inputs are read in blocks of about their share of a
     chunk (+1/4 slack), partitioned ones by their cells in the chunk, so the pairs held at once
     stay near ``chunk_pairs`` however big the bucket is."""
 
@@ -533,7 +533,7 @@ def reduce_bucket(out_root: str | os.PathLike, n: int, bucket: int, sources: Seq
 # levels, as the MinHash band merge does: each bucket of each group of GROUP_RUNS runs (in doc
 # order) is merged into one sorted run of that bucket first, then each bucket merges its groups'
 # runs, so no merge reads more than GROUP_RUNS runs. Same index bytes as one level. (The map's
-# runs' cell count, ngram_runs.MIN_CELL_BITS, is sized on GROUP_RUNS.)
+# runs' cell count, runs.MIN_CELL_BITS, is sized on GROUP_RUNS.)
 GROUP_RUNS = 4096
 GROUPS_DIR = "ngram_groups"  # the groups' runs: build scratch in the reduce's stage folder
 
@@ -561,7 +561,7 @@ def merge_bucket_group(groups_dir: str | os.PathLike, n: int, bucket: int, group
                        num_buckets: int = DEFAULT_NUM_BUCKETS, chunk_pairs: int = DEFAULT_CHUNK_PAIRS,
                        doc_dtype: np.dtype | str = DOC_DTYPE) -> int:
     """The first level of a two-level reduce: bucket ``bucket`` of ``sources`` (one group of map
-    runs, in doc order) as one sorted run (``ngram_runs``: bucket offsets), number ``group``,
+    runs, in doc order) as one sorted run (``runs``: bucket offsets), number ``group``,
     holding only that bucket: its distinct (hash, doc) pairs sorted by hash then doc (the
     second level can cut it at any key: a bucket of every group holds the whole corpus's
     pairs of that bucket, more than whole cells allow). Docs are stored relative to

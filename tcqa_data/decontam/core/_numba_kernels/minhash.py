@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from tcqa_data.decontam._numba_kernels.mix import fmix
+from tcqa_data.decontam.core._numba_kernels.mix import fmix
 
 _M32 = np.uint64(0xFFFFFFFF)
 _P32_1 = np.uint64(0x9E3779B1)

@@ -15,10 +15,10 @@ way.
 
 Build side, as pure functions over paths so any engine can schedule them:
 
-* map (:mod:`ngram_runs`): :class:`RunWriter` turns documents of one input into *runs*
+* map (:mod:`runs`): :class:`RunWriter` turns documents of one input into *runs*
   (``(hash, local doc)`` pairs partitioned into cells of the hash's top bits, with the cells'
   offsets; not sorted, repeats kept);
-* reduce (:mod:`ngram_reduce`): :func:`reduce_bucket` sorts and merges the slices of one bucket from every run
+* reduce (:mod:`reduce`): :func:`reduce_bucket` sorts and merges the slices of one bucket from every run
   (and, on ``--append``, the bucket of the existing index) into the final files, deduplicating
   (hash, doc) pairs. It reads its inputs
   with explicit positioned reads in bounded blocks, never memory maps, so its memory does not
@@ -38,8 +38,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from tcqa_data.decontam.hashing import HASH_NAME
-from tcqa_data.decontam.pagein import page_in
+from tcqa_data.decontam.core.hashing import HASH_NAME
+from tcqa_data.decontam.core.pagein import page_in
 from tcqa_data.errors import IndexMismatchError, TcqaError
 from tcqa_data.io_utils import NPY_HEADER_LEN, load_npy, read_json
 

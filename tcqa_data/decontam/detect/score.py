@@ -1,6 +1,7 @@
-"""Score benchmark docs against a corpus index and flag the contaminated ones.
+"""Score benchmark docs against the evidence of a corpus.
 
-For each doc's decontamination query this computes, with the index's own normalization and hash:
+For each doc's decontamination query this computes, with the corpus's own normalization and hash,
+from an evidence source (``evidence.py``; an opened index: ``IndexEvidence``):
 
 - ``ngram_hits`` / ``ngram_total`` / ``ngram_fraction``: how many of the query's word n-grams
   occur in the corpus (PaLM-style overlap fraction);
@@ -13,7 +14,7 @@ For each doc's decontamination query this computes, with the index's own normali
 
 A query shorter than ``n`` words has no n-gram: ``testable`` is False and n-gram rules cannot
 flag it. Such docs are reported as "untestable", never silently as clean (see
-:func:`tcqa_data.decontam.rules.doc_status`).
+:func:`tcqa_data.decontam.detect.rules.doc_status`).
 
 The flag rules over these scores (``Rule``, ``doc_status``, ``DEFAULT_RULE``) live in ``rules.py``.
 """
@@ -30,14 +31,14 @@ from typing import Any
 
 import numpy as np
 
+from tcqa_data.decontam.detect.evidence import EvidenceSource
+
 DEFAULT_NGRAM = 13
 # GPT-3 (Brown et al. 2020, appendix C): N = 5th percentile of query length in words, in 8..13.
 AUTO_NGRAM_MIN, AUTO_NGRAM_MAX, AUTO_NGRAM_PERCENTILE = 8, 13, 5
 # MinHash on very short windows is noise (a handful of shingles): such windows are not queried.
 MINHASH_MIN_WORDS = 10
 TOP_DOCS = 5
-# Hash lookups are batched across docs; this bounds the temporary arrays.
-LOOKUP_BATCH = 1 << 20
 _WINDOW_BATCH = 4096  # query paragraphs cut into MinHash windows per call
 
 _PARAGRAPH_BREAK = re.compile(r"\n[^\S\n]*\n\s*")  # a blank line, as the MinHash windows use
@@ -118,15 +119,17 @@ def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(np.flatnonzero(d == 1).tolist(), np.flatnonzero(d == -1).tolist(), strict=False))
 
 
-def score_docs(docs: Sequence[QueryDoc], index_dir: str, n: int, *, max_corpus_freq: int | None = None,
-               use_minhash: bool = True, progress: Callable[[int], None] | None = None,
-               align: bool | None = None, align_params: Any = None) -> dict[str, list]:
-    """Score every doc against the index in ``index_dir``; returns column name -> per-doc values.
+def score_docs(docs: Sequence[QueryDoc], evidence: EvidenceSource, n: int, *,
+               max_corpus_freq: int | None = None, use_minhash: bool = True,
+               progress: Callable[[int], None] | None = None, align: bool | None = None,
+               align_params: Any = None) -> dict[str, list]:
+    """Score every doc against ``evidence`` (e.g. ``IndexEvidence.open(INDEX_DIR)``); returns column
+    name -> per-doc values.
 
     ``max_corpus_freq``: n-grams found in more than this many corpus docs are ignored (counted in
     ``ngram_common``), so boilerplate shared by many docs does not flag a query.
     ``align``: align queries against candidate corpus docs' text (``aligned_*`` columns, see
-    ``decontam/align.py``); None = when the index has a text store. ``align_params``: ``AlignParams``.
+    ``align.py``); None = when the evidence has corpus texts. ``align_params``: ``AlignParams``.
     """
     # MC-TACO repeats one query for every candidate answer of a question: score each distinct
     # (query, fields) once and copy the result to its docs.
@@ -146,25 +149,21 @@ def score_docs(docs: Sequence[QueryDoc], index_dir: str, n: int, *, max_corpus_f
             progress(k)
 
     if align is None:
-        from tcqa_data.decontam.textstore.store import has_text_store
-
-        align = has_text_store(index_dir)
-    cols = _score_unique(unique, index_dir, n, max_corpus_freq=max_corpus_freq, use_minhash=use_minhash,
+        align = evidence.has_text
+    cols = _score_unique(unique, evidence, n, max_corpus_freq=max_corpus_freq, use_minhash=use_minhash,
                          progress=step, align=align, align_params=align_params)
     step(len(docs) - len(unique))
     return {name: [values[j] for j in where] for name, values in cols.items()}
 
 
-def _score_unique(docs: Sequence[QueryDoc], index_dir: str, n: int, *, max_corpus_freq: int | None,
-                  use_minhash: bool, progress: Callable[[int], None], align: bool = False,
-                  align_params: Any = None) -> dict[str, list]:
-    from tcqa_data.decontam.hashing import batch_ngram_hashes
-    from tcqa_data.decontam.ngram_index import NgramIndex
-    from tcqa_data.decontam.normalize import token_char_spans, tokenize
+def _score_unique(docs: Sequence[QueryDoc], evidence: EvidenceSource, n: int, *,
+                  max_corpus_freq: int | None, use_minhash: bool, progress: Callable[[int], None],
+                  align: bool = False, align_params: Any = None) -> dict[str, list]:
+    from tcqa_data.decontam.core.hashing import batch_ngram_hashes
+    from tcqa_data.decontam.core.normalize import token_char_spans, tokenize
 
-    idx = NgramIndex.open(index_dir)
-    scheme = idx.normalization
-    seed = idx.hash_seed
+    scheme = evidence.normalization
+    seed = evidence.hash_seed
 
     def tok(text: str) -> list[str]:
         return tokenize(text, scheme)
@@ -174,7 +173,7 @@ def _score_unique(docs: Sequence[QueryDoc], index_dir: str, n: int, *, max_corpu
     # n-gram lookups in the background, their pages paced behind other reads
     # (pagein.behind_other_reads) while the MinHash candidates are verified (CPU, and small reads of
     # their texts, which the pacing keeps from queueing behind gigabytes of n-gram pages).
-    mh_pre = _minhash_prepare(docs, index_dir, tok) if use_minhash else None
+    mh_pre = _minhash_prepare(docs, evidence, tok) if use_minhash else None
     if mh_pre is not None:
         mh_pre.start_prefetch()
 
@@ -185,9 +184,9 @@ def _score_unique(docs: Sequence[QueryDoc], index_dir: str, n: int, *, max_corpu
     offsets = np.zeros(len(docs) + 1, dtype=np.int64)
     offsets[1:] = np.cumsum(np.bincount(np.asarray(owner_doc, dtype=np.int64), minlength=len(docs)))
     # the background thread is one: these lookups start once the band-table pages are requested
-    ngram_lookup = _background().submit(_lookup_behind_other_reads, idx, flat, n)
+    ngram_lookup = _background().submit(evidence.ngram_hits, flat, n, paced=True)
     mh_cands: list[list[int]] | None = [[] for _ in docs] if align else None
-    sims, wins, wrefs, nwin = _minhash_scores(mh_pre, index_dir, mh_cands) if mh_pre else (None,) * 4
+    sims, wins, wrefs, nwin = _minhash_scores(mh_pre, evidence, mh_cands) if mh_pre else (None,) * 4
     found, dfreq, doc_cols = ngram_lookup.result()
     common = found & (dfreq > max_corpus_freq) if max_corpus_freq is not None else np.zeros_like(found)
     counted = found & ~common
@@ -251,18 +250,18 @@ def _score_unique(docs: Sequence[QueryDoc], index_dir: str, n: int, *, max_corpu
         cols["match_field"].append(best if fm.get(best, 0) else ("template" if fm else ""))
         progress(1)
     uniq = sorted({o for refs in pending_refs for o in refs})
-    ref_of = dict(zip(uniq, idx.doc_refs(np.asarray(uniq, dtype=np.int64)), strict=False)) if uniq else {}
+    ref_of = dict(zip(uniq, evidence.doc_refs(np.asarray(uniq, dtype=np.int64)), strict=True)) if uniq else {}
     cols["matched_doc_refs"] = [[str(ref_of[o]) for o in refs] for refs in pending_refs]
 
     k = len(docs)
     if align:
-        from tcqa_data.decontam.align import alignment_columns
+        from tcqa_data.decontam.detect.align import alignment_columns
 
-        ng_cands = _ngram_candidates(docs, idx, n, doc_cols, counted, offsets)
-        results = _align(docs, all_tokens, index_dir, scheme, ng_cands, mh_cands or [[] for _ in docs], tok,
+        ng_cands = _ngram_candidates(docs, evidence, n, doc_cols, counted, offsets)
+        results = _align(docs, all_tokens, evidence, scheme, ng_cands, mh_cands or [[] for _ in docs], tok,
                          align_params)
         got = sorted({r.doc_ordinal for r in results if r.covered_words})
-        refs = dict(zip(got, idx.doc_refs(np.asarray(got, dtype=np.int64)), strict=True)) if got else {}
+        refs = dict(zip(got, evidence.doc_refs(np.asarray(got, dtype=np.int64)), strict=True)) if got else {}
         cols.update(alignment_columns(results, refs))
     cols["minhash_windows"] = nwin if nwin is not None else [0] * k
     cols["minhash_sim"] = sims if sims is not None else [float("nan")] * k
@@ -271,55 +270,14 @@ def _score_unique(docs: Sequence[QueryDoc], index_dir: str, n: int, *, max_corpu
     return cols
 
 
-def _lookup_distinct(idx: Any, flat: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``idx.lookup`` of ``flat`` as (found, doc freq int64, docs int64[k, P]), each distinct hash
-    looked up once, in hash order: queries repeat n-grams (SQuAD repeats each passage for about
-    five questions), and sorted lookups read each index page once, in file order (cold cache)."""
-    uniq, inv = np.unique(flat, return_inverse=True)
-    found = np.zeros(len(uniq), dtype=bool)
-    dfreq = np.zeros(len(uniq), dtype=np.int64)
-    doc_cols: np.ndarray | None = None
-    for lo in range(0, len(uniq), LOOKUP_BATCH):
-        hit = idx.lookup(uniq[lo:lo + LOOKUP_BATCH], n)
-        found[lo:lo + LOOKUP_BATCH] = np.asarray(hit.found, dtype=bool)
-        dfreq[lo:lo + LOOKUP_BATCH] = np.asarray(hit.doc_freq, dtype=np.int64)
-        hd = np.asarray(hit.docs, dtype=np.int64)
-        if hd.ndim == 1:
-            hd = hd[:, None]
-        if doc_cols is None:
-            doc_cols = np.full((len(uniq), hd.shape[1]), -1, dtype=np.int64)
-        doc_cols[lo:lo + LOOKUP_BATCH] = hd
-    if doc_cols is None:
-        return found, dfreq, np.full((0, 1), -1, dtype=np.int64)
-    inv = inv.ravel()
-    return found[inv], dfreq[inv], doc_cols[inv]
-
-
-def _lookup_behind_other_reads(idx: Any, flat: np.ndarray, n: int
-                               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`_lookup_distinct` for a background thread (its page-ins paced)."""
-    from tcqa_data.decontam.pagein import behind_other_reads
-
-    with behind_other_reads():
-        return _lookup_distinct(idx, flat, n)
-
-
 def _majority_owner(owners: list[str]) -> str:
     counts = Counter(o or "template" for o in owners)
     return max(sorted(counts), key=lambda f: counts[f])
 
 
-def has_minhash(index_dir: str) -> bool:
-    """Whether the index holds a MinHash section (its manifest says so)."""
-    from tcqa_data.decontam.ngram_index import NgramIndex
-
-    manifest = NgramIndex.open(index_dir).manifest
-    return bool(manifest.get("minhash"))
-
-
 @dataclass
 class _MinHashQueries:
-    mh: Any  # MinHashIndex
+    evidence: EvidenceSource
     docs: int
     texts: list[str]  # the query windows
     owner: list[int]  # each window's doc
@@ -328,21 +286,20 @@ class _MinHashQueries:
 
     def start_prefetch(self) -> None:
         if self.sigs is not None and self.prefetch is None:
-            self.prefetch = _background().submit(self.mh.prefetch, self.sigs)
+            self.prefetch = _background().submit(self.evidence.minhash_prefetch, self.sigs)
 
 
-def _minhash_prepare(docs: Sequence[QueryDoc], index_dir: str, tok: Callable[[str], list[str]]
+def _minhash_prepare(docs: Sequence[QueryDoc], evidence: EvidenceSource, tok: Callable[[str], list[str]]
                      ) -> _MinHashQueries | None:
     """The MinHash query windows (whole query, and each field alone) and their signatures (their
-    band-table pages can then be requested early: ``start_prefetch``). None when the index has no
-    MinHash part."""
-    if not has_minhash(index_dir):
+    band-table pages can then be requested early: ``start_prefetch``). None when the evidence has
+    no MinHash part."""
+    if not evidence.has_minhash:
         return None
-    from tcqa_data.decontam.minhash import MinHashIndex, signatures
+    from tcqa_data.decontam.minhash import signatures
     from tcqa_data.decontam.minhash.windows import window_spans
 
-    mh = MinHashIndex.open(index_dir)
-    params = mh.params
+    params = evidence.minhash_params
     # Windows shorter than the corpus windows are noise-prone (a handful of shingles).
     min_words = max(MINHASH_MIN_WORDS, int(params.window_min_words))
     texts: list[str] = []
@@ -379,7 +336,8 @@ def _minhash_prepare(docs: Sequence[QueryDoc], index_dir: str, tok: Callable[[st
                 seen.add(w)
                 texts.append(w)
                 owner.append(i)
-    return _MinHashQueries(mh, len(docs), texts, owner, signatures(texts, params) if texts else None, None)
+    return _MinHashQueries(evidence, len(docs), texts, owner, signatures(texts, params) if texts else None,
+                           None)
 
 
 @lru_cache(maxsize=1)
@@ -388,84 +346,77 @@ def _background() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(1, thread_name_prefix="tcqa-detect-background")
 
 
-def _minhash_scores(pre: _MinHashQueries, index_dir: str, candidates: list[list[int]] | None = None
+def _minhash_scores(pre: _MinHashQueries, evidence: EvidenceSource, candidates: list[list[int]] | None = None
                     ) -> tuple[Any, Any, Any, Any]:
     """Best verified MinHash similarity of any query window (whole query, and each field alone),
     its window text, the corpus doc of the best window, and the number of windows queried.
 
     ``candidates``: when given, each doc's list gets the corpus doc of every query window's best
     candidate window, most similar first (alignment candidates)."""
-    from tcqa_data.decontam.ngram_index import NgramIndex
-
-    mh, texts, owner = pre.mh, pre.texts, pre.owner
+    texts, owner = pre.texts, pre.owner
     n_docs = pre.docs
     if pre.prefetch is not None:
         pre.prefetch.result()  # its requests are queued (an error there is raised here)
     nwin = np.bincount(np.asarray(owner, dtype=np.int64), minlength=n_docs).tolist()
     best = [-1.0] * n_docs
     best_text: list[str | None] = [None] * n_docs
-    best_win = [-1] * n_docs
+    best_doc = [-1] * n_docs
     if texts:
-        sims, wins = mh.query(pre.sigs)
-        for j, (s, w) in enumerate(zip(np.asarray(sims, dtype=np.float64), np.asarray(wins), strict=False)):
+        sims, docs = evidence.minhash_matches(pre.sigs)
+        for j, (s, o) in enumerate(zip(sims.tolist(), docs.tolist(), strict=True)):
             i = owner[j]
-            if int(w) >= 0 and s > best[i]:
-                best[i], best_text[i], best_win[i] = float(s), texts[j], int(w)
+            if o >= 0 and s > best[i]:
+                best[i], best_text[i], best_doc[i] = s, texts[j], o
         if candidates is not None:
-            hit = np.flatnonzero(np.asarray(wins) >= 0)
-            if len(hit):
-                hit_docs = np.asarray(mh.window_docs(np.asarray(wins)[hit].astype(np.int64)))
-                order = sorted(range(len(hit)), key=lambda t: -float(sims[hit[t]]))
-                for t in order:
-                    candidates[owner[int(hit[t])]].append(int(hit_docs[t]))
+            hit = np.flatnonzero(docs >= 0)
+            for t in sorted(range(len(hit)), key=lambda t: -float(sims[hit[t]])):
+                candidates[owner[int(hit[t])]].append(int(docs[hit[t]]))
     refs: list[str | None] = [None] * n_docs
-    have = [i for i, w in enumerate(best_win) if w >= 0]
+    have = [i for i, o in enumerate(best_doc) if o >= 0]
     if have:
-        ords = np.asarray(mh.window_docs(np.asarray([best_win[i] for i in have], dtype=np.int64)))
-        names = NgramIndex.open(index_dir).doc_refs(ords)
-        for i, r in zip(have, names, strict=False):
+        names = evidence.doc_refs(np.asarray([best_doc[i] for i in have], dtype=np.int64))
+        for i, r in zip(have, names, strict=True):
             refs[i] = str(r)
     return best, best_text, refs, nwin
 
 
-def _ngram_candidates(docs: Sequence[QueryDoc], idx: Any, n: int, doc_cols: np.ndarray, counted: np.ndarray,
-                      offsets: np.ndarray) -> list[list[int]]:
+def _ngram_candidates(docs: Sequence[QueryDoc], evidence: EvidenceSource, n: int, doc_cols: np.ndarray,
+                      counted: np.ndarray, offsets: np.ndarray) -> list[list[int]]:
     """Per doc, corpus docs of its matched n-grams at every size the index holds, most hits first."""
-    from tcqa_data.decontam.hashing import batch_ngram_hashes
+    from tcqa_data.decontam.core.hashing import batch_ngram_hashes
 
     counts: list[Counter] = [Counter() for _ in docs]
     for i in range(len(docs)):
         lo, hi = offsets[i], offsets[i + 1]
         ords = doc_cols[lo:hi][counted[lo:hi]]
         counts[i].update(ords[ords >= 0].tolist())
-    other_sizes = [m for m in idx.ngram_sizes if m != n]
-    by_size = batch_ngram_hashes([d.query for d in docs], other_sizes, idx.normalization, idx.hash_seed) \
-        if other_sizes else {}
+    other_sizes = [m for m in evidence.ngram_sizes if m != n]
+    by_size = batch_ngram_hashes([d.query for d in docs], other_sizes, evidence.normalization,
+                                 evidence.hash_seed) if other_sizes else {}
     for m, (flat, owner) in by_size.items():
         owner = np.asarray(owner, dtype=np.int64)
-        found, _, hd = _lookup_distinct(idx, np.asarray(flat, dtype=np.uint64), m)
+        found, _, hd = evidence.ngram_hits(np.asarray(flat, dtype=np.uint64), m)
         for j in np.flatnonzero(found):
             counts[int(owner[j])].update(o for o in hd[j].tolist() if o >= 0)
     return [[o for o, _ in sorted(c.items(), key=lambda t: (-t[1], t[0]))] for c in counts]
 
 
-def _align(docs: Sequence[QueryDoc], all_tokens: list[list[str]], index_dir: str, scheme: str,
+def _align(docs: Sequence[QueryDoc], all_tokens: list[list[str]], evidence: EvidenceSource, scheme: str,
            ng_cands: list[list[int]], mh_cands: list[list[int]], tok: Callable[[str], list[str]],
            params: Any) -> list[Any]:
     """Align each query to its candidate docs: n-gram candidates first, then the text store's
     anchor candidates (shared rare 4-grams), then MinHash ones."""
-    from tcqa_data.decontam.align import Aligner
-    from tcqa_data.decontam.textstore.anchor_index import AnchorIndex
+    from tcqa_data.decontam.detect.align import Aligner
 
-    aligner = Aligner(index_dir, scheme, params)
-    an_cands, weak_cands = AnchorIndex(index_dir).candidate_tiers(
+    aligner = Aligner(evidence, scheme, params)
+    an_cands, weak_cands = evidence.alignment_candidates(
         [d.query for d in docs], aligner.params.max_candidates, aligner.params.anchor_min_shared,
         aligner.params.anchor_weak_top)
     cand_lists = [list(dict.fromkeys(ng + an + mh))
                   for ng, an, mh in zip(ng_cands, an_cands, mh_cands, strict=True)]
     # the docs the aligner will read (as Aligner.align picks them), their reads queued at once
     top = aligner.params.max_candidates
-    aligner.store.prefetch([c for cands, weak in zip(cand_lists, weak_cands, strict=True)
+    evidence.prefetch_texts([c for cands, weak in zip(cand_lists, weak_cands, strict=True)
                             for c in ([c for c in cands if c >= 0][:top] if cands else weak)])
     out = []
     for d, tokens, cands, weak in zip(docs, all_tokens, cand_lists, weak_cands, strict=True):

@@ -17,8 +17,8 @@ shards) is byte-identical to a full rebuild; otherwise only the doc ordinals dif
 A kill -9 at any point leaves either the old complete index or no manifest; a rerun with the
 same parameters reuses finished map shards, and finishes an interrupted commit.
 
-The map side (``map_shard``, the pool/engine loop) is in ``build_map``, the reduce and commit in
-``build_reduce``; ``map_shard`` and ``sha256_file`` are re-exported here.
+The map side (``map_shard``, the pool/engine loop) is in ``build/map.py``, the reduce and commit
+in ``build/reduce.py``, the checks before anything is written in ``build/preflight.py``.
 """
 
 from __future__ import annotations
@@ -36,32 +36,28 @@ from pathlib import Path
 from typing import Any
 
 from tcqa_data import FORMAT_VERSION, __version__
-from tcqa_data.decontam import ngram_index as ni
-from tcqa_data.decontam import ngram_reduce as nred
-from tcqa_data.decontam import ngram_runs as nruns
-from tcqa_data.decontam.build_map import (
+from tcqa_data.decontam.build.map import (
     BATCH_CHARS,
-    MAP_FORMAT,
     _fixed_mmap_threshold,
     _init_worker,
     _minhash_module,
     _run_maps,
     _shard_key,
-    map_shard,
     sha256_file,
 )
-from tcqa_data.decontam.build_reduce import KIND, _commit, _reduce
-from tcqa_data.decontam.engines import Engine, check_writable_dir, local_output_dir, make_engine, run_tasks
-from tcqa_data.decontam.hashing import HASH_NAME
-from tcqa_data.decontam.normalize import check_scheme
-from tcqa_data.decontam.preflight import check_build
+from tcqa_data.decontam.build.preflight import check_build
+from tcqa_data.decontam.build.reduce import _commit, _reduce
+from tcqa_data.decontam.core.hashing import HASH_NAME
+from tcqa_data.decontam.core.map_files import MAP_FORMAT
+from tcqa_data.decontam.core.normalize import check_scheme
+from tcqa_data.decontam.ngrams import index as ni
+from tcqa_data.decontam.ngrams import reduce as nred
+from tcqa_data.decontam.ngrams import runs as nruns
 from tcqa_data.decontam.readers.documents import SkipStats
 from tcqa_data.decontam.readers.inputs import CorpusInput, resolve_inputs, split_input
+from tcqa_data.engines import Engine, check_writable_dir, local_output_dir, make_engine, run_tasks
 from tcqa_data.errors import ConfigError, IndexMismatchError
 from tcqa_data.io_utils import read_json, write_json_atomic
-
-__all__ = ["BATCH_CHARS", "KIND", "SHARD_BYTES", "HfSpec", "build_index", "index_info", "map_shard",
-           "sha256_file"]
 
 # Uncompressed JSONL / Parquet inputs are cut into shards of this size so one big file still
 # uses every worker. A fixed constant: sharding never changes the output anyway.
@@ -123,7 +119,7 @@ def _pause_cyclic_gc() -> bool:
     on). The map and reduce make few reference cycles, but their thousands of small allocations
     (per batch, per bucket) kept triggering collections that traverse every object numba and
     pyarrow loaded: about 0.1 CPU-s of a 200 MB build. Pool workers forked meanwhile turn it
-    back on (``build_map._init_worker``)."""
+    back on (``map._init_worker``)."""
     if not gc.isenabled():
         return False
     gc.disable()
@@ -223,8 +219,6 @@ def build_index(
     out = local_output_dir(out_dir)  # object-storage URIs are refused with the reason
     work = out / "_work"
     mpath = out / ni.MANIFEST
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"{out}: exists and is not a folder")
     # resolve first: a typo in an input must not cost the existing index (--overwrite)
     resolved: list[CorpusInput] = resolve_inputs([os.fspath(p) for p in inputs]) if inputs else []
     # everything checkable before the first write (no _work/ left behind, nothing overwritten for nothing)

@@ -1,6 +1,6 @@
 """Compiled (numba) kernels for the n-gram build's hot path, with the numpy code as fallback.
 
-The kernels compute exactly what the numpy code in ``hashing``, ``ngram_runs`` and ``ngram_reduce`` computes
+The kernels compute exactly what the numpy code in ``hashing``, ``ngrams.runs`` and ``ngrams.reduce`` computes
 (same hash scheme, same sort order, same merge), in one pass each instead of a dozen numpy
 passes: tokenize (Janitor bytes -> tokens at spaces), token hash, rolling n-gram hash per doc,
 a stable LSD radix sort of (hash, doc) pairs, and the bucket merge (doc frequency, first P docs).
@@ -50,7 +50,7 @@ def name() -> str:
 def kernels() -> dict:
     """The compiled kernels (compiles or loads them from the cache on first use)."""
     _set_up_numba()
-    from tcqa_data.decontam._numba_kernels import KERNELS
+    from tcqa_data.decontam.core._numba_kernels import KERNELS
 
     return KERNELS
 

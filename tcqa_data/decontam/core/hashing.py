@@ -24,8 +24,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import xxhash
 
-from tcqa_data.decontam import kernel
-from tcqa_data.decontam.normalize import (
+from tcqa_data.decontam.core import kernel
+from tcqa_data.decontam.core.normalize import (
     JANITOR_BYTES_DELETE,
     JANITOR_BYTES_TABLE,
     check_scheme,

@@ -239,7 +239,7 @@ class _DocText:
 
     def char_spans(self, scheme: str) -> list[tuple[int, int]]:
         if self._spans is None:
-            from tcqa_data.decontam.normalize import token_char_spans
+            from tcqa_data.decontam.core.normalize import token_char_spans
 
             spans = None
             if scheme == "janitor":
@@ -253,7 +253,7 @@ class _DocText:
 
 
 def _doc_text(text: str, scheme: str) -> _DocText:
-    from tcqa_data.decontam.normalize import tokenize
+    from tcqa_data.decontam.core.normalize import tokenize
 
     toks = tokenize(text, scheme)
     return _DocText(text, toks, set(map(hash, toks)))
@@ -311,12 +311,13 @@ class QueryAlignment:
 
 
 class Aligner:
-    """Aligns queries to candidate docs of one index, caching doc texts and field alignments."""
+    """Aligns queries to candidate corpus docs, caching doc texts and field alignments.
 
-    def __init__(self, index_dir: str, scheme: str, params: AlignParams | None = None) -> None:
-        from tcqa_data.decontam.textstore.store import TextStore
+    ``source`` gives the docs' texts by ordinal (``text(o)``, ``texts(os)``): an evidence source
+    (``evidence.py``) or a ``TextStore``."""
 
-        self.store = TextStore.open(index_dir)
+    def __init__(self, source: Any, scheme: str, params: AlignParams | None = None) -> None:
+        self.store = source
         self.scheme = scheme
         self.params = params or AlignParams()
         self._docs: OrderedDict[int, _DocText] = OrderedDict()
@@ -390,7 +391,7 @@ class Aligner:
         out.field = max(sorted(field_cov), key=lambda f: field_cov[f][0])
         out.field_share = max(c / t for c, t in field_cov.values() if t)
         # query-side runs of contaminated tokens, as char spans of the query
-        from tcqa_data.decontam.normalize import token_char_spans
+        from tcqa_data.decontam.core.normalize import token_char_spans
 
         qspans = token_char_spans(query, self.scheme)
         padded = np.concatenate(([0], covered.astype(np.int8), [0]))

@@ -17,7 +17,7 @@ checks a cached kernel against its own module's file only: after editing ``mix.p
 
 from __future__ import annotations
 
-from tcqa_data.decontam._numba_kernels import anchors, jsonl, minhash, ngram, packed, sentences
+from tcqa_data.decontam.core._numba_kernels import anchors, jsonl, minhash, ngram, packed, sentences
 
 KERNELS = {**jsonl.KERNELS, **ngram.KERNELS, **minhash.KERNELS, **sentences.KERNELS, **packed.KERNELS,
            **anchors.KERNELS}

@@ -2,7 +2,7 @@
 
 Pure functions on arrays: sorted or unsorted ``(hash or key, doc)`` pairs in, each stored key once
 out, with its doc frequency and its first ``provenance`` distinct docs (the compiled kernels, or
-the numpy code that gives the same arrays). :mod:`ngram_reduce` reads the chunks and writes the
+the numpy code that gives the same arrays). :mod:`reduce` reads the chunks and writes the
 files.
 """
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tcqa_data.decontam import kernel
-from tcqa_data.decontam.ngram_index import DOC_DTYPE, DOC_NONE
-from tcqa_data.decontam.ngram_runs import (
+from tcqa_data.decontam.core import kernel
+from tcqa_data.decontam.ngrams.index import DOC_DTYPE, DOC_NONE
+from tcqa_data.decontam.ngrams.runs import (
     _sort_by_hash,
     _sort_by_hash_compiled,
     _sort_dedupe_in_place,

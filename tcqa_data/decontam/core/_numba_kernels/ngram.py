@@ -1,7 +1,7 @@
 """N-gram hashing, the map's run partition, sorts and the reduce's merge.
 
 Same results as the numpy fallback's token hashes, partitions, sorts and merge (``hashing``,
-``ngram_runs``, ``ngram_reduce``), so the index bytes do not depend on which ran."""
+``ngrams.runs``, ``ngrams.reduce``), so the index bytes do not depend on which ran."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 from numba import njit
 from numba.cpython.unsafe.numbers import leading_zeros, trailing_zeros
 
-from tcqa_data.decontam._numba_kernels.mix import SPACES8, byte_matches, fmix
+from tcqa_data.decontam.core._numba_kernels.mix import SPACES8, byte_matches, fmix
 
 _K_LEN = np.uint64(0xD6E8FEB86659FD93)
 
@@ -317,7 +317,7 @@ def scatter_cells(h, d, base, shift, offsets, h_out, d_out, packed):
     """A map run's partition, second pass: each pair to its cell (``cell_counts``' offsets), in
     input order within a cell (stable), docs stored as ``d - base`` in ``d_out``'s width, or
     with ``packed`` in the low ``64 - shift`` bits of ``h_out`` under the hash's bits below the
-    cell's (``ngram_runs.partition_pairs``)."""
+    cell's (``ngrams.runs.partition_pairs``)."""
     pos = offsets[:-1].copy()
     sh = np.uint64(shift)
     cb = np.uint64(64 - shift)

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from tcqa_data.decontam import kernel
+from tcqa_data.decontam.core import kernel
 
 LOAD = 16  # entries per directory cell (aimed at): directory 2 bits per entry
 MAX_DIR_BITS = 26
@@ -271,7 +271,7 @@ def page_in_lookups(tables: Sequence[tuple[np.ndarray, np.ndarray]], keys: Seque
     """Before sparse lookups of ``keys[i]`` in table ``tables[i]`` (``(cells, words)`` memory maps):
     read the directory rows, then the entry words, they will read, every table's pages at once
     (``pagein``: on a cold page cache the disk serves them in parallel, and only those pages)."""
-    from tcqa_data.decontam.pagein import page_in
+    from tcqa_data.decontam.core.pagein import page_in
 
     rbits = _U64(KEY_BITS - dir_bits)
     cell_of = [(np.asarray(k, dtype=_U64) >> rbits).astype(np.int64) for k in keys]
@@ -291,7 +291,7 @@ def lookup(cells: np.ndarray, words: np.ndarray, keys: np.ndarray, dir_bits: int
     """Entries whose key equals one of ``keys`` (uint32): ``(query index, id)`` int64 arrays,
     ids ascending per query; at most ``max_per_key`` (the smallest ids) per query when given.
     Memory and time grow with the matches, not with the size of the keys' directory cells.
-    The compiled kernel (``decontam/kernel.py``) searches key by key; the numpy code below is its
+    The compiled kernel (``decontam/core/kernel.py``) searches key by key; the numpy code below is its
     fallback and gives the same arrays."""
     keys = np.asarray(keys, dtype=_U64)
     if kernel.enabled() and len(keys):

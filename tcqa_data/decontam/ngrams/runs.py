@@ -1,7 +1,7 @@
 """N-gram index, map side: documents -> runs of ``(hash, local doc)`` pairs partitioned into cells.
 
 A :class:`RunWriter` hashes batches of one input's documents and spills *runs* to ``run_dir``;
-the reduce (:mod:`ngram_reduce`) merges one bucket of every run. A run is only partitioned, not
+the reduce (:mod:`reduce`) merges one bucket of every run. A run is only partitioned, not
 sorted: its pairs are scattered (stably, so each cell keeps its pairs in doc order) into the
 cells of the top :func:`cell_bits` bits of the hash, with the cells' row offsets; repeated
 pairs stay (the reduce sorts each chunk by key anyway, and dedupes there). The run files are
@@ -32,15 +32,15 @@ from typing import Any
 
 import numpy as np
 
-from tcqa_data.decontam import kernel
-from tcqa_data.decontam.hashing import batch_ngram_hashes, hash_normalized, hash_normalized_into
-from tcqa_data.decontam.ngram_index import DEFAULT_NUM_BUCKETS
+from tcqa_data.decontam.core import kernel
+from tcqa_data.decontam.core.hashing import batch_ngram_hashes, hash_normalized, hash_normalized_into
+from tcqa_data.decontam.ngrams.index import DEFAULT_NUM_BUCKETS
 from tcqa_data.io_utils import write_npy_atomic
 
 # Pairs per spilled run: bounds the map's memory whatever the corpus size.
 DEFAULT_RUN_PAIRS = 2_000_000
 # Fewest cells a run is partitioned into over the whole hash space: 2 x GROUP_RUNS (the most
-# runs one reduce level reads, ngram_reduce). The reduce reads partitioned runs at cell bounds
+# runs one reduce level reads, reduce.py). The reduce reads partitioned runs at cell bounds
 # only, so a cell of all of a level's runs must fit in a reduce chunk: it holds about
 # GROUP_RUNS x run_pairs / 2**13 = run_pairs / 2 pairs (= the default chunk_pairs) at most,
 # whatever the corpus size (the second level reads sorted runs, cut anywhere). More cells cost

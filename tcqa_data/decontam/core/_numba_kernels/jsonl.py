@@ -11,7 +11,7 @@ import numpy as np
 from numba import njit
 from numba.cpython.unsafe.numbers import trailing_zeros
 
-from tcqa_data.decontam._numba_kernels.mix import HIGH8, SPACES8, byte_matches
+from tcqa_data.decontam.core._numba_kernels.mix import HIGH8, SPACES8, byte_matches
 
 # jsonl_scan statuses
 SCAN_END, SCAN_BATCH_FULL, SCAN_DEFER, SCAN_ROOM = 0, 1, 2, 3

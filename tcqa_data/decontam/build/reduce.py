@@ -14,11 +14,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tcqa_data.decontam import ngram_index as ni
-from tcqa_data.decontam import ngram_reduce as nred
-from tcqa_data.decontam.build_map import MAP_FORMAT, _minhash_module, arrow_int64, arrow_repeated_string
-from tcqa_data.decontam.engines import Engine, run_tasks
+from tcqa_data.decontam.build.map import _minhash_module, arrow_int64, arrow_repeated_string
+from tcqa_data.decontam.core.map_files import MAP_COUNTS, MAP_FORMAT, MAP_HASHES, staged_anchor_file
+from tcqa_data.decontam.ngrams import index as ni
+from tcqa_data.decontam.ngrams import reduce as nred
 from tcqa_data.decontam.textstore.store import STORE_DIR, _key
+from tcqa_data.engines import Engine, run_tasks
 from tcqa_data.errors import TcqaError
 from tcqa_data.io_utils import atomic_path, write_json_atomic
 from tcqa_data.progress import progress_bar, rate_text
@@ -167,8 +168,6 @@ def _stage_map_anchors(dst: Path, all_inputs: list[dict], maps: Path) -> None:
     """The maps' text-store anchors of each new input (``textstore.anchors.map_anchor_batches``),
     moved next to the index's text store by ``_commit``; an input whose maps did not all winnow
     (another reader) gets none. Idempotent: files moved by a killed run are not looked for again."""
-    from tcqa_data.decontam.textstore.anchors import MAP_COUNTS, MAP_HASHES
-
     for e in all_inputs:
         if e.get("_old") or not e.get("shard_anchors"):
             continue
@@ -176,7 +175,7 @@ def _stage_map_anchors(dst: Path, all_inputs: list[dict], maps: Path) -> None:
         key = _key(e)
         for i, shard in enumerate(e["shards"]):
             for name in (MAP_HASHES, MAP_COUNTS):
-                target = dst / f"{key}.map-{i:05d}.{name}"
+                target = dst / staged_anchor_file(key, i, name)
                 if not target.is_file():
                     os.replace(maps / shard / name, target)
         write_json_atomic(dst / f"{key}.map.json", {"shard_docs": [int(n) for n in e["shard_docs"]],

@@ -1,4 +1,4 @@
-"""Flag rules over the per-doc scores computed by :mod:`tcqa_data.decontam.detect`.
+"""Flag rules over the per-doc scores computed by :mod:`tcqa_data.decontam.detect.score`.
 
 Rules (``Rule.parse``) are a tiny boolean grammar over these scores::
 
