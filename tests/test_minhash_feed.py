@@ -136,11 +136,15 @@ def test_full_build_codepoint_path_equals_text_path(wiki_sample, tmp_path, monke
     assert len(used) >= 4  # several shards, all through the code point path
     monkeypatch.setattr(build_map, "_minhash_codepoints_ok", lambda *a: False)
     build_index(inputs, tmp_path / "str", **kw)
-    names = sorted(str(p.relative_to(tmp_path / "str")) for p in (tmp_path / "str").rglob("*") if p.is_file())
-    assert names == sorted(str(p.relative_to(tmp_path / "fast")) for p in (tmp_path / "fast").rglob("*")
-                           if p.is_file())
+    _assert_same_index(tmp_path / "str", tmp_path / "fast")
+
+
+def _assert_same_index(one: Path, other: Path) -> None:
+    """Every file of two index folders byte for byte (the manifest less its timing)."""
+    names = sorted(str(p.relative_to(one)) for p in one.rglob("*") if p.is_file())
+    assert names == sorted(str(p.relative_to(other)) for p in other.rglob("*") if p.is_file())
     for n in names:
-        a, b = (tmp_path / "str" / n).read_bytes(), (tmp_path / "fast" / n).read_bytes()
+        a, b = (one / n).read_bytes(), (other / n).read_bytes()
         if n == "manifest.json":
             a, b = ({k: v for k, v in json.loads(x).items() if k != "build"} for x in (a, b))
         assert a == b, n
@@ -181,15 +185,7 @@ def test_str_map_normalizes_once_and_writes_the_same_index(wiki_sample, tmp_path
     assert used  # the str map on code points ran
     monkeypatch.setattr(build_map, "_minhash_texts_ok", lambda *a: False)
     build_index(inputs, tmp_path / "twice", **kw)
-    names = sorted(str(p.relative_to(tmp_path / "twice")) for p in (tmp_path / "twice").rglob("*")
-                   if p.is_file())
-    assert names == sorted(str(p.relative_to(tmp_path / "once")) for p in (tmp_path / "once").rglob("*")
-                           if p.is_file())
-    for n in names:
-        a, b = (tmp_path / "twice" / n).read_bytes(), (tmp_path / "once" / n).read_bytes()
-        if n == "manifest.json":
-            a, b = ({k: v for k, v in json.loads(x).items() if k != "build"} for x in (a, b))
-        assert a == b, n
+    _assert_same_index(tmp_path / "twice", tmp_path / "once")
 
 
 def _janitor_from_cps_reference(cps: np.ndarray, doc_start: np.ndarray, at_start: np.ndarray,
