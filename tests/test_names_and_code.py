@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -251,6 +252,66 @@ def test_sandbox_renders_what_lm_eval_renders(small, mc_taco_dev):
             assert render(template, doc, where="t") == lm_utils.apply_template(template, doc), template
             checked += 1
     assert checked > 1000
+
+
+_TEMPLATE_LINE = re.compile(r'^(doc_to_text|doc_to_target|doc_to_choice|doc_to_decontamination_query'
+                            r'|gen_prefix):\s*(".*"|\'.*\')\s*$')
+
+
+def _synthetic_docs(names: set[str]):
+    """Docs to try a template on: every field a string, a list, a dict of lists, an int."""
+    text = "Alpha beta, gamma. Delta?"
+    yield {n: text for n in names}
+    yield {n: ["one", "two", "three", "four"] for n in names}
+    yield {n: {"text": ["one", "two", "three"], "label": ["A", "B", "C"], "stem": text,
+               "input_text": ["q1", "q2"]} for n in names}
+    yield {n: 1 for n in names}
+
+
+def test_sandbox_renders_every_template_lm_eval_ships_as_lm_eval_does():
+    """Every one-line Jinja template in lm-eval's shipped task YAMLs (prompts, targets, choices,
+    decontamination queries): on the first synthetic doc lm-eval renders, the sandbox gives the same
+    text. The immutable sandbox refuses nothing that lm-eval's own tasks do."""
+    import jinja2.meta
+    import lm_eval
+    import yaml
+
+    from tcqa_data.prep.templates import render
+
+    lm_utils = pytest.importorskip("lm_eval.utils", reason="needs the lm-eval extra")
+    templates: set[str] = set()
+    for path in (Path(lm_eval.__file__).parent / "tasks").rglob("*.yaml"):
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            m = _TEMPLATE_LINE.match(line)
+            if m and ("{{" in m[2] or "{%" in m[2]):
+                try:
+                    value = yaml.safe_load(m[2])
+                except yaml.YAMLError:
+                    continue
+                if isinstance(value, str):
+                    templates.add(value)
+    same, differ = 0, []
+    for template in sorted(templates):
+        try:
+            names = jinja2.meta.find_undeclared_variables(lm_utils.env.parse(template))
+        except Exception:  # noqa: BLE001, S112 - lm-eval cannot parse it either: nothing to compare
+            continue
+        for doc in _synthetic_docs(names):
+            try:
+                want = lm_utils.apply_template(template, doc)
+            except Exception:  # noqa: BLE001, S112 - this doc does not fit the template; try the next
+                continue
+            try:
+                got = render(template, doc, where="t")
+            except Exception as exc:  # noqa: BLE001 - a refusal is a difference, reported below
+                got = f"{type(exc).__name__}: {exc}"
+            if got == want:
+                same += 1
+            else:
+                differ.append((template, got, want))
+            break
+    assert differ == []
+    assert same > 600  # 663 of lm-eval 0.4.13's 722 distinct one-line templates render on these docs
 
 
 # ---- lm-eval tasks: names, templates, exported code --------------------------------------------
