@@ -119,6 +119,22 @@ def test_staged_folder_replaces_the_previous_one_whole(tmp_path, monkeypatch, ex
     assert sorted(p.name for p in final.parent.iterdir()) == ["test"]  # no staging or retired folder left
 
 
+@pytest.mark.parametrize("exchange", [True, False], ids=["renameat2-exchange", "two-renames"])
+def test_staging_folder_in_an_outer_folder(tmp_path, monkeypatch, exchange):
+    """``within``: the staging folder sits in the output folder, not among the final folder's siblings."""
+    if not exchange:
+        monkeypatch.setattr(outputs, "_exchange", lambda a, b: False)
+    out = tmp_path / "prep"
+    final = out / "task" / "test"
+    for content in (b"first", b"second"):
+        with staged(final, within=out) as stage:
+            assert stage.parent == out and stage.name.startswith(STAGING_PREFIX)
+            (stage / "full.parquet").write_bytes(content)
+            assert sorted(p.name for p in out.iterdir()) == sorted(["task", stage.name])
+        assert _tree(out) == {"task/test/full.parquet": content}
+    assert sorted(p.name for p in out.iterdir()) == ["task"]
+
+
 @pytest.mark.parametrize("exc", [RuntimeError("boom"), KeyboardInterrupt()])
 def test_a_failed_run_leaves_the_previous_folder_as_it_was(tmp_path, exc):
     final = tmp_path / "out" / "test"

@@ -298,8 +298,9 @@ def decontaminate(
             split_name = check_name(b.split, "split name", f"task {task.task!r}")
             split_dir = resolve_inside(out, task.task, split_name, what="split folder")
             # the split folder is written whole into a staging folder and then renamed into place:
-            # a failed run leaves the previous split folder as it was
-            with staged(split_dir) as stage:
+            # a failed run leaves the previous split folder as it was. The staging folder sits in
+            # --out itself, where no reader lists splits, should a killed run leave it behind
+            with staged(split_dir, within=out) as stage:
                 counts, export = _process_split(
                     task, b, queries, role, stage, index_dir=str(index_dir), n=n,
                     rule=parsed_rule, max_corpus_freq=max_corpus_freq, group_policy=group_policy,
