@@ -13,13 +13,12 @@ import hashlib
 import json
 import os
 import re
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from cli_fixtures import run
 
-from tcqa_data.cli import main
 from tcqa_data.errors import ConfigError, TcqaError
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -28,16 +27,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 BUILTIN_TASKS = Path(__file__).resolve().parents[1] / "tcqa_data" / "prep" / "tasks"
 # the template of the issue, with the file it touches named by the test
 ATTACK = "{{{{ lipsum.__globals__['os'].popen('touch {target}').read() }}}}{{{{text}}}}"
-
-
-def run(args: list, monkeypatch, capsys) -> tuple[int, str, str]:
-    """``tcqa-data ARGS`` through the real entry point (its single error handler)."""
-    monkeypatch.setattr(sys, "argv", ["tcqa-data", *map(str, args)])
-    with pytest.raises(SystemExit) as exc:
-        main()
-    out = capsys.readouterr()
-    err = "".join(line for line in out.err.splitlines(keepends=True) if not line.startswith("[progress]"))
-    return int(exc.value.code or 0), out.out, err
 
 
 def snapshot(root: Path) -> dict[str, str]:
@@ -56,24 +45,11 @@ def one_error_line(err: str, *needles: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def small(wiki_sample, mc_taco_dev, squad_validation, tmp_path_factory):
-    """A real index over 40 wiki articles (+ a page quoting two MC-TACO sentences), the first 200
-    MC-TACO dev rows, and the first 30 based-squad validation docs."""
-    from tcqa_data.decontam.build import build_index
-
-    root = tmp_path_factory.mktemp("names")
-    dev_lines = mc_taco_dev.read_text(encoding="utf-8").splitlines()[:200]
-    quoted = " ".join(list(dict.fromkeys(line.split("\t")[0] for line in dev_lines))[:2])
-    wiki = wiki_sample.read_text(encoding="utf-8").splitlines()[:40]
-    corpus = root / "corpus.jsonl"
-    corpus.write_text("\n".join(wiki + [json.dumps({"text": quoted, "title": "quotes"})]) + "\n")
-    mc = root / "dev200.tsv"
-    mc.write_text("\n".join(dev_lines) + "\n", encoding="utf-8")
-    squad = root / "squad30.jsonl"
-    squad.write_text("".join(squad_validation.read_text(encoding="utf-8").splitlines(keepends=True)[:30]))
-    index = root / "index"
-    build_index([str(corpus)], index, quiet=True, workers=1, id_field="title")
-    return {"index": index, "mc": mc, "squad": squad}
+def squad30(squad_validation, tmp_path_factory) -> Path:
+    """The first 30 based-squad validation docs."""
+    path = tmp_path_factory.mktemp("squad") / "squad30.jsonl"
+    path.write_text("".join(squad_validation.read_text(encoding="utf-8").splitlines(keepends=True)[:30]))
+    return path
 
 
 # ---- names from --data-files and task YAMLs ----------------------------------------------------
@@ -83,24 +59,25 @@ def test_split_with_dot_dot_from_data_files_is_refused(small, tmp_path, monkeypa
     monkeypatch.chdir(tmp_path)
     before = snapshot(tmp_path)
     code, _, err = run(["decontaminate", small["index"], "--tasks", "mc_taco", "--out", "work/out",
-                        "--data-files", f"mc_taco:../../escaped={small['mc']}"], monkeypatch, capsys)
+                        "--data-files", f"mc_taco:../../escaped={small['data']}"], monkeypatch, capsys)
     assert code == 2
     one_error_line(err, "split name '../../escaped' from --data-files is not a valid folder name")
     assert snapshot(tmp_path) == before  # nothing written, in --out or anywhere else
 
 
-def test_absolute_split_name_cannot_overwrite_another_prepared_folder(small, tmp_path, monkeypatch, capsys):
+def test_absolute_split_name_cannot_overwrite_another_prepared_folder(small, squad30, tmp_path, monkeypatch,
+                                                                      capsys):
     """`--data-files "mc_taco:<another PREP_DIR>/squad_completion/validation=dev.tsv"` once replaced that
     folder's squad full.parquet with MC-TACO rows and exited 0."""
     other = tmp_path / "other"
     code, _, err = run(["decontaminate", small["index"], "--tasks", "squad_completion", "--out", other, "-q",
-                        "--data-files", f"squad_completion:validation={small['squad']}"], monkeypatch, capsys)
+                        "--data-files", f"squad_completion:validation={squad30}"], monkeypatch, capsys)
     assert code == 0, err
     target = other / "squad_completion" / "validation"
     assert (target / "full.parquet").is_file()
     before = snapshot(tmp_path)
     code, _, err = run(["decontaminate", small["index"], "--tasks", "mc_taco", "--out", tmp_path / "out",
-                        "--data-files", f"mc_taco:{target}={small['mc']}"], monkeypatch, capsys)
+                        "--data-files", f"mc_taco:{target}={small['data']}"], monkeypatch, capsys)
     assert code == 2
     one_error_line(err, f"split name '{target}' from --data-files", "not a valid folder name")
     assert snapshot(tmp_path) == before
@@ -109,7 +86,7 @@ def test_absolute_split_name_cannot_overwrite_another_prepared_folder(small, tmp
 
     with pytest.raises(ConfigError, match="from data_files"):
         decontaminate(small["index"], ["mc_taco"], tmp_path / "out",
-                      data_files={"mc_taco": {str(target): small["mc"]}}, quiet=True)
+                      data_files={"mc_taco": {str(target): small["data"]}}, quiet=True)
     assert snapshot(tmp_path) == before
 
 
@@ -122,7 +99,7 @@ def test_task_yaml_named_up_and_out_is_refused(small, tmp_path, monkeypatch, cap
     (tmp_path / "work").mkdir()
     before = snapshot(tmp_path)
     code, _, err = run(["decontaminate", small["index"], "--tasks", evil, "--out", tmp_path / "work" / "out",
-                        "--data-files", f"{evil}:validation={small['mc']}"], monkeypatch, capsys)
+                        "--data-files", f"{evil}:validation={small['data']}"], monkeypatch, capsys)
     assert code == 2
     one_error_line(err, "task name '../../evil_task' from task YAML", "evil.yaml", "not a valid folder name")
     assert snapshot(tmp_path) == before
@@ -158,7 +135,7 @@ def test_model_named_dot_dot_writes_into_its_own_folder(small, tiny_model, tmp_p
 
     prep = tmp_path / "prep"
     code, _, err = run(["decontaminate", small["index"], "--tasks", "mc_taco", "--out", prep, "-q",
-                        "--data-files", f"mc_taco:validation={small['mc']}"], monkeypatch, capsys)
+                        "--data-files", f"mc_taco:validation={small['data']}"], monkeypatch, capsys)
     assert code == 0, err
     assert default_output(prep, "..") == prep / "eval" / "model"
     assert default_output(prep, "/abs/path") == prep / "eval" / "abs_path"
@@ -183,7 +160,8 @@ def test_lm_eval_model_folder_is_never_dot_dot():
 
 
 # ---- templates run in a sandbox ----------------------------------------------------------------
-def test_template_that_reaches_python_is_refused_and_runs_nothing(small, tmp_path, monkeypatch, capsys):
+def test_template_that_reaches_python_is_refused_and_runs_nothing(small, squad30, tmp_path, monkeypatch,
+                                                                   capsys):
     """A renamed copy of the built-in squad_completion YAML whose doc_to_decontamination_query reaches
     os.popen once ran that command during decontaminate, which exited 0."""
     import jinja2
@@ -202,7 +180,7 @@ def test_template_that_reaches_python_is_refused_and_runs_nothing(small, tmp_pat
     (tmp_path / "squad_evil.yaml").write_text(evil, encoding="utf-8")
     monkeypatch.chdir(tmp_path)
     code, _, err = run(["decontaminate", small["index"], "--tasks", "squad_evil.yaml", "--out", "out",
-                        "--data-files", f"squad_evil.yaml:validation={small['squad']}"], monkeypatch, capsys)
+                        "--data-files", f"squad_evil.yaml:validation={squad30}"], monkeypatch, capsys)
     assert code == 2
     one_error_line(err, "task 'squad_evil': template doc_to_decontamination_query was refused",
                    "__globals__", "unsafe")
@@ -228,7 +206,7 @@ SAFE_TEMPLATES = [
 ]
 
 
-def test_sandbox_renders_what_lm_eval_renders(small, mc_taco_dev):
+def test_sandbox_renders_what_lm_eval_renders(small, squad30):
     """On real docs, the sandboxed environment gives lm-eval 0.4's text for the built-in templates and
     for templates using its regex_replace filter, loops, globals and string methods."""
     lm_utils = pytest.importorskip("lm_eval.utils", reason="needs the lm-eval extra")
@@ -238,8 +216,8 @@ def test_sandbox_renders_what_lm_eval_renders(small, mc_taco_dev):
 
     mc = TaskSpec.builtin("mc_taco")
     squad = TaskSpec.builtin("squad_completion")
-    mc_docs = load_split(mc, "validation", small["mc"]).docs()
-    squad_docs = load_split(squad, "validation", small["squad"]).docs()
+    mc_docs = load_split(mc, "validation", small["data"]).docs()
+    squad_docs = load_split(squad, "validation", squad30).docs()
     checked = 0
     for spec, docs in ((mc, mc_docs), (squad, squad_docs)):
         for name, template in spec._templates().items():
@@ -316,7 +294,7 @@ def test_sandbox_renders_every_template_lm_eval_ships_as_lm_eval_does():
 
 # ---- lm-eval tasks: names, templates, exported code --------------------------------------------
 @pytest.fixture(scope="module")
-def lm_tasks(small, tmp_path_factory):
+def lm_tasks(squad30, tmp_path_factory):
     """lm-eval task YAMLs over the 30 based-squad docs: a good one with a `!function` helper (copied
     into the export), one whose task name leads up and out, one whose query template reaches Python."""
     pytest.importorskip("lm_eval.tasks", reason="needs the lm-eval extra")
@@ -325,14 +303,11 @@ def lm_tasks(small, tmp_path_factory):
         dataset_path: json
         dataset_kwargs:
           data_files:
-            validation: {small['squad']}
+            validation: {squad30}
         validation_split: validation
         output_type: generate_until
         doc_to_text: "{{{{text | trim}}}}"
         doc_to_target: "{{{{value | trim}}}}"
-        generation_kwargs:
-          until: ["\\n"]
-          max_gen_toks: 8
         """)
     good = root / "good"
     good.mkdir()
@@ -340,13 +315,8 @@ def lm_tasks(small, tmp_path_factory):
         def process_results(doc, results):
             return {"contains": float(doc["value"].strip().lower() in results[0].lower())}
         """))
-    (good / "squad_gen.yaml").write_text("task: tcqa_names_squad\n" + common + textwrap.dedent("""\
-        process_results: !function gen_utils.process_results
-        metric_list:
-          - metric: contains
-            aggregation: mean
-            higher_is_better: true
-        """))
+    (good / "squad_gen.yaml").write_text("task: tcqa_names_squad\n" + common
+                                         + "process_results: !function gen_utils.process_results\n")
     up = root / "up"
     up.mkdir()
     (up / "evil.yaml").write_text("task: ../../evil_task\ntag: tcqa_names_evil_tag\n" + common)
@@ -475,13 +445,13 @@ def test_include_path_from_the_manifest_must_stay_inside(lm_prepared, tmp_path):
 
 
 # ---- a failed run keeps the previous split folder ----------------------------------------------
-def test_failed_rerun_leaves_the_previous_split_folder_whole(small, tmp_path, monkeypatch):
+def test_failed_rerun_leaves_the_previous_split_folder_whole(small, squad30, tmp_path, monkeypatch):
     """decontaminate writes each split folder into a staging folder beside it and renames it into place:
     interrupted while writing (Ctrl-C in the reports), the previous folder is byte for byte as it was."""
     import tcqa_data.prep.pipeline as pipeline
 
     prep = tmp_path / "prep"
-    files = {"squad_completion": {"validation": small["squad"]}}
+    files = {"squad_completion": {"validation": squad30}}
     pipeline.decontaminate(small["index"], ["squad_completion"], prep, data_files=files, quiet=True)
     before = snapshot(prep)
     assert "squad_completion/validation/lm_eval/tcqa_contains.py" in before
