@@ -21,6 +21,7 @@ from tcqa_data.decontam.detect.rules import DEFAULT_RULE, Rule, doc_status
 from tcqa_data.decontam.detect.score import QueryDoc, auto_ngram, score_docs
 from tcqa_data.errors import ConfigError, IndexMismatchError, TcqaError
 from tcqa_data.io_utils import write_json_atomic, write_parquet_atomic, write_text_atomic
+from tcqa_data.outputs import check_name, code_digests, resolve_inside, staged
 from tcqa_data.prep.benchmarks import BenchmarkSplit, group_ids, load_split
 from tcqa_data.prep.lm_eval_export import export_lm_eval, export_lm_eval_task, exportable, lm_eval_task_name
 from tcqa_data.prep.report import write_reports
@@ -52,7 +53,7 @@ def parse_data_files(items: Iterable[str], tasks: Sequence[str]) -> dict[str, di
                               "under --lm-eval-include instead")
         if task not in tasks and not any(t.endswith((".yaml", ".yml")) for t in tasks):
             raise ConfigError(f"--data-files {item!r}: task {task!r} is not among --tasks {list(tasks)}")
-        out.setdefault(task, {})[split] = path
+        out.setdefault(task, {})[check_name(split, "split name", "--data-files")] = path
     return out
 
 
@@ -222,6 +223,9 @@ def decontaminate(
     run = _open_run(index_dir, out_dir, parsed_rule, fixed_n, normalization=normalization,
                     max_corpus_freq=max_corpus_freq, group_policy=group_policy, quiet=quiet)
     local = {k: dict(v) for k, v in (data_files or {}).items()}
+    for per_task in local.values():  # split names become folder names: refused before any write
+        for split_name in per_task:
+            check_name(split_name, "split name", "data_files (--data-files)")
     own, lm_tasks = _resolve_tasks(tasks, local, {k: tuple(v) for k, v in (group_by or {}).items()},
                                    lm_eval_include, lm_eval_include_defaults)
     manifest_tasks: dict[str, Any] = {}
@@ -381,15 +385,24 @@ def _process_task(job: _TaskJob, run: _Run) -> tuple[dict[str, Any], dict[str, A
     its summary (split -> counts)."""
     task = job.task
     n, how = _choose_n(task.task, (q for _, queries, _ in job.parts for q in queries), run)
+    # names were checked where they were read; resolve_inside also refuses a folder that a link
+    # leads out of --out
+    task_dir = resolve_inside(run.out, task.task, what="task folder")
     if isinstance(task, TaskSpec):
-        write_text_atomic(run.out / task.task / "task.yaml", task.to_yaml())
+        write_text_atomic(task_dir / "task.yaml", task.to_yaml())
     entry: dict[str, Any] = {"ngram": n, "ngram_choice": how, "splits": {}, "lm_eval_export": {}}
     if job.source is not None:
         entry["source"] = job.source
     summary: dict[str, Any] = {}
     config = {**run.config, "ngram": n, "ngram_choice": how}
     for b, queries, role in job.parts:
-        counts, export = _process_split(task, b, queries, role, run.out / task.task / b.split, run, n, config)
+        split_name = check_name(b.split, "split name", f"task {task.task!r}")
+        split_dir = resolve_inside(run.out, task.task, split_name, what="split folder")
+        # the split folder is written whole into a staging folder and then renamed into place:
+        # a failed run leaves the previous split folder as it was. The staging folder sits in
+        # --out itself, where no reader lists splits, should a killed run leave it behind
+        with staged(split_dir, within=run.out) as stage:
+            counts, export = _process_split(task, b, queries, role, stage, run, n, config)
         entry["splits"][b.split] = counts
         entry["lm_eval_export"][b.split] = export
         summary[b.split] = counts
@@ -445,8 +458,11 @@ def _process_split(spec: TaskSpec | LmEvalTask, b: BenchmarkSplit, queries: list
                            config=config, index_summary=run.index_summary)
     # where lm-eval finds the exported tasks (relative to PREP_DIR), for `lm_eval --include_path`
     if reason is None:
+        # lm-eval runs the exported Python and renders the YAMLs' templates unsandboxed: their
+        # sha256 lets `evaluate --backend lm-eval` refuse a folder whose code was changed since
         export = {"include_path": f"{spec.task}/{b.split}/lm_eval",
-                  "tasks": {w: lm_eval_task_name(spec.task, b.split, w) for w in ("clean", "full")}}
+                  "tasks": {w: lm_eval_task_name(spec.task, b.split, w) for w in ("clean", "full")},
+                  "code_sha256": code_digests(split_dir / "lm_eval")}
     else:
         export = {"include_path": None, "tasks": {}, "not_exported": reason}
     return counts, export
