@@ -398,7 +398,7 @@ def test_evaluate_refuses_exported_code_changed_after_decontaminate(lm_prepared,
         return None
 
     monkeypatch.setattr(lm_eval, "simple_evaluate", fake_simple_evaluate)
-    args = ["evaluate", prep, "--backend", "lm-eval", "--model", tmp_path / "no_model", "--output",
+    args = ["evaluate", prep, "--backend", "lm-eval", "--model", tmp_path / "no_model", "--out",
             tmp_path / "lm_out"]
     code, _, err = run(args, monkeypatch, capsys)
     assert code == 2
