@@ -89,6 +89,17 @@ def test_punkt_without_nltk_data_uses_the_shipped_tables_and_nltk_data_wins(tmp_
 
 
 # ---- the demo corpus --------------------------------------------------------------------------
+def test_index_corpus_without_inputs_names_demo(tmp_path, monkeypatch, capsys):
+    from tcqa_data.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["tcqa-data", "index-corpus", "--out", str(tmp_path / "idx")])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.startswith("Error: no corpus to index") and "--demo" in err
+    assert not (tmp_path / "idx").exists()
+
+
 def _demo_lines() -> list[bytes]:
     raw = zstandard.ZstdDecompressor().decompress(Path(tcqa_data.data.demo_corpus_path()).read_bytes())
     return raw.splitlines(keepends=True)
