@@ -214,7 +214,7 @@ def _hub_unreachable() -> str | None:
     try:
         get_session().head(constants.ENDPOINT, timeout=10)
     except Exception as exc:  # noqa: BLE001 - requests' or httpx's connection and timeout errors
-        return f"{constants.ENDPOINT} is unreachable ({type(exc).__name__})"
+        return f"{constants.ENDPOINT} is unreachable: {type(exc).__name__}"
     return None
 
 
