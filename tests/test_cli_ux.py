@@ -15,14 +15,16 @@ from cli_fixtures import run
 
 @pytest.fixture
 def no_punkt(monkeypatch, tmp_path):
-    """NLTK finds no Punkt tables (as on a fresh machine without NLTK_DATA)."""
+    """NLTK finds no Punkt tables and the install lacks tcqa-data's own (a broken install)."""
     import nltk
 
+    import tcqa_data.data
     from tcqa_data.decontam.build.preflight import minhash_windows_problem
     from tcqa_data.decontam.minhash import MinHashParams
     from tcqa_data.decontam.minhash import windows as mh_windows
 
     monkeypatch.setattr(nltk.data, "path", [str(tmp_path / "no_nltk_data")])
+    monkeypatch.setattr(tcqa_data.data, "NLTK_DATA", tmp_path / "no_shipped_nltk_data")
     mh_windows._punkt.cache_clear()
     if minhash_windows_problem(MinHashParams()) is None:
         pytest.skip("MinHash windows need no Punkt with the default parameters")
