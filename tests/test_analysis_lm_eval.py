@@ -51,7 +51,7 @@ def runs(wiki_index, mc_taco_dev, squad_validation, tmp_path_factory):
     for name in res["configs"]:
         tracker.save_results_samples(task_name=name, samples=res["samples"][name])
 
-    from tcqa_data.eval.runner import evaluate
+    from tcqa_data.workflow import evaluate
 
     ours = evaluate(prep, str(model), device="cpu", batch_size=4, output=root / "eval", quiet=True)
     return prep, root / "lm_eval_out", root / "eval", ours

@@ -17,7 +17,8 @@ from eval_fixtures import build_prep_dir, smollm2_gguf
 
 from tcqa_data.errors import ConfigError, TcqaError
 from tcqa_data.eval.models import load_model, packaged_model_path
-from tcqa_data.eval.runner import evaluate, load_task, select_groups
+from tcqa_data.eval.runner import evaluate, select_groups
+from tcqa_data.prep.prepared import load_task
 from tcqa_data.progress import progress_bar, rate_text
 
 MC_GROUPS = 9  # with dirty_every=3: groups 0, 3, 6 dirty
