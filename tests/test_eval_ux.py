@@ -143,6 +143,26 @@ def test_a_log_hears_from_a_task_between_updates(monkeypatch, capsys):
     assert last.startswith("[progress] slow step: 4/4, 100%") and last.endswith("done\n")
 
 
+def test_a_step_without_a_total_is_a_progress_task_on_a_log(monkeypatch, capsys):
+    """`stage` (loading a model) writes its lines through the same writer: started, a heartbeat with
+    the elapsed time while it lasts, done with its duration; a name with brackets is kept as it is."""
+    import tcqa_data.progress as P
+
+    monkeypatch.setattr(P, "LINE_EVERY_S", 0.05)
+    with P.stage("loading model m[1]/x"):
+        time.sleep(0.3)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "[progress] loading model m[1]/x: started"
+    assert any(re.fullmatch(r"\[progress\] loading model m\[1\]/x: elapsed 0:00:00", x) for x in lines[1:-1])
+    assert re.fullmatch(r"\[progress\] loading model m\[1\]/x: done in 0\.\d s", lines[-1])
+    with pytest.raises(ValueError), P.stage("failing"):
+        raise ValueError("boom")
+    assert capsys.readouterr().err.splitlines() == ["[progress] failing: started"]  # no "done"
+    with P.stage("quiet", quiet=True):
+        pass
+    assert capsys.readouterr().err == ""
+
+
 # ---- one evaluate run: log lines, report, warnings --------------------------------------------
 def test_evaluate_log_report_and_no_deprecation_warning(prep, tiny_model, tmp_path, capsys, caplog):
     import transformers
