@@ -1,4 +1,9 @@
-"""`evaluate`: score a model on the prepared full / clean / dirty splits in one pass."""
+"""The eval stage: score a model on the prepared full / clean / dirty splits in one pass.
+
+``run_evaluation`` selects the groups, loads the model, scores every doc once and computes each task's
+table (``eval.tables``), writing nothing; ``evaluate`` writes that pass (results.json, samples.jsonl,
+report.md, report.html). ``tcqa_data.workflow.evaluate`` (``tcqa-data evaluate``) analyzes the pass too.
+"""
 
 from __future__ import annotations
 
@@ -126,7 +131,6 @@ def describe_groups(group_ids: list[int], limit: int = 12) -> str:
     return ", ".join(runs[:limit]) + (f", ... ({len(runs) - limit} more runs)" if len(runs) > limit else "")
 
 
-# ---- running one task ----------------------------------------------------------------------
 # ---- running one task ----------------------------------------------------------------------
 def score_multiple_choice(engine: Engine, spec: TaskSpec, docs: list[dict[str, Any]],
                           progress: Any = None) -> list[dict[str, Any]]:
@@ -323,9 +327,9 @@ def run_evaluation(prep_dir: str | Path, model: str | LoadedModel, tasks: list[s
                  "output_type": data.spec.output_type, "source": str(data.path),
                  "selection": selections[data.task]}
         if clean_only:
-            # Only clean docs were scored: a "full" computed from them would be the clean score.
-            for key in ("full", "dirty"):
-                entry["subsets"].pop(key, None)
+            # Only clean docs were scored: a "full" computed from them would be the clean score (a new
+            # dict: the task's TaskTable keeps its whole table)
+            entry["subsets"] = {k: v for k, v in entry["subsets"].items() if k not in ("full", "dirty")}
             entry.pop("clean_minus_full", None)
         results["tasks"][data.task] = entry
         results["timings"][data.task] = {"run_s": round(run_s, 3), "docs": len(docs),
