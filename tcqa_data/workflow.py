@@ -3,8 +3,9 @@
 ``tcqa-data evaluate`` runs this. The eval stage (``tcqa_data.eval.runner``) scores the model once and
 computes each task's clean / full / dirty table; the analysis stage (``tcqa_data.analysis``) reuses those
 tables, with their per-unit statistics and bootstrap resamples, for its sweeps, Llama 2 subsets and
-input vs input+label table; then one report holds the evaluation and the analysis summary. Neither
-stage imports the other's entry points: only this module knows that one follows the other.
+input vs input+label table; then one report holds the evaluation and the analysis summary. The eval
+stage imports nothing of the analysis (the analysis takes its metrics and tables from ``eval``): only
+this module knows that one follows the other.
 """
 
 from __future__ import annotations
