@@ -24,17 +24,19 @@ import numpy as np
 from tcqa_data.analysis import lm_eval_metrics as LM
 from tcqa_data.errors import InputError, TcqaError
 from tcqa_data.eval import metrics as M
-from tcqa_data.eval.runner import (
+from tcqa_data.eval.tables import TaskTable
+from tcqa_data.io_utils import iter_jsonl_objects, read_json
+from tcqa_data.outputs import check_name
+from tcqa_data.prep.lm_eval_export import lm_eval_task_name
+from tcqa_data.prep.prepared import (
     TaskData,
     available_tasks,
     load_task,
     read_manifest,
     read_split,
     require_prep_dir,
+    take_groups,
 )
-from tcqa_data.io_utils import iter_jsonl_objects, read_json
-from tcqa_data.outputs import check_name
-from tcqa_data.prep.lm_eval_export import lm_eval_task_name
 
 # lm-eval's EvaluationTracker names per-task sample logs samples_<task>_<date_id>.jsonl, where
 # date_id is an ISO timestamp with ':' replaced by '-'.
@@ -56,9 +58,10 @@ class ScoredSplit:
     source: dict[str, Any] = field(default_factory=dict)  # kind, path, limit_groups, ...
     metrics: list[LM.LoggedMetric] | None = None  # only for a task resolved through lm-eval
     skipped_metrics: dict[str, str] = field(default_factory=dict)  # name -> why not analyzed
-    # evaluate's clean / full / dirty table of these outputs, when evaluate runs the analysis (so
-    # the analysis does not compute it again); None: computed by the analysis
-    rule_table: dict[str, Any] | None = None
+    # evaluate's clean / full / dirty table of these outputs with its per-unit statistics and
+    # resamples, when the analysis follows evaluate in one process (``tcqa_data.workflow``), so the
+    # analysis computes none of them again; None: computed by the analysis
+    evaluated: TaskTable | None = None
 
     @property
     def task(self) -> str:
@@ -143,9 +146,7 @@ def from_evaluate(prep_dir: Path, eval_dir: Path, tasks: list[str] | None = None
         n_groups = len({int(d["group_id"]) for d in data.docs})
         scored_groups = {int(d["group_id"]) for d in data.docs if int(d["doc_id"]) in by_id}
         if len(scored_groups) < n_groups:
-            keep = [i for i, d in enumerate(data.docs) if int(d["group_id"]) in scored_groups]
-            data = TaskData(data.task, data.split, data.spec, [data.docs[i] for i in keep], data.clean[keep],
-                            data.path)
+            data = take_groups(data, scored_groups)
         _check_coverage(data, by_id, path, what="evaluate output", hint="")
         per_doc = []
         for doc in data.docs:

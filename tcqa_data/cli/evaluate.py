@@ -76,15 +76,14 @@ def evaluate_cmd(
         return
     if backend != "native":
         raise typer.BadParameter("use native or lm-eval", param_hint="--backend")
-    from tcqa_data.eval.results import render_markdown
-    from tcqa_data.eval.runner import evaluate
+    from tcqa_data.workflow import evaluate, render_report
 
     results = evaluate(prep_dir, model, tasks=names,
                        clean_only=clean_only, device=device, dtype=dtype, batch_size=_batch_size(batch_size),
                        output=output, limit_groups=limit_groups, sample_groups=sample_groups,
                        sample_seed=sample_seed, gguf_file=gguf_file,
                        trust_remote_code=trust_remote_code, split=split, quiet=quiet)
-    typer.echo(render_markdown({k: v for k, v in results.items() if not k.startswith("_")}))
+    typer.echo(render_report(results))
     typer.echo(f"wrote {results['output_dir']}")
 
 
