@@ -29,22 +29,28 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
              trust_remote_code: bool = False, split: str | None = None, bootstrap: int = M.BOOTSTRAP_SAMPLES,
              seed: int = M.BOOTSTRAP_SEED, quiet: bool = False, write: bool = True,
              packing: bool | None = None, sample_groups: int | None = None,
-             sample_seed: int = 0) -> dict[str, Any]:
+             sample_seed: int = 0, memorization: bool = True,
+             memorization_only: bool = False) -> dict[str, Any]:
     """Score ``model`` on the prepared tasks in ``prep_dir`` (``tcqa_data.eval.runner.evaluate``'s
     parameters), then analyze that pass into ``<output>/analysis/``.
 
     Writes results.json, samples.jsonl, report.md and report.html to ``output`` (default
     ``PREP_DIR/eval/<model>``): results.json keeps the analysis summary under ``analysis``, and both
     reports end with it. No analysis with ``clean_only`` (the dirty docs have no outputs) or without
-    ``write``. Returns the results.json object with the per-doc samples under ``"_samples"``.
+    ``write``, or with ``memorization_only``. Returns the results.json object with the per-doc samples under
+    ``"_samples"``.
     """
     run = run_evaluation(prep_dir, model, tasks, clean_only, device, dtype, batch_size, limit_groups,
                          gguf_file=gguf_file, trust_remote_code=trust_remote_code, split=split,
                          bootstrap=bootstrap, seed=seed, quiet=quiet, packing=packing,
-                         sample_groups=sample_groups, sample_seed=sample_seed)
+                         sample_groups=sample_groups, sample_seed=sample_seed,
+                         memorization=memorization, memorization_only=memorization_only)
     if write:
         out_dir = run.output_dir(output)
-        if not clean_only:
+        if memorization_only:
+            why = "--memorization-only: no task metric to analyze"
+            run.results["analysis"] = {"skipped": {t.data.task: why for t in run.tasks}}
+        elif not clean_only:
             run.results["analysis"] = analyze_after_evaluate(run.prep_dir, run.tasks, out_dir / "analysis",
                                                              bootstrap, seed)
         run.write(out_dir, report_extra(run.results))

@@ -100,7 +100,7 @@ def _call(args: list[str]) -> tuple[Any, str]:
      ["--out", "o", "--tasks", "mc_taco,squad_completion", "--splits", "test", "--bootstrap-seed", "7"],
      ["--output", "o", "--task", "mc_taco,squad_completion", "--split", "test", "--seed", "7"],
      ["--output", "--task", "--split", "--seed"]),
-    ("evaluate", "tcqa_data.eval.runner", "evaluate",
+    ("evaluate", "tcqa_data.workflow", "evaluate",
      ["--model", "m", "--out", "o", "--splits", "validation"],
      ["--model", "m", "--output", "o", "--split", "validation"],
      ["--output", "--split"]),

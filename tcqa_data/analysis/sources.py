@@ -119,6 +119,9 @@ def load_scored(prep_dir: str | Path, results: str | Path, tasks: list[str] | No
 def from_evaluate(prep_dir: Path, eval_dir: Path, tasks: list[str] | None = None) -> list[ScoredSplit]:
     """Our evaluate output: results.json (task, split, --limit-groups) + samples.jsonl (per doc)."""
     res = read_json(eval_dir / "results.json")
+    if (res.get("memorization") or {}).get("only"):
+        raise TcqaError(f"{eval_dir}: evaluated with --memorization-only, so the docs have no task metric; "
+                        "analysis needs one (re-run evaluate without --memorization-only)")
     if res.get("clean_only"):
         raise TcqaError(f"{eval_dir}: evaluated with --clean-only, so the dirty docs have no model "
                         "output; analysis needs every doc (re-run evaluate without --clean-only)")
@@ -156,6 +159,8 @@ def from_evaluate(prep_dir: Path, eval_dir: Path, tasks: list[str] | None = None
                                  f"{data.path / 'full.parquet'} says {doc['group_id']}: other data",
                                  path=str(path), line=line_no, field="group_id")
             per_doc.append(_ours_per_doc(data, doc, rec, path, line_no))
+            if isinstance(rec.get("memorization"), dict):  # the model-side scores, when evaluate made them
+                per_doc[-1]["memorization"] = rec["memorization"]
         out.append(ScoredSplit(data, per_doc, {"kind": "tcqa-evaluate", "path": str(eval_dir),
                                                "groups_scored": len(scored_groups),
                                                "groups_prepared": n_groups,

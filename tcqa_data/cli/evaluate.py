@@ -47,6 +47,13 @@ def evaluate_cmd(
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code",
                                            help="Run the model repo's own code."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+    memorization: bool = typer.Option(True, "--memorization/--no-memorization",
+                                      help="Per-doc memorization scores (loss, zlib, Min-K%, Min-K%++) of "
+                                      "each doc's query and attribution fields (the analysis's model "
+                                      "side)."),
+    memorization_only: bool = typer.Option(False, "--memorization-only",
+                                           help="Only the memorization scores, no task metric (a quick "
+                                           "look at any prepared split)."),
     backend: str = typer.Option("native", "--backend", help="native (tcqa-data's scorer) or lm-eval (run "
                                 "lm-evaluation-harness on the exported full YAMLs, then `analyze`)."),
     lm_eval_model: str = typer.Option("hf", "--lm-eval-model", help="With --backend lm-eval: lm-eval's "
@@ -66,7 +73,8 @@ def evaluate_cmd(
     names = comma_list(tasks)
     if backend == "lm-eval":
         native_only = {"--clean-only": clean_only, "--limit-groups": limit_groups, "--gguf-file": gguf_file,
-                       "--sample-groups": sample_groups, "--trust-remote-code": trust_remote_code}
+                       "--sample-groups": sample_groups, "--trust-remote-code": trust_remote_code,
+                       "--memorization-only": memorization_only}
         given = [k for k, v in native_only.items() if v]
         if given:
             raise typer.BadParameter(f"{', '.join(given)} apply to the native backend only; lm-eval "
@@ -82,7 +90,8 @@ def evaluate_cmd(
                        clean_only=clean_only, device=device, dtype=dtype, batch_size=_batch_size(batch_size),
                        output=output, limit_groups=limit_groups, sample_groups=sample_groups,
                        sample_seed=sample_seed, gguf_file=gguf_file,
-                       trust_remote_code=trust_remote_code, split=split, quiet=quiet)
+                       trust_remote_code=trust_remote_code, split=split, quiet=quiet,
+                       memorization=memorization, memorization_only=memorization_only)
     typer.echo(render_report(results))
     typer.echo(f"wrote {results['output_dir']}")
 

@@ -157,3 +157,13 @@ def memorization_scores(stats: TokenStats, text: str) -> dict[str, float | None]
         out[f"min_k_{k}"] = _lowest_mean(stats.logprob, k)
         out[f"min_k_pp_{k}"] = _lowest_mean(z, k) if len(z) else None
     return {name: (None if v is None or not math.isfinite(v) else v) for name, v in out.items()}
+
+
+def doc_memorization(engine, texts_per_doc: Sequence[dict[str, str]]
+                     ) -> list[dict[str, dict[str, float | None]]]:
+    """Per doc ``{TEXT: {SCORE: value}}`` for its named texts (``TaskSpec.memorization_texts``); each
+    distinct text is run through the model once (MC-TACO's candidates of a question share all of them)."""
+    distinct = sorted({t for texts in texts_per_doc for t in texts.values()})
+    scores = {t: memorization_scores(s, t) for t, s in zip(distinct, token_stats(engine, distinct),
+                                                                strict=True)}
+    return [{name: scores[t] for name, t in texts.items()} for texts in texts_per_doc]

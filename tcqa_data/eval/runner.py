@@ -19,6 +19,7 @@ import numpy as np
 from tcqa_data import FORMAT_VERSION, __version__
 from tcqa_data.errors import ConfigError, TcqaError
 from tcqa_data.eval import metrics as M
+from tcqa_data.eval.memorization import KS, SCORE_NAMES, doc_memorization
 from tcqa_data.eval.models import LoadedModel, load_model
 from tcqa_data.eval.scoring import (
     Engine,
@@ -129,6 +130,24 @@ def describe_groups(group_ids: list[int], limit: int = 12) -> str:
             runs.append(str(start) if start == prev else f"{start}-{prev}")
         start = prev = g
     return ", ".join(runs[:limit]) + (f", ... ({len(runs) - limit} more runs)" if len(runs) > limit else "")
+
+
+def memorization_record(on: bool, only: bool) -> dict[str, Any]:
+    """results.json's ``memorization``: whether the per-doc scores were computed, and how."""
+    if not on:
+        return {"computed": False, "why": "--no-memorization"}
+    return {
+        "computed": True, "only": only, "scores": list(SCORE_NAMES), "k_percent": list(KS),
+        "definitions": "tcqa_data.eval.memorization (docs/ARCHITECTURE.md, Memorization scores): higher "
+                       "= more likely seen; loss = mean token log-prob (Carlini et al. 2021, negated as "
+                       "MIMIR), "
+                       "zlib = that / zlib-compressed bytes, min_k_K = mean of the K% lowest token log-probs "
+                       "(Shi et al. 2024), min_k_pp_K = the same over log-probs standardized by the "
+                       "next-token distribution's mean and std (Zhang et al. 2025); the text after the "
+                       "prefix token (BOS, else EOS), cut to the model's context",
+        "texts": "query: the decontamination query (or the task's memorization_text); each attribution "
+                 "field on its own",
+    }
 
 
 # ---- running one task ----------------------------------------------------------------------
@@ -243,9 +262,12 @@ def run_evaluation(prep_dir: str | Path, model: str | LoadedModel, tasks: list[s
                    gguf_file: str | None = None, trust_remote_code: bool = False, split: str | None = None,
                    bootstrap: int = M.BOOTSTRAP_SAMPLES, seed: int = M.BOOTSTRAP_SEED, quiet: bool = False,
                    packing: bool | None = None, sample_groups: int | None = None,
-                   sample_seed: int = 0) -> Evaluation:
+                   sample_seed: int = 0, memorization: bool = True,
+                   memorization_only: bool = False) -> Evaluation:
     """The eval stage: score ``model`` once on the prepared tasks in ``prep_dir`` and compute each task's
     clean / full / dirty table; writes nothing (see ``evaluate`` for the parameters)."""
+    if memorization_only and not memorization:
+        raise ConfigError("--memorization-only and --no-memorization leave nothing to compute; give one")
     prep_dir = require_prep_dir(prep_dir)
     manifest = read_manifest(prep_dir)
     names = tasks or available_tasks(prep_dir)
@@ -293,6 +315,7 @@ def run_evaluation(prep_dir: str | Path, model: str | LoadedModel, tasks: list[s
             "official": "CogComp MC-TACO evaluator: strict_acc = share of questions with every candidate "
                         "right; f1 = per-question F1 averaged over questions",
         },
+        "memorization": memorization_record(memorization, memorization_only),
         "tasks": {},
         "timings": {"model_load_s": round(load_s, 3)},
     }
@@ -312,8 +335,8 @@ def run_evaluation(prep_dir: str | Path, model: str | LoadedModel, tasks: list[s
                 bar.update(_task, completed=docs_done,
                            rate=rate_text(docs_done, time.perf_counter() - _t1, "docs"))
 
-            if not docs:
-                per_doc: list[dict[str, Any]] = []
+            if not docs or memorization_only:
+                per_doc: list[dict[str, Any]] = [{} for _ in docs]
             elif data.spec.output_type == "multiple_choice":
                 per_doc = score_multiple_choice(engine, data.spec, docs, progress=tick)
             elif data.spec.output_type == "generate_until":
@@ -322,7 +345,16 @@ def run_evaluation(prep_dir: str | Path, model: str | LoadedModel, tasks: list[s
                 raise ConfigError(f"task {data.task!r}: output_type {data.spec.output_type!r} "
                                   "is not supported")
         run_s = time.perf_counter() - t1
-        table = task_table(data.spec, docs, per_doc, clean, bootstrap, seed) if docs else None
+        mem_s = None
+        if memorization and docs:
+            t2 = time.perf_counter()
+            with stage(f"{data.task}: memorization scores", quiet):
+                for o, m in zip(per_doc, doc_memorization(engine, [data.spec.memorization_texts(d)
+                                                                   for d in docs]), strict=True):
+                    o["memorization"] = m
+            mem_s = time.perf_counter() - t2
+        table = task_table(data.spec, docs, per_doc, clean, bootstrap, seed) \
+            if docs and not memorization_only else None
         entry = {**(table.table if table is not None else empty_table(data.spec)), "split": data.split,
                  "output_type": data.spec.output_type, "source": str(data.path),
                  "selection": selections[data.task]}
@@ -332,8 +364,12 @@ def run_evaluation(prep_dir: str | Path, model: str | LoadedModel, tasks: list[s
             entry["subsets"] = {k: v for k, v in entry["subsets"].items() if k not in ("full", "dirty")}
             entry.pop("clean_minus_full", None)
         results["tasks"][data.task] = entry
+        if memorization:
+            entry["memorization_texts"] = list(data.spec.memorization_texts(docs[0])) if docs else ["query"]
         results["timings"][data.task] = {"run_s": round(run_s, 3), "docs": len(docs),
                                          "docs_per_s": round(len(docs) / run_s, 2) if run_s > 0 else None}
+        if mem_s is not None:
+            results["timings"][data.task]["memorization_s"] = round(mem_s, 3)
         for doc, c, o in zip(docs, clean, per_doc, strict=True):
             samples.append({"task": data.task, "doc_id": int(doc["doc_id"]), "group_id": int(doc["group_id"]),
                             "subset": "clean" if c else "dirty", **o})
@@ -349,7 +385,8 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
              trust_remote_code: bool = False, split: str | None = None, bootstrap: int = M.BOOTSTRAP_SAMPLES,
              seed: int = M.BOOTSTRAP_SEED, quiet: bool = False, write: bool = True,
              packing: bool | None = None, sample_groups: int | None = None,
-             sample_seed: int = 0) -> dict[str, Any]:
+             sample_seed: int = 0, memorization: bool = True,
+             memorization_only: bool = False) -> dict[str, Any]:
     """The eval stage alone: score ``model`` on the prepared tasks in ``prep_dir``; write results to
     ``output``. ``tcqa_data.workflow.evaluate`` (the CLI's ``evaluate``) also analyzes the pass.
 
@@ -358,13 +395,17 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
     both choose among the clean groups. What was taken is printed and recorded per task.
 
     The model runs once over full = clean + dirty (or only the clean docs with ``clean_only``);
-    every subset's metrics are sliced from that one pass. Returns the results.json object, with
-    the per-doc samples under the key ``"_samples"`` (not written into results.json).
+    every subset's metrics are sliced from that one pass. ``memorization`` (on by default) adds per doc
+    the model-side scores of ``eval.memorization`` over the doc's query and attribution fields
+    (samples.jsonl's ``memorization``); ``memorization_only`` computes those alone. Returns the
+    results.json object, with the per-doc samples under the key ``"_samples"``
+    (not written into results.json).
     """
     run = run_evaluation(prep_dir, model, tasks, clean_only, device, dtype, batch_size, limit_groups,
                          gguf_file=gguf_file, trust_remote_code=trust_remote_code, split=split,
                          bootstrap=bootstrap, seed=seed, quiet=quiet, packing=packing,
-                         sample_groups=sample_groups, sample_seed=sample_seed)
+                         sample_groups=sample_groups, sample_seed=sample_seed,
+                         memorization=memorization, memorization_only=memorization_only)
     if write:
         run.write(run.output_dir(output))
     return run.returned()

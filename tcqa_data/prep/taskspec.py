@@ -57,6 +57,10 @@ class TaskSpec:
     attribution_fields: tuple[str, ...] = ()
     # Fields the report breaks the clean share down by (MC-TACO: category).
     report_by: tuple[str, ...] = ()
+    # The text whose memorization scores evaluate records as ``query`` (default: the decontamination
+    # query): a Jinja2 template over the doc's fields, or the name of one of the task's templates
+    # (``doc_to_text``, ``doc_to_decontamination_query``).
+    memorization_text: str | None = None
     source: str | None = None  # where the spec was read from
 
     # ---- construction -------------------------------------------------------------------
@@ -143,6 +147,8 @@ class TaskSpec:
         out = {"doc_to_text": self.doc_to_text, "doc_to_target": self._target_template}
         if self.doc_to_decontamination_query:
             out["doc_to_decontamination_query"] = self.doc_to_decontamination_query
+        if self.memorization_text and self.memorization_text not in out:
+            out["memorization_text"] = self.memorization_text
         return out
 
     @cached_property
@@ -213,6 +219,25 @@ class TaskSpec:
         if self.doc_to_decontamination_query:
             return self._render("doc_to_decontamination_query", doc)
         return self.text(doc)
+
+    def memorization_query(self, doc: dict[str, Any]) -> str:
+        """The ``query`` text of the memorization scores: ``memorization_text`` if set (a template
+        name or a template), else the decontamination query."""
+        m = self.memorization_text
+        if not m:
+            return self.decontamination_query(doc)
+        if m == "doc_to_decontamination_query" and not self.doc_to_decontamination_query:
+            return self.text(doc)
+        return self._render(m if m in self._templates() else "memorization_text", doc)
+
+    def memorization_texts(self, doc: dict[str, Any]) -> dict[str, str]:
+        """TEXT name -> text scored for memorization: ``query`` and each attribution field the doc has
+        (so the model-side scores line up with the field-level corpus evidence)."""
+        out = {"query": self.memorization_query(doc)}
+        for f in self.query_fields():
+            if doc.get(f) is not None and f != "query":
+                out[f] = str(doc[f])
+        return out
 
     def label_field(self) -> str | None:
         """The field a bare-name ``doc_to_target`` reads (MC-TACO: ``label``), else None."""

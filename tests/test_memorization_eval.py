@@ -1,0 +1,80 @@
+"""Per-doc memorization scores in evaluate: which texts, computed once, equal to the direct scores,
+switched off and on their own; the task YAML's memorization_text."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from conftest import SHARED_DATA, shared_file
+from eval_fixtures import build_prep_dir
+
+from tcqa_data.eval.memorization import SCORE_NAMES, memorization_scores, token_stats
+from tcqa_data.eval.models import load_model
+from tcqa_data.eval.runner import evaluate
+from tcqa_data.eval.scoring import Engine
+from tcqa_data.prep.prepared import load_task
+
+
+@pytest.fixture(scope="module")
+def prep(tmp_path_factory):
+    shared_file("mc_taco/dev_3783.tsv")
+    shared_file("based_squad/validation.jsonl")
+    return build_prep_dir(tmp_path_factory.mktemp("prep"), SHARED_DATA, mc_groups=3, squad_docs=4)
+
+
+@pytest.fixture(scope="module")
+def lm(tiny_model):
+    return load_model(str(tiny_model), device="cpu")
+
+
+def test_each_doc_has_scores_of_its_query_and_attribution_fields(prep, lm, tmp_path):
+    res = evaluate(prep, lm, batch_size=4, output=tmp_path, quiet=True)
+    assert res["memorization"]["computed"] and res["memorization"]["scores"] == list(SCORE_NAMES)
+    engine = Engine(lm, 4)
+    for task, names in (("mc_taco", {"sentence", "question"}), ("squad_completion", {"context", "question"})):
+        data = load_task(prep, task)
+        assert set(data.spec.query_fields()) == names
+        fields = ["query", *data.spec.query_fields()]
+        samples = [s for s in res["_samples"] if s["task"] == task]
+        assert res["tasks"][task]["memorization_texts"] == fields
+        assert res["timings"][task]["memorization_s"] > 0
+        for doc, s in zip(data.docs, samples, strict=True):
+            assert list(s["memorization"]) == fields
+            texts = {"query": data.spec.decontamination_query(doc),
+                     **{f: str(doc[f]) for f in fields[1:]}}
+            for name, text in texts.items():
+                want = memorization_scores(token_stats(engine, [text])[0], text)
+                for score in SCORE_NAMES:
+                    assert s["memorization"][name][score] == pytest.approx(want[score], rel=1e-4, abs=1e-5)
+    # MC-TACO's candidates of one question share query, sentence and question: equal scores
+    mc = [s for s in res["_samples"] if s["task"] == "mc_taco"]
+    first = [s for s in mc if s["group_id"] == mc[0]["group_id"]]
+    assert len(first) > 1 and all(s["memorization"] == first[0]["memorization"] for s in first)
+    # different questions differ
+    assert len({s["memorization"]["query"]["min_k_pp_20"] for s in mc}) >= 3
+
+
+def test_no_memorization_and_memorization_only(prep, lm, tmp_path):
+    off = evaluate(prep, lm, batch_size=4, output=tmp_path / "off", quiet=True, memorization=False)
+    assert off["memorization"] == {"computed": False, "why": "--no-memorization"}
+    assert all("memorization" not in s for s in off["_samples"])
+    only = evaluate(prep, lm, batch_size=4, output=tmp_path / "only", quiet=True, memorization_only=True,
+                    tasks=["mc_taco"])
+    assert only["memorization"]["only"]
+    assert all(set(s) == {"task", "doc_id", "group_id", "subset", "memorization"} for s in only["_samples"])
+    assert only["tasks"]["mc_taco"]["subsets"]["full"]["docs"] == 0
+
+
+def test_memorization_text_names_another_template(prep, lm, tmp_path):
+    path = prep / "mc_taco" / "task.yaml"
+    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    raw["memorization_text"] = "{{question}}"
+    own = tmp_path / "prep"
+    import shutil
+
+    shutil.copytree(prep, own)
+    (own / "mc_taco" / "task.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
+    res = evaluate(own, lm, batch_size=4, output=tmp_path / "e", quiet=True, memorization_only=True,
+                   tasks=["mc_taco"])
+    for s in res["_samples"]:
+        assert s["memorization"]["query"] == s["memorization"]["question"]
