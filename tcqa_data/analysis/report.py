@@ -12,6 +12,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from tcqa_data.analysis.model_side import HEADLINE, score_label
+from tcqa_data.analysis.model_side import PREFIX as MODEL_PREFIX
 from tcqa_data.eval.results import table_rows
 from tcqa_data.io_utils import write_json_atomic, write_parquet_atomic, write_text_atomic
 from tcqa_data.report_render import (
@@ -74,6 +76,12 @@ def analysis_rows(analysis: dict[str, Any]) -> list[dict[str, Any]]:
             for metric, per in sw["metrics"].items():
                 add(task, e, "sweep", "full", metric, per["full"], score=score, docs=e["docs"],
                     groups=e["groups"])
+        for score, a in ((e.get("model_side") or {}).get("agreement") or {}).items():
+            for flag, m in a["auroc"].items():
+                add(task, e, "model_agreement", flag, "auroc", m, score=score, docs=m["dirty_docs"],
+                    groups=m["dirty_groups"])
+            for corpus, m in a["spearman"].items():
+                add(task, e, "model_agreement", corpus, "spearman", m, score=score, docs=a["docs"])
         for s in e["llama2"].get("subsets", []):
             for metric, m in s["metrics"].items():
                 add(task, e, "llama2", s["subset"], metric, m, L=s["L"], docs=s["docs"], groups=s["groups"])
@@ -121,6 +129,99 @@ def _sweep_plot(name: str, sw: dict[str, Any], metric: str) -> bytes:
     return data
 
 
+def _sweep_blocks(name: str, sw: dict[str, Any], metric: str) -> list[Block]:
+    per = sw["metrics"][metric]
+    rows = [[f"{t:g}" + (" (rule)" if t in sw["rule_thresholds"] else ""),
+             f"{sw['flagged_groups'][i]} ({percent(sw['share_flagged_groups'][i])}%)",
+             percent_ci(per["above"][i]), percent_ci(per["below"][i]),
+             percent_ci(per["epg"][i], signed=True)]
+            for i, t in enumerate(sw["thresholds"])]
+    return [Heading(4, name),
+            Table(["threshold", "groups flagged", "at/above", "below", "EPG"], rows),
+            Figure(f"{name}: {metric}, EPG and share flagged vs threshold",
+                   lambda name=name, sw=sw, metric=metric: _sweep_plot(name, sw, metric))]
+
+
+def _number_ci(m: dict[str, Any]) -> str:
+    if m.get("value") is None:
+        return f"n/a ({m.get('note', 'undefined')})"
+    lo, hi = m["ci95"]
+    if lo is None:
+        return f"{m['value']:.2f} (no interval: too few groups)"
+    return f"{m['value']:.2f} [{lo:.2f}, {hi:.2f}]"
+
+
+def _model_plot(agree: dict[str, Any], text: str) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [n for n in agree if n.split(":")[1] == text]
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
+    for n in names:
+        roc = agree[n]["curves"].get("roc")
+        if roc:
+            axes[0].plot(roc["fpr"], roc["tpr"], lw=1,
+                         label=f"{n.split(':')[2]} ({agree[n]['auroc']['dirty']['value']:.2f})")
+    axes[0].plot([0, 1], [0, 1], color="gray", ls="--", lw=0.8)
+    axes[0].set_xlabel("false positive rate (corpus-clean)")
+    axes[0].set_ylabel("true positive rate (corpus-dirty)")
+    if any(agree[n]["curves"].get("roc") for n in names):
+        axes[0].legend(fontsize=6)
+    else:  # no corpus-dirty (or no clean) doc: no curve to draw
+        axes[0].text(0.5, 0.5, "no ROC: one class only", ha="center", fontsize=8)
+    for ax, score in zip(axes[1:], (HEADLINE[1], "loss"), strict=True):
+        hist = agree.get(f"{MODEL_PREFIX}{text}:{score}", {}).get("curves", {}).get("histogram")
+        if not hist:
+            continue
+        edges = hist["edges"]
+        for key, color in (("clean", "#2b8a3e"), ("dirty", "#c92a2a")):
+            total = max(1, sum(hist[key]))
+            ax.stairs([c / total for c in hist[key]], edges, color=color, label=f"corpus-{key}")
+        ax.set_xlabel(score_label(f"{MODEL_PREFIX}{text}:{score}"))
+        ax.set_ylabel("share of docs")
+        ax.legend(fontsize=7)
+    fig.suptitle(f"Memorization scores of {text}: ROC for corpus-dirty vs clean; distributions", fontsize=9)
+    fig.tight_layout()
+    data = png_bytes(fig)
+    plt.close(fig)
+    return data
+
+
+def model_side_blocks(e: dict[str, Any], metric: str) -> list[Block]:
+    """The model side: agreement of the memorization scores with the corpus evidence, the plots, and
+    the headline score's sweeps (every score's sweep is in analysis.json / analysis.parquet)."""
+    side = e.get("model_side") or {}
+    blocks: list[Block] = [Heading(3, "Model side: memorization scores vs the corpus evidence")]
+    if "agreement" not in side:
+        return blocks + [Paragraph(f"Not available: {side.get('absent', 'no memorization scores')}.")]
+    agree = side["agreement"]
+    blocks.append(Paragraph(
+        "Per-doc scores of the model itself (higher = more likely seen in training; see README). AUROC: "
+        "how well a score separates corpus-dirty (positive) from corpus-clean docs, 0.5 = not at all. "
+        "Spearman: rank correlation with each corpus score. 95% intervals from the same group "
+        f"bootstrap; none where fewer than {side['min_groups_for_interval']} dirty or clean groups."))
+    blocks.append(Bullets([side["conclusion"]]))
+    flags = side["flags"]
+    blocks.append(Table(["score", "docs"] + [f"AUROC vs {f}" for f in flags],
+                        [[score_label(n), str(a["docs"])] + [_number_ci(a["auroc"][f]) for f in flags]
+                         for n, a in agree.items()]))
+    query = [n for n in agree if n.split(":")[1] == HEADLINE[0]]
+    if side["corpus_scores"] and query:
+        corpus = side["corpus_scores"]
+        blocks.append(Table(["score"] + [f"Spearman vs {c}" for c in corpus],
+                            [[score_label(n)] + [_number_ci(agree[n]["spearman"][c]) for c in corpus]
+                             for n in query]))
+    for text in dict.fromkeys(n.split(":")[1] for n in agree):
+        blocks.append(Figure(f"memorization scores of {text}: ROC and distributions",
+                             lambda text=text: _model_plot(agree, text)))
+        name = f"{MODEL_PREFIX}{text}:{HEADLINE[1]}"
+        if name in e["sweeps"]:
+            blocks += _sweep_blocks(name, e["sweeps"][name], metric)
+    return blocks
+
+
 def build_document(analysis: dict[str, Any]) -> list[Block]:
     b = analysis["bootstrap"]
     blocks: list[Block] = [
@@ -143,16 +244,10 @@ def build_document(analysis: dict[str, Any]) -> list[Block]:
                    Table(*table_rows(e["rule"]["table"]))]
         blocks.append(Heading(3, f"Threshold sweeps ({metric})"))
         for name, sw in e["sweeps"].items():
-            per = sw["metrics"][metric]
-            rows = [[f"{t:g}" + (" (rule)" if t in sw["rule_thresholds"] else ""),
-                     f"{sw['flagged_groups'][i]} ({percent(sw['share_flagged_groups'][i])}%)",
-                     percent_ci(per["above"][i]), percent_ci(per["below"][i]),
-                     percent_ci(per["epg"][i], signed=True)]
-                    for i, t in enumerate(sw["thresholds"])]
-            blocks += [Heading(4, name),
-                       Table(["threshold", "groups flagged", "at/above", "below", "EPG"], rows),
-                       Figure(f"{name}: {metric}, EPG and share flagged vs threshold",
-                              lambda name=name, sw=sw, metric=metric: _sweep_plot(name, sw, metric))]
+            if name.startswith(MODEL_PREFIX):
+                continue
+            blocks += _sweep_blocks(name, sw, metric)
+        blocks += model_side_blocks(e, metric)
         llama = e["llama2"]
         blocks.append(Heading(3, "Llama 2 subsets (contaminated-token share)"))
         if "subsets" in llama:

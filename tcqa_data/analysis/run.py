@@ -21,6 +21,8 @@ from tcqa_data.analysis.llama2 import (
     llama2_subsets,
     token_shares,
 )
+from tcqa_data.analysis.model_side import PREFIX as MODEL_PREFIX
+from tcqa_data.analysis.model_side import model_side
 from tcqa_data.analysis.sources import ScoredSplit, load_scored
 from tcqa_data.analysis.sweep import (
     make_units,
@@ -124,6 +126,14 @@ def analyze_task(scored: ScoredSplit, manifest: dict[str, Any] | None, bootstrap
         ref = ZnReference(u.n, zn_samples, ZN_SEED)
         llama = {"L": lengths, "ngram_n": n, "zn_samples": zn_samples, "zn_seed": ZN_SEED,
                  "subsets": llama2_subsets(shares, unit_share_of, stats, weights, ref)}
+    # the model side (evaluate's memorization scores) against the corpus flags and scores, then swept
+    # like the corpus scores
+    cont_flags = {}
+    if "doc_dirty" in cont.column_names:
+        flag = cont.column("doc_dirty").to_numpy(zero_copy_only=False)
+        cont_flags["doc_dirty"] = np.asarray(flag, dtype=bool)
+    models, side = model_side(scored.per_doc, data.clean, cont_flags, scores, u.units, u.n, weights)
+    scores = {**scores, **models}
     unit_clean = np.zeros(u.n, dtype=bool)
     unit_clean[u.units[data.clean]] = True
     sweeps = sweep_scores(scores, rule_th, u, policy, stats, weights, extra_th, rule_dirty=~unit_clean)
@@ -146,7 +156,7 @@ def analyze_task(scored: ScoredSplit, manifest: dict[str, Any] | None, bootstrap
         "split": data.split, "docs": len(docs), "groups": u.n, "metrics": names,
         "prepared_split": str(data.path), "source": scored.source,
         "rule": {"rule": rule, "group_policy": policy, "table": rule_table},
-        "sweeps": sweeps, "llama2": llama, "labels": label_table,
+        "sweeps": sweeps, "llama2": llama, "labels": label_table, "model_side": side,
     }
     if scored.skipped_metrics:
         entry["skipped_metrics"] = dict(scored.skipped_metrics)
@@ -205,12 +215,13 @@ def conclusions(entry: dict[str, Any]) -> list[str]:
                 i = sw["thresholds"].index(t)
                 out.append(f"EPG at {name} >= {t:g} (the rule's threshold): "
                            f"{percent_ci(sw['metrics'][metric]['epg'][i], signed=True)} points ({metric}).")
-    hits = []
+    hits, model_hits = [], []
     for name, sw in entry["sweeps"].items():
         for i, t in enumerate(sw["thresholds"]):
             e = sw["metrics"][metric]["epg"][i]
             if significant(e):
-                hits.append(f"{name} >= {t:g}: {percent_ci(e, signed=True)}")
+                (model_hits if name.startswith(MODEL_PREFIX) else hits).append(
+                    f"{name} >= {t:g}: {percent_ci(e, signed=True)}")
     if hits:
         shown = "; ".join(hits[:6]) + (f"; and {len(hits) - 6} more" if len(hits) > 6 else "")
         out.append(f"EPG's 95% interval excludes 0 at {len(hits)} score thresholds ({metric}; not "
@@ -230,6 +241,13 @@ def conclusions(entry: dict[str, Any]) -> list[str]:
         out.append(f"Input vs input+label: {labels['docs_input']} flagged docs have only their input in "
                    f"the corpus, {labels['docs_input_label']} also their label "
                    f"({', '.join(labels['label_fields'])}) next to it.")
+    side = entry.get("model_side") or {}
+    if side:
+        out.append(side["conclusion"] if "conclusion" in side else f"Model side: {side['absent']}.")
+    if model_hits:
+        out.append(f"Swept as thresholds, the memorization scores give an EPG whose 95% interval excludes 0 "
+                   f"at {len(model_hits)} model-score thresholds ({metric}): " + "; ".join(model_hits[:3])
+                   + (f"; and {len(model_hits) - 3} more." if len(model_hits) > 3 else "."))
     for name, why in (entry.get("skipped_metrics") or {}).items():
         out.append(f"Not analyzed: {name} ({why}).")
     return out

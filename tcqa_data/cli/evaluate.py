@@ -34,7 +34,8 @@ def evaluate_cmd(
     clean_only: bool = typer.Option(False, "--clean-only", help="Score only the clean docs."),
     device: str = typer.Option("auto", "--device", help="auto|cuda|cpu|mps"),
     dtype: str = typer.Option(
-        "auto", "--dtype", help="auto (bf16 on CUDA, fp32 else)|float32|bfloat16|float16"),
+        "auto", "--dtype",
+        help="auto (bf16 on CUDA GPUs that support it, else fp16; fp32 off CUDA)|float32|bfloat16|float16"),
     batch_size: str = typer.Option("auto", "--batch-size", help="auto or N (rows per forward pass)."),
     out: Path = typer.Option(None, "--out", help="Output folder (default PREP_DIR/eval/<model>)."),
     limit_groups: int = typer.Option(None, "--limit-groups", help="Only the first N whole question groups "

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from tcqa_data.eval.packing import concat, fill_rows, trie
+from tcqa_data.eval.packing import common_prefix_len, concat, fill_rows, trie
 
 KS = (10, 20, 50)
 SCORE_NAMES = ("loss", "zlib", *(f"min_k_{k}" for k in KS), *(f"min_k_pp_{k}" for k in KS))
@@ -46,6 +46,8 @@ STATS_CHUNK = 256
 # Tokens of one forward call: its logits are [tokens, vocab] (about 0.2 GB per 1,000 tokens at a
 # 49k vocabulary in float32), so calls are bounded by tokens as well as by the engine's rows.
 MAX_CALL_TOKENS = {"cpu": 2048, "cuda": 16384}
+# A prefix tree of texts stops growing at this many tokens (attention is dense per row).
+MAX_TRIE_TOKENS = 1024
 
 
 @dataclass
@@ -80,9 +82,29 @@ def encode_for_scoring(tokenizer, texts: Sequence[str], max_length: int) -> list
     return [(head + list(ids))[:max_length] for ids in enc]
 
 
+def prefix_units(seqs: Sequence[Sequence[int]], max_tokens: int = MAX_TRIE_TOKENS) -> list[list[int]]:
+    """Indices of ``seqs`` (sorted by tokens) in runs that share more than the prefix token, each run
+    one prefix tree of at most ``max_tokens`` tokens: a text that begins another (SQuAD's passage
+    and its prompt; an MC-TACO question and its query) is computed inside it, for nothing."""
+    units: list[list[int]] = []
+    size = 0
+    for i, s in enumerate(seqs):
+        prev = seqs[units[-1][-1]] if units else ()
+        k = common_prefix_len([prev, s]) if prev else 0
+        if units and k >= 2 and size + len(s) - k <= max_tokens:
+            units[-1].append(i)
+            size += len(s) - k
+        else:
+            units.append([i])
+            size = len(s)
+    return units
+
+
 def token_stats(engine, texts: Sequence[str]) -> list[TokenStats]:
     """:class:`TokenStats` of each text, from packed forward passes of ``engine`` (an
-    ``eval.scoring.Engine``): short texts share a row side by side, each seeing only itself.
+    ``eval.scoring.Engine``): texts sharing a token prefix form one prefix tree (each token computed
+    once, seeing exactly its own prefix), and short trees share a row side by side, each seeing
+    only itself.
 
     Equal texts are computed once. A text with no token of its own gives empty arrays.
     """
@@ -90,46 +112,60 @@ def token_stats(engine, texts: Sequence[str]) -> list[TokenStats]:
     seqs = encode_for_scoring(engine.tokenizer, distinct, engine.lm.max_length)
     result: dict[int, TokenStats] = {}
     empty = np.zeros(0, dtype=np.float64)
-    scored = [i for i, s in enumerate(seqs) if len(s) >= 2]
+    # sorted by tokens, so texts that begin one another lie side by side
+    scored = sorted((i for i, s in enumerate(seqs) if len(s) >= 2), key=lambda i: seqs[i])
     for i, s in enumerate(seqs):
         if len(s) < 2:
             result[i] = TokenStats(empty, empty, empty)
+    units = prefix_units([seqs[i] for i in scored])
+    tries = [trie([seqs[scored[j]] for j in u]) for u in units]
 
     def run(batch: Sequence[list[int]]) -> None:
-        rows = [concat([trie([seqs[scored[j]]]) for j in row]) for row in batch]
-        want = [[m[k] for m in row.maps for k in range(len(m) - 1)] for row in rows]
+        rows = [concat([tries[u] for u in row]) for row in batch]
+        members = [[scored[j] for u in row for j in units[u]] for row in batch]
+        # a position shared by several texts is computed once (its next-token stats per text below)
+        want = [sorted({m[k] for m in row.maps for k in range(len(m) - 1)}) for row in rows]
         with torch.inference_mode():
             logits, where, _ = engine.forward(rows, want)
             idx, targets = [], []
-            for b, (row, members) in enumerate(zip(rows, batch, strict=True)):
-                for m, j in zip(row.maps, members, strict=True):
-                    s = seqs[scored[j]]
+            for b, (row, texts_b) in enumerate(zip(rows, members, strict=True)):
+                for m, i in zip(row.maps, texts_b, strict=True):
                     idx += [where[(b, m[k])] for k in range(len(m) - 1)]
-                    targets += s[1:]
+                    targets += seqs[i][1:]
             ix = torch.tensor(idx, device=logits.device)
             lp, mu, sigma = distribution_stats(logits[ix], torch.tensor(targets, device=logits.device))
         lp, mu, sigma = (t.double().cpu().numpy() for t in (lp, mu, sigma))
         at = 0
-        for row, members in zip(rows, batch, strict=True):
-            for m, j in zip(row.maps, members, strict=True):
+        for row, texts_b in zip(rows, members, strict=True):
+            for m, i in zip(row.maps, texts_b, strict=True):
                 n = len(m) - 1
-                result[scored[j]] = TokenStats(lp[at:at + n], mu[at:at + n], sigma[at:at + n])
+                result[i] = TokenStats(lp[at:at + n], mu[at:at + n], sigma[at:at + n])
                 at += n
 
-    lengths = [len(seqs[i]) for i in scored]
+    lengths = [len(t.tokens) for t in tries]
     rows = [row for batch in fill_rows(lengths, engine.batch_size) for row in batch]
     budget = MAX_CALL_TOKENS.get(engine.device.type, MAX_CALL_TOKENS["cpu"])
-    calls: list[list[list[int]]] = []
-    tokens = 0
-    for row in rows:
-        n = sum(lengths[j] for j in row)
-        if not calls or len(calls[-1]) >= engine.batch_size or tokens + n > budget:
-            calls.append([])
-            tokens = 0
-        calls[-1].append(row)
-        tokens += n
-    for call in calls:
-        run(call)
+
+    def run_rows(batch: Sequence[list[int]]) -> None:
+        # the engine's batch (rows, halved on an out-of-memory error) in calls of at most `budget` tokens
+        call: list[list[int]] = []
+        tokens = 0
+        for row in batch:
+            n = sum(lengths[j] for j in row)
+            if call and tokens + n > budget:
+                run(call)
+                call, tokens = [], 0
+            call.append(row)
+            tokens += n
+        if call:
+            run(call)
+
+    def describe(row: list[int]) -> str:
+        text = distinct[scored[units[row[0]][0]]]
+        return (f"the memorization text {text[:60]!r}{'...' if len(text) > 60 else ''} "
+                f"({sum(lengths[j] for j in row)} tokens in its row)")
+
+    engine.run_batches(rows, run_rows, describe=describe)
     by_text = {t: result[i] for i, t in enumerate(distinct)}
     return [by_text[t] for t in texts]
 

@@ -69,15 +69,35 @@ def resolve_device(device: str = "auto"):
     return torch.device(device)
 
 
-def resolve_dtype(dtype: str, device) -> Any:
-    """``auto`` is bf16 on CUDA (fast and safe for scoring) and fp32 elsewhere."""
+def resolve_dtype(dtype: str, device, bf16_supported: bool | None = None) -> Any:
+    """``auto``: on CUDA bf16 where the GPU supports it (``torch.cuda.is_bf16_supported()``: Ampere
+    and later), else fp16 (pre-Ampere GPUs emulate bf16 slowly or not at all); fp32 elsewhere. An
+    explicit bfloat16 on a CUDA GPU without it is refused. ``bf16_supported`` overrides the query
+    (tests on machines without a GPU)."""
     import torch
 
     if dtype not in DTYPES:
         raise TcqaError(f"unknown dtype {dtype!r}; use one of {DTYPES}")
+    if device.type != "cuda":
+        return torch.float32 if dtype == "auto" else getattr(torch, dtype)
+    if bf16_supported is None:
+        bf16_supported = bool(torch.cuda.is_bf16_supported())
     if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
+        return torch.bfloat16 if bf16_supported else torch.float16
+    if dtype == "bfloat16" and not bf16_supported:
+        raise TcqaError("--dtype bfloat16 was asked for but this GPU does not support bf16 "
+                        "(torch.cuda.is_bf16_supported() is False); use --dtype float16 or float32")
     return getattr(torch, dtype)
+
+
+def dtype_reason(dtype: str, device, chosen: Any) -> str:
+    """Why the model runs in ``chosen`` (results.json's ``model.dtype_reason``)."""
+    name = str(chosen).replace("torch.", "")
+    if dtype != "auto":
+        return f"--dtype {dtype}"
+    if device.type != "cuda":
+        return f"auto: {name} on {device.type}"
+    return f"auto: {name} (torch.cuda.is_bf16_supported() = {name == 'bfloat16'})"
 
 
 def packaged_model_path(name: str) -> Path:
@@ -202,6 +222,7 @@ def _load_model(model: str, *, gguf_file: str | None, device: str, dtype: str, t
         model=lm, tokenizer=tokenizer, device=dev, dtype=torch_dtype, name=name, source=str(model),
         gguf_file=gguf, max_length=max_length or resolve_max_length(lm.config, tokenizer),
         info={"parameters": int(n_params), "architecture": type(lm).__name__,
+              "dtype_reason": dtype_reason(dtype, dev, torch_dtype),
               "attn_implementation": getattr(lm.config, "_attn_implementation", None),
               **({"packaged_path": target} if alias else {})},
     )

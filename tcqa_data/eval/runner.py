@@ -162,7 +162,8 @@ def score_multiple_choice(engine: Engine, spec: TaskSpec, docs: list[dict[str, A
             owners.append(i)
             shares.append(int(doc["group_id"]))
     enc = encode_pairs(engine.tokenizer, pairs)
-    reqs = [LLRequest(c, k, s) for (c, k), s in zip(enc, shares, strict=True)]
+    reqs = [LLRequest(c, k, s, f"doc_id {docs[i]['doc_id']}")
+            for (c, k), s, i in zip(enc, shares, owners, strict=True)]
     res = loglikelihoods(engine, reqs, progress=progress)
     out: list[dict[str, Any]] = [{"loglikelihoods": [], "is_greedy": []} for _ in docs]
     for i, (ll, greedy) in zip(owners, res, strict=True):
@@ -184,7 +185,8 @@ def score_generation(engine: Engine, spec: TaskSpec, docs: list[dict[str, Any]],
         raise ConfigError(f"task {spec.task!r} asks for sampling; only greedy generation is supported")
     max_gen = int(gk.get("max_gen_toks", 48))
     ctxs = tok_encode_batch(engine.tokenizer, [spec.text(d) for d in docs], for_generation=True)
-    gens = generate_until(engine, ctxs, until, max_gen, progress=progress)
+    gens = generate_until(engine, ctxs, until, max_gen, progress=progress,
+                          names=[f"doc_id {d['doc_id']}" for d in docs])
     out = []
     for doc, g in zip(docs, gens, strict=True):
         target = spec.target(doc).strip()

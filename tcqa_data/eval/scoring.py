@@ -186,14 +186,18 @@ class Engine:
             seg[b, :n] = torch.tensor(r.segments)
             if tree:
                 end[b, :n] = torch.tensor(subtree_ends(r))
+        # the [B, 1, T, T] mask is built on the model's device: made on the CPU and copied it would
+        # cost host memory and a transfer as large as the mask itself per call
+        dev = self.device
+        seg = seg.to(dev)
         if tree:
             # query q sees key k iff k is q or an ancestor of q: k <= q < end[k] (preorder)
-            q = torch.arange(T)[None, :, None]
-            k = torch.arange(T)[None, None, :]
-            allowed = (k <= q) & (q < end[:, None, :])
+            q = torch.arange(T, device=dev)[None, :, None]
+            k = torch.arange(T, device=dev)[None, None, :]
+            allowed = (k <= q) & (q < end.to(dev)[:, None, :])
             # a padding query sees only itself, so no softmax row is all -inf
-            allowed |= torch.eye(T, dtype=torch.bool) & (seg[:, :, None] < 0)
-            mask = torch.zeros((B, 1, T, T), dtype=self.lm.dtype)
+            allowed |= torch.eye(T, dtype=torch.bool, device=dev) & (seg[:, :, None] < 0)
+            mask = torch.zeros((B, 1, T, T), dtype=self.lm.dtype, device=dev)
             mask.masked_fill_(~allowed[:, None], torch.finfo(self.lm.dtype).min)
         else:
             mask = (seg >= 0).long()
@@ -222,9 +226,12 @@ class Engine:
         return logits, where, (cache if use_cache else None)
 
     def run_batches(self, items: Sequence[Any], fn: Callable[[Sequence[Any]], None],
-                    size_of: Callable[[Any], int] = lambda _: 1) -> None:
+                    size_of: Callable[[Any], int] = lambda _: 1,
+                    describe: Callable[[Any], str] | None = None) -> None:
         """Call ``fn`` on consecutive batches of ``items`` whose ``size_of`` sums to at most the
-        batch size; with ``auto`` on CUDA an out-of-memory batch halves the size and is retried."""
+        batch size. With ``auto``, a batch that fails to allocate device memory (any form of the
+        error, see ``is_out_of_memory``) halves the size and is retried; a single item that still
+        does not fit fails with ``describe(item)`` (which doc, how many tokens) in the message."""
         i = 0
         while i < len(items):
             j, total = i, 0
@@ -233,14 +240,37 @@ class Engine:
                 j += 1
             try:
                 fn(items[i:j])
-            except torch.cuda.OutOfMemoryError as exc:
-                if not self.auto or self.batch_size == 1:
-                    raise TcqaError(f"CUDA out of memory at batch size {self.batch_size}; use "
-                                    "--batch-size auto or a smaller --batch-size") from exc
-                torch.cuda.empty_cache()
-                self.batch_size = max(1, self.batch_size // 2)
+            except Exception as exc:
+                if not is_out_of_memory(exc):
+                    raise
+                what = describe(items[i]) if describe is not None and j - i == 1 else None
+                if not self.auto:
+                    raise TcqaError(f"out of device memory at batch size {self.batch_size}"
+                                    + (f" on {what}" if what else "") + "; use --batch-size auto or a "
+                                    "smaller --batch-size") from exc
+                if j - i == 1:  # one unit alone does not fit: a smaller batch cannot help
+                    raise TcqaError(f"out of device memory on {what or 'one unit'} alone: it does not fit "
+                                    "in one forward pass; use a device with more memory, a smaller model "
+                                    "or --device cpu") from exc
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+                self.batch_size = max(1, min(self.batch_size, total) // 2)
                 continue
             i = j
+
+
+# Messages of allocation failures that PyTorch raises as a plain RuntimeError (cuBLAS / cuDNN / the
+# caching allocator outside torch.cuda.OutOfMemoryError, and the CUDA runtime's own error string).
+OOM_MARKERS = ("cuda out of memory", "cuda error: out of memory", "cublas_status_alloc_failed",
+               "cudnn_status_alloc_failed", "cudnn_status_not_enough_workspace", "hip out of memory",
+               "mps backend out of memory")
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """True for every form of a device allocation failure, not only ``torch.cuda.OutOfMemoryError``."""
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and any(m in str(exc).lower() for m in OOM_MARKERS)
 
 
 def check_packing(engine: Engine) -> bool:
@@ -275,6 +305,7 @@ class LLRequest:
     context_enc: list[int]
     continuation_enc: list[int]
     share: int  # a grouping hint (an MC-TACO question); with packing on, any common prefix is shared
+    doc: str | None = None  # which doc asks (named in an out-of-memory message)
 
 
 def loglikelihoods(engine: Engine, requests: Sequence[LLRequest],
@@ -358,8 +389,13 @@ def loglikelihoods(engine: Engine, requests: Sequence[LLRequest],
         if progress:
             progress(done)
 
+    def describe(unit: tuple[Packed, list[list[int]]]) -> str:
+        docs = sorted({requests[k].doc or f"request {k}" for ks in unit[1] for k in ks})
+        more = " ..." if len(docs) > 5 else ""
+        return f"{', '.join(docs[:5])}{more} ({len(unit[0].tokens)} tokens in its row)"
+
     with torch.inference_mode():
-        engine.run_batches(units, run)
+        engine.run_batches(units, run, describe=describe)
     return results  # type: ignore[return-value]
 
 
@@ -398,7 +434,8 @@ def finalize_generation(tokenizer: Any, tokens: Sequence[int], until: Sequence[s
 
 
 def generate_until(engine: Engine, contexts: Sequence[Sequence[int]], until: Sequence[str],
-                   max_gen_toks: int, progress: Progress | None = None) -> list[str]:
+                   max_gen_toks: int, progress: Progress | None = None,
+                   names: Sequence[str] | None = None) -> list[str]:
     """Greedy continuations of tokenized ``contexts``, cut at the first stop string.
 
     ``until`` gets the EOS text appended as lm-eval does. A row stops once a stop string appears
@@ -493,6 +530,11 @@ def generate_until(engine: Engine, contexts: Sequence[Sequence[int]], until: Seq
         if progress:
             progress(finished)
 
+    def describe(unit: tuple[Packed, list[int]]) -> str:
+        docs = [names[i] if names is not None else f"context {i}" for i in unit[1]]
+        return (f"{', '.join(docs[:5])}{' ...' if len(docs) > 5 else ''} ({len(unit[0].tokens)} context "
+                f"tokens + up to {max_gen_toks} generated)")
+
     with torch.inference_mode():
-        engine.run_batches(units, run, size_of=lambda u: len(u[1]))
+        engine.run_batches(units, run, size_of=lambda u: len(u[1]), describe=describe)
     return outputs  # type: ignore[return-value]
