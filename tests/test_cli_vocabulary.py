@@ -100,7 +100,7 @@ def _call(args: list[str]) -> tuple[Any, str]:
      ["--out", "o", "--tasks", "mc_taco,squad_completion", "--splits", "test", "--bootstrap-seed", "7"],
      ["--output", "o", "--task", "mc_taco,squad_completion", "--split", "test", "--seed", "7"],
      ["--output", "--task", "--split", "--seed"]),
-    ("evaluate", "tcqa_data.eval.runner", "evaluate",
+    ("evaluate", "tcqa_data.workflow", "evaluate",
      ["--model", "m", "--out", "o", "--splits", "validation"],
      ["--model", "m", "--output", "o", "--split", "validation"],
      ["--output", "--split"]),
@@ -153,7 +153,9 @@ def _invocations(text: str) -> list[tuple[str, list[str]]]:
             except ValueError:
                 words = rest.split()
             path = f"{m[1]} {m[2]}" if m[2] else m[1]
-            out.append((path, [w.split("=")[0] for w in words if w.startswith("-") and w != "-"]))
+            # an option ends where its value (=) or the prose's quoting and punctuation begins
+            out.append((path, [w.split("=")[0].rstrip("`'\".,;:)") for w in words
+                               if w.startswith("-") and w != "-"]))
     return out
 
 

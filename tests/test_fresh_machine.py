@@ -35,8 +35,11 @@ PUNKT_FILES = ("abbrev_types.txt", "collocations.tab", "sent_starters.txt", "ort
 
 def _fresh_env(tmp: Path, **extra: str) -> dict[str, str]:
     """The environment of a new user: no NLTK_DATA, an empty home and hub cache, the hub off."""
+    # other test modules switch the hub off for their process (HF_DATASETS_OFFLINE ...): a new user
+    # has none of that
     env = {k: v for k, v in os.environ.items()
-           if k not in ("NLTK_DATA", "PYTHONPATH", "HF_HOME", "HF_DATASETS_CACHE", "HF_HUB_CACHE")}
+           if k not in ("NLTK_DATA", "PYTHONPATH", "HF_HOME", "HF_DATASETS_CACHE", "HF_HUB_CACHE",
+                        "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")}
     (tmp / "home").mkdir(exist_ok=True)
     env.update(HOME=str(tmp / "home"), HF_HOME=str(tmp / "hf"), HF_HUB_OFFLINE="1", **extra)
     return env
