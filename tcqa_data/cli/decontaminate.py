@@ -13,7 +13,17 @@ from tcqa_data.decontam.detect.rules import DEFAULT_RULE
 
 @app.command("decontaminate")
 def decontaminate_cmd(
-    index_dir: Path = typer.Argument(..., help="Index folder written by `tcqa-data index-corpus`."),
+    index_dir: Optional[Path] = typer.Argument(  # noqa: UP045
+        None, help="Index folder written by `tcqa-data index-corpus` (or --corpus instead)."),
+    corpus: Optional[list[str]] = typer.Option(  # noqa: UP045
+        None, "--corpus",
+        help="Stream mode, no index: corpus files, globs or folders (as index-corpus takes them), read "
+             "once against all tasks' n-grams; repeatable."),
+    text_field: str = typer.Option("text", "--text-field", help="With --corpus: the document text field."),
+    id_field: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--id-field", help="With --corpus: field used as doc ref (default: file:line)."),
+    on_error: str = typer.Option("raise", "--on-error",
+                                 help="With --corpus: raise: stop at a bad record; skip: count it."),
     tasks: str = typer.Option("mc_taco,squad_completion", "--tasks",
                               help="Comma-separated built-in task names, task YAML paths, or lm-eval "
                                    "task, group or tag names (needs the lm-eval extra)."),
@@ -45,7 +55,7 @@ def decontaminate_cmd(
              "TASK:FIELD[,FIELD...]; repeatable (default: each doc is its own group)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or summary."),
 ) -> None:
-    """Score benchmark docs against INDEX_DIR, write clean/dirty splits, evidence and reports to --out."""
+    """Score benchmark docs against INDEX_DIR (or stream --corpus); write splits, evidence, reports."""
     from tcqa_data.prep.lm_eval_tasks import parse_group_by
     from tcqa_data.prep.pipeline import decontaminate, parse_data_files
 
@@ -57,6 +67,7 @@ def decontaminate_cmd(
         rule=rule, ngram=ngram, max_corpus_freq=max_corpus_freq, group_policy=group_policy,
         normalization=normalization, lm_eval_include=[str(p) for p in lm_eval_include or []],
         group_by=parse_group_by(group_by or []), quiet=quiet,
+        corpus=corpus or None, text_field=text_field, id_field=id_field, on_error=on_error,
     )
     for note in summary.get("warnings", []):  # shown even with --quiet; also at the top of every report
         warning(note)

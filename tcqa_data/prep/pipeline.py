@@ -155,7 +155,7 @@ def _minhash_and_index_checks(idx: Any, index_dir: str | os.PathLike, rule: Rule
 
 
 def decontaminate(
-    index_dir: str | os.PathLike,
+    index_dir: str | os.PathLike | None,
     tasks: Sequence[str] | str,
     out_dir: str | os.PathLike,
     *,
@@ -170,6 +170,10 @@ def decontaminate(
     group_by: Mapping[str, Sequence[str]] | None = None,
     lm_eval_include_defaults: bool = True,
     quiet: bool = False,
+    corpus: Sequence[str] | None = None,
+    text_field: str = "text",
+    id_field: str | None = None,
+    on_error: str = "raise",
 ) -> dict[str, Any]:
     """Score every doc of ``tasks`` against the index, write PREP_DIR, return the summary.
 
@@ -182,6 +186,10 @@ def decontaminate(
     groups and tags expand to their tasks, and ``group_by`` maps a task name to the doc fields
     that form its question groups (any task; default: each doc is its own group).
     ``lm_eval_include_defaults=False`` skips indexing lm-eval's shipped tasks.
+
+    Stream mode: ``corpus`` (``index-corpus`` input specs, with ``text_field``, ``id_field`` and
+    ``on_error`` as there) in place of ``index_dir``: every task's queries go into one table and
+    the corpus is read once against it (``decontam/stream``); the PREP_DIR is the index mode's.
     """
     if isinstance(tasks, str):
         tasks = [t.strip() for t in tasks.split(",") if t.strip()]
@@ -198,7 +206,23 @@ def decontaminate(
             fixed_n = int(ngram)
         except ValueError as exc:
             raise ConfigError(f"--ngram must be an integer or 'auto', not {ngram!r}") from exc
-    idx = IndexEvidence.open(index_dir)  # the index, opened once: every split reads its evidence
+    stream = corpus is not None
+    if stream == (index_dir is not None):
+        raise ConfigError("give either an index folder (INDEX_DIR) or a corpus (--corpus), "
+                          "not both or neither")
+    idx: Any  # the evidence, opened once: every split reads it
+    if stream:
+        from tcqa_data.decontam.stream.evidence import MINHASH_REFUSAL, StreamEvidence
+        from tcqa_data.decontam.stream.table import StreamConfig
+
+        if parsed_rule.uses_minhash:
+            raise ConfigError(f"rule {str(parsed_rule)!r}: {MINHASH_REFUSAL}")
+        idx = StreamEvidence.open(list(corpus or []), StreamConfig(
+            normalization=normalization or "janitor", anchors=parsed_rule.uses_alignment,
+            text_field=text_field, id_field=id_field, on_error=on_error))
+        index_dir = "stream"
+    else:
+        idx = IndexEvidence.open(index_dir)
     if normalization is not None and normalization != idx.normalization:
         raise IndexMismatchError(
             f"index {index_dir} was built with normalization {idx.normalization!r}, but "
@@ -211,11 +235,12 @@ def decontaminate(
         if not idx.has_text:
             raise IndexMismatchError(f"rule {str(parsed_rule)!r} aligns against corpus text, but index "
                                      f"{index_dir} has no text store; rebuild it with --text-store auto")
-    minhash_ok, minhash_evidence, warnings = _minhash_and_index_checks(idx, index_dir, parsed_rule,
-                                                                       index_has_minhash)
+    if stream:
+        minhash_ok, minhash_evidence, warnings = False, "off: stream mode (--corpus) computes no MinHash", []
+    else:
+        minhash_ok, minhash_evidence, warnings = _minhash_and_index_checks(idx, index_dir, parsed_rule,
+                                                                           index_has_minhash)
     sizes = idx.ngram_sizes
-    fix_ref = portable_ref(index_dir, idx.manifest)
-    index_summary = _index_summary(idx, index_dir)
     out = Path(out_dir)
     data_files = {k: dict(v) for k, v in (data_files or {}).items()}
     for per_task in data_files.values():  # split names become folder names: refused before any write
@@ -253,7 +278,7 @@ def decontaminate(
             how = "auto (GPT-3: 5th percentile of query length in words, clamped to 8..13)"
         else:
             n, how = fixed_n, "fixed"
-        if n not in sizes:
+        if n not in sizes and not stream:  # a stream matches every n the tasks need
             raise IndexMismatchError(
                 f"task {task!r} needs {n}-grams ({how}), but index {index_dir} holds n-gram sizes "
                 f"{sizes}; rebuild the index with --ngram {n} or pass --ngram with one of {sizes}")
@@ -305,6 +330,8 @@ def decontaminate(
             entry["lm_eval_export"][b.split] = export
             summary["tasks"][task.task][b.split] = counts
 
+    # every task's splits are loaded first (a stream needs all queries before its one pass)
+    jobs: list[tuple[Any, list[tuple[BenchmarkSplit, list[str], str]], dict[str, Any] | None]] = []
     for task_name, spec in zip(own, specs, strict=True):
         local = data_files.get(task_name) or data_files.get(spec.task) or {}
         role_of = {name: role for role, name in spec.splits().items()}
@@ -319,16 +346,22 @@ def decontaminate(
             raise ConfigError(f"task {spec.task!r}: no split to process (declared {declared}, "
                               f"local files {list(local)}, --splits {list(splits or [])})")
         loaded: list[BenchmarkSplit] = [load_split(spec, s, local.get(s)) for s in wanted]
-        process_task(spec, [(b, [spec.decontamination_query(d) for d in b.docs()],
-                             role_of.get(b.split, "test")) for b in loaded])
+        jobs.append((spec, [(b, [spec.decontamination_query(d) for d in b.docs()],
+                             role_of.get(b.split, "test")) for b in loaded], None))
     for lt in lm_tasks:
         if splits and lt.split not in splits:
             raise ConfigError(f"lm-eval task {lt.task!r} evaluates split {lt.split!r}, which --splits "
                               f"{list(splits)} leaves out")
         b = BenchmarkSplit(task=lt.task, split=lt.split, source=lt.source, table=lt.table)
-        process_task(lt, [(b, lt.queries, lt.role)],
+        jobs.append((lt, [(b, lt.queries, lt.role)],
                      {"lm_eval_task": lt.task, "requested_as": lt.requested_as, "query": lt.query_description,
-                      "group_by": list(lt.group_by)})
+                      "group_by": list(lt.group_by)}))
+    if stream:  # every task's queries in one table, the corpus read once against it
+        _stream_pass(idx, jobs, choose_n, quiet)
+    fix_ref = portable_ref(index_dir, idx.manifest)
+    index_summary = _index_summary(idx, index_dir)
+    for job in jobs:
+        process_task(*job)
     manifest = {
         "format_version": tcqa_data.FORMAT_VERSION,
         "tcqa_data_version": tcqa_data.__version__,
@@ -340,8 +373,20 @@ def decontaminate(
     return summary
 
 
+def _stream_pass(evidence: Any, jobs: Sequence[tuple[Any, list[tuple[Any, list[str], str]], Any]],
+                 choose_n: Callable[[str, Iterable[str]], tuple[int, str]], quiet: bool) -> None:
+    """Fill a ``StreamEvidence`` with every query of ``jobs`` at each task's n, in one corpus pass."""
+    queries = [q for _, parts, _ in jobs for _, qs, _ in parts for q in qs]
+    ns = {choose_n(task.task, (q for _, qs, _ in parts for q in qs))[0] for task, parts, _ in jobs}
+    total = sum(i.size for i in evidence.inputs)
+    with progress_bar(quiet, bytes_mode=True) as prog:
+        bar = prog.add_task("stream corpus", total=total, rate="")
+        evidence.fill(sorted(set(queries)), sorted(ns),
+                      progress=lambda nbytes, ndocs: prog.update(bar, advance=nbytes))
+
+
 def _process_split(spec: TaskSpec | LmEvalTask, b: BenchmarkSplit, queries: list[str], role: str,
-                   split_dir: Path, *, evidence: IndexEvidence, fix_ref: Callable[[str | None], str | None],
+                   split_dir: Path, *, evidence: Any, fix_ref: Callable[[str | None], str | None],
                    n: int, rule: Rule, max_corpus_freq: int | None, group_policy: str,
                    use_minhash: bool, config: dict[str, Any], index_summary: dict[str, Any],
                    quiet: bool) -> tuple[dict[str, Any], dict[str, Any]]:

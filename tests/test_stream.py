@@ -1,0 +1,127 @@
+"""Stream mode (``decontaminate --corpus``): no index, one pass, the index mode's PREP_DIR.
+
+Real data: a slice of the wiki sample with MC-TACO test sentences and based-squad contexts
+injected (verbatim, re-wrapped into 8-word lines, and edited), scored in both modes.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from tcqa_data.errors import ConfigError
+from tcqa_data.prep.pipeline import decontaminate
+
+WIKI_DOCS = 300
+MC_TACO_ROWS = 600
+SQUAD_ROWS = 150
+
+
+def _rewrap(text: str, words: int = 8) -> str:
+    w = text.split()
+    return "\n".join(" ".join(w[i:i + words]) for i in range(0, len(w), words))
+
+
+@pytest.fixture(scope="module")
+def bench(mc_taco_test, squad_validation, tmp_path_factory) -> dict[str, dict[str, Path]]:
+    """Slices of MC-TACO test and based-squad validation as local data files."""
+    root = tmp_path_factory.mktemp("bench")
+    mc = root / "mc_taco_test.tsv"
+    with open(mc_taco_test, encoding="utf-8") as fh:
+        mc.write_text("".join(fh.readline() for _ in range(MC_TACO_ROWS)), encoding="utf-8")
+    sq = root / "squad_validation.jsonl"
+    with open(squad_validation, encoding="utf-8") as fh:
+        sq.write_text("".join(fh.readline() for _ in range(SQUAD_ROWS)), encoding="utf-8")
+    return {"mc_taco": {"test": mc}, "squad_completion": {"validation": sq}}
+
+
+def injected_corpus(wiki_sample: Path, bench: dict[str, dict[str, Path]], out: Path) -> tuple[Path, dict]:
+    """``WIKI_DOCS`` wiki articles, then articles with benchmark text pasted in. Returns the file and
+    what was injected: verbatim MC-TACO sentences and SQuAD texts, and re-wrapped ones."""
+    with open(wiki_sample, encoding="utf-8") as fh:
+        wiki = [json.loads(fh.readline()) for _ in range(WIKI_DOCS)]
+    rows = list(csv.reader(open(bench["mc_taco"]["test"], encoding="utf-8"), delimiter="\t",
+                           quoting=csv.QUOTE_NONE))
+    # a query is "question sentence": a sentence of 13+ words holds a 13-gram of it on its own
+    sentences = list(dict.fromkeys(r[0] for r in rows if len(r[0].split()) >= 16))
+    with open(bench["squad_completion"]["validation"], encoding="utf-8") as fh:
+        squad = [json.loads(line)["text"] for line in fh]
+    squad = list(dict.fromkeys(squad))
+    injected = {"mc_taco": sentences[0:12:2], "squad": squad[0:30:6],
+                "mc_taco_rewrapped": sentences[13:17], "squad_rewrapped": squad[40:42]}
+    assert all(len(v) == k for v, k in zip(injected.values(), (6, 5, 4, 2), strict=True))
+    docs = [dict(w) for w in wiki]
+    host = iter(wiki[::7])
+    for text in injected["mc_taco"] + injected["squad"]:
+        h = next(host)
+        docs.append({**h, "title": h["title"] + " (copy)", "text": h["text"][:900] + "\n\n" + text + " "
+                     + h["text"][900:1800]})
+    for text in injected["mc_taco_rewrapped"] + injected["squad_rewrapped"]:
+        h = next(host)
+        docs.append({**h, "title": h["title"] + " (wrapped)", "text": h["text"][:400] + "\n" + _rewrap(text)
+                     + "\n" + h["text"][400:700]})
+    path = out / "corpus.jsonl"
+    path.write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in docs), encoding="utf-8")
+    return path, injected
+
+
+@pytest.fixture(scope="module")
+def corpus(wiki_sample, bench, tmp_path_factory) -> tuple[Path, dict]:
+    return injected_corpus(wiki_sample, bench, tmp_path_factory.mktemp("corpus"))
+
+
+@pytest.fixture(scope="module")
+def index(corpus, tmp_path_factory) -> Path:
+    from tcqa_data.decontam.build import build_index
+
+    out = tmp_path_factory.mktemp("index") / "index"
+    build_index([str(corpus[0])], out, ngram_sizes=(13,), minhash=False, text_store="auto", quiet=True,
+                workers=1)
+    return out
+
+
+def _tables(out: Path) -> dict[str, dict]:
+    got = {}
+    for f in sorted(out.glob("*/*/*.parquet")):
+        got[str(f.relative_to(out))] = pq.read_table(f).to_pylist()
+    return got
+
+
+# The columns that may differ between modes (docs/ARCHITECTURE.md, contamination.parquet): doc
+# frequencies are exact in a stream and lossy in an index (two corpus n-grams sharing an index key
+# are one entry). On this corpus no two keys collide, so they are compared too.
+@pytest.mark.parametrize("rule", ["any-ngram", "aligned>=0.5|longest>=20"])
+def test_stream_flags_splits_and_evidence_equal_index_mode(corpus, bench, index, tmp_path, rule):
+    args = dict(data_files=bench, rule=rule, quiet=True)
+    decontaminate(index, ["mc_taco", "squad_completion"], tmp_path / "idx", **args)
+    decontaminate(None, ["mc_taco", "squad_completion"], tmp_path / "stream", corpus=[str(corpus[0])], **args)
+    a, b = _tables(tmp_path / "idx"), _tables(tmp_path / "stream")
+    assert list(a) == list(b)
+    for name in a:
+        assert a[name] == b[name], name
+    cont = {t: pq.read_table(tmp_path / "stream" / t / s / "contamination.parquet").to_pandas()
+            for t, s in (("mc_taco", "test"), ("squad_completion", "validation"))}
+    # the injected items are found, the re-wrapped ones too (newlines are whitespace)
+    mc = cont["mc_taco"]
+    for sentence in corpus[1]["mc_taco"] + corpus[1]["mc_taco_rewrapped"]:
+        assert mc[mc["query"].str.endswith(sentence)]["dirty"].all(), sentence
+    sq = cont["squad_completion"]
+    for text in corpus[1]["squad"] + corpus[1]["squad_rewrapped"]:
+        assert sq[sq["query"] == text]["dirty"].all()
+    assert mc["dirty"].sum() > 0 and sq["dirty"].sum() > 0 and not sq["dirty"].all()
+    if "aligned" in rule:
+        assert (mc["aligned_share"] > 0).sum() > 0 and mc["aligned_ref"].notna().sum() > 0
+
+
+def test_stream_refuses_minhash_and_needs_one_source(corpus, bench, index, tmp_path):
+    with pytest.raises(ConfigError, match="stream mode"):
+        decontaminate(None, ["mc_taco"], tmp_path / "o", corpus=[str(corpus[0])], rule="minhash>=0.5",
+                      data_files={"mc_taco": bench["mc_taco"]}, quiet=True)
+    with pytest.raises(ConfigError, match="not both or neither"):
+        decontaminate(index, ["mc_taco"], tmp_path / "o", corpus=[str(corpus[0])],
+                      data_files={"mc_taco": bench["mc_taco"]}, quiet=True)
+    assert not (tmp_path / "o").exists()
