@@ -125,3 +125,39 @@ def test_stream_refuses_minhash_and_needs_one_source(corpus, bench, index, tmp_p
         decontaminate(index, ["mc_taco"], tmp_path / "o", corpus=[str(corpus[0])],
                       data_files={"mc_taco": bench["mc_taco"]}, quiet=True)
     assert not (tmp_path / "o").exists()
+
+
+def test_workers_and_shards_give_the_same_hits(corpus, bench, tmp_path):
+    """Shards of 256 KB on 2 worker processes: the same hits as one pass (then the same PREP_DIR)."""
+    from tcqa_data.decontam.readers import resolve_inputs
+    from tcqa_data.decontam.stream.scan import scan_corpus
+    from tcqa_data.decontam.stream.table import BenchmarkTable, StreamConfig
+    from tcqa_data.prep.benchmarks import load_split
+    from tcqa_data.prep.taskspec import TaskSpec
+
+    spec = TaskSpec.resolve("squad_completion")
+    split = load_split(spec, "validation", bench["squad_completion"]["validation"])
+    queries = sorted({spec.decontamination_query(d) for d in split.docs()})
+    table = BenchmarkTable(queries, StreamConfig(ngram_sizes=(8, 13), anchors=True, keep_pairs=True))
+    inputs = resolve_inputs([str(corpus[0])])
+    one = scan_corpus(table, inputs)
+    many = scan_corpus(table, inputs, workers=2, shard_bytes=256 << 10)
+    assert one.num_docs == many.num_docs and one.chars == many.chars
+    assert one.refs == many.refs and one.where == many.where and len(one.refs) > 10
+    for n in (8, 13):
+        assert (one.df[n] == many.df[n]).all() and (one.docs[n] == many.docs[n]).all()
+        for a, b in zip(one.hit_pairs(n), many.hit_pairs(n), strict=True):
+            assert (a == b).all()
+    assert (one.anchor_df == many.anchor_df).all()
+    for a, b in zip(one.anchor_pairs[0], many.anchor_pairs[0], strict=True):
+        assert (a == b).all() and len(a)
+    args = dict(data_files={"squad_completion": bench["squad_completion"]}, quiet=True,
+                corpus=[str(corpus[0])])
+    decontaminate(None, ["squad_completion"], tmp_path / "w1", **args)
+    decontaminate(None, ["squad_completion"], tmp_path / "w2", workers=2, **args)
+    def files(root: Path) -> list[Path]:
+        return sorted(p.relative_to(root) for p in root.rglob("*") if p.is_file())
+
+    assert files(tmp_path / "w1") == files(tmp_path / "w2")
+    for f in files(tmp_path / "w1"):
+        assert (tmp_path / "w1" / f).read_bytes() == (tmp_path / "w2" / f).read_bytes(), f

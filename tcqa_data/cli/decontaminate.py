@@ -53,6 +53,7 @@ def decontaminate_cmd(
         None, "--group-by",
         help="Docs of TASK with equal FIELD values form one question group, kept whole in clean and dirty: "
              "TASK:FIELD[,FIELD...]; repeatable (default: each doc is its own group)."),
+    workers: int = typer.Option(1, "--workers", help="With --corpus: local processes reading its shards."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or summary."),
 ) -> None:
     """Score benchmark docs against INDEX_DIR (or stream --corpus); write splits, evidence, reports."""
@@ -67,7 +68,7 @@ def decontaminate_cmd(
         rule=rule, ngram=ngram, max_corpus_freq=max_corpus_freq, group_policy=group_policy,
         normalization=normalization, lm_eval_include=[str(p) for p in lm_eval_include or []],
         group_by=parse_group_by(group_by or []), quiet=quiet,
-        corpus=corpus or None, text_field=text_field, id_field=id_field, on_error=on_error,
+        corpus=corpus or None, text_field=text_field, id_field=id_field, on_error=on_error, workers=workers,
     )
     for note in summary.get("warnings", []):  # shown even with --quiet; also at the top of every report
         warning(note)

@@ -174,6 +174,7 @@ def decontaminate(
     text_field: str = "text",
     id_field: str | None = None,
     on_error: str = "raise",
+    workers: int = 1,
 ) -> dict[str, Any]:
     """Score every doc of ``tasks`` against the index, write PREP_DIR, return the summary.
 
@@ -189,7 +190,8 @@ def decontaminate(
 
     Stream mode: ``corpus`` (``index-corpus`` input specs, with ``text_field``, ``id_field`` and
     ``on_error`` as there) in place of ``index_dir``: every task's queries go into one table and
-    the corpus is read once against it (``decontam/stream``); the PREP_DIR is the index mode's.
+    the corpus is read once against it (``decontam/stream``), its shards on ``workers`` local
+    processes; the PREP_DIR is the index mode's.
     """
     if isinstance(tasks, str):
         tasks = [t.strip() for t in tasks.split(",") if t.strip()]
@@ -357,7 +359,7 @@ def decontaminate(
                      {"lm_eval_task": lt.task, "requested_as": lt.requested_as, "query": lt.query_description,
                       "group_by": list(lt.group_by)}))
     if stream:  # every task's queries in one table, the corpus read once against it
-        _stream_pass(idx, jobs, choose_n, quiet)
+        _stream_pass(idx, jobs, choose_n, quiet, workers)
     fix_ref = portable_ref(index_dir, idx.manifest)
     index_summary = _index_summary(idx, index_dir)
     for job in jobs:
@@ -374,14 +376,15 @@ def decontaminate(
 
 
 def _stream_pass(evidence: Any, jobs: Sequence[tuple[Any, list[tuple[Any, list[str], str]], Any]],
-                 choose_n: Callable[[str, Iterable[str]], tuple[int, str]], quiet: bool) -> None:
+                 choose_n: Callable[[str, Iterable[str]], tuple[int, str]], quiet: bool, workers: int
+                 ) -> None:
     """Fill a ``StreamEvidence`` with every query of ``jobs`` at each task's n, in one corpus pass."""
     queries = [q for _, parts, _ in jobs for _, qs, _ in parts for q in qs]
     ns = {choose_n(task.task, (q for _, qs, _ in parts for q in qs))[0] for task, parts, _ in jobs}
     total = sum(i.size for i in evidence.inputs)
     with progress_bar(quiet, bytes_mode=True) as prog:
         bar = prog.add_task("stream corpus", total=total, rate="")
-        evidence.fill(sorted(set(queries)), sorted(ns),
+        evidence.fill(sorted(set(queries)), sorted(ns), workers=workers,
                       progress=lambda nbytes, ndocs: prog.update(bar, advance=nbytes))
 
 

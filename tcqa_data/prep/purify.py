@@ -82,8 +82,8 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
            data_files: Mapping[str, Mapping[str, str]] | None = None, splits: Sequence[str] | None = None,
            rule: str = DEFAULT_RULE, ngram: int = 13, mode: str = "excise", window: int = 200,
            minimum_slice: int = 200, too_dirty_cutoff: int = 10, janitor_exact: bool = False,
-           text_field: str = "text", id_field: str | None = None, on_error: str = "raise", quiet: bool = False
-           ) -> dict[str, Any]:
+           text_field: str = "text", id_field: str | None = None, on_error: str = "raise", workers: int = 1,
+           quiet: bool = False) -> dict[str, Any]:
     """Write ``corpus`` minus its contamination by ``tasks`` to ``out_dir`` (module doc); returns the
     report."""
     if isinstance(tasks, str):
@@ -104,7 +104,8 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
     queries = sorted({d.query for _, _, docs in benchmarks for d in docs})
     with progress_bar(quiet, bytes_mode=True) as prog:
         bar = prog.add_task("stream corpus", total=sum(i.size for i in evidence.inputs), rate="")
-        evidence.fill(queries, [ngram], progress=lambda nbytes, ndocs: prog.update(bar, advance=nbytes))
+        evidence.fill(queries, [ngram], workers=workers,
+                      progress=lambda nbytes, ndocs: prog.update(bar, advance=nbytes))
     # the benchmark docs the rule flags, and the queries they hold
     number = {q: i for i, q in enumerate(queries)}
     flagged: dict[int, list[tuple[str, str, int]]] = defaultdict(list)

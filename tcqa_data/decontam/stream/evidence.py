@@ -22,7 +22,7 @@ import numpy as np
 
 from tcqa_data.decontam.detect.evidence import NgramHits
 from tcqa_data.decontam.readers import CorpusInput
-from tcqa_data.decontam.stream.scan import StreamHits, read_texts, scan_corpus
+from tcqa_data.decontam.stream.scan import SHARD_BYTES, StreamHits, read_texts, scan_corpus
 from tcqa_data.decontam.stream.table import BenchmarkTable, StreamConfig
 
 MINHASH_REFUSAL = ("stream mode (--corpus) gives n-gram and aligned evidence only: a minhash>= term "
@@ -57,14 +57,16 @@ class StreamEvidence:
         check_scheme(cfg.normalization)
         return cls(resolve_inputs(list(specs)), cfg)
 
-    def fill(self, queries: Sequence[str], ngram_sizes: Sequence[int], progress: Any = None
-             ) -> StreamEvidence:
-        """Stream the corpus against ``queries`` at every n of ``ngram_sizes`` (once)."""
+    def fill(self, queries: Sequence[str], ngram_sizes: Sequence[int], progress: Any = None, *,
+             workers: int = 1, shard_bytes: int = SHARD_BYTES) -> StreamEvidence:
+        """Stream the corpus against ``queries`` at every n of ``ngram_sizes`` (once), on ``workers``
+        local processes (the same result for any number)."""
         import dataclasses
 
         self.cfg = dataclasses.replace(self.cfg, ngram_sizes=tuple(sorted(set(ngram_sizes))))
         self.ngram_sizes = sorted(self.cfg.ngram_sizes)
-        self._hits = scan_corpus(BenchmarkTable(queries, self.cfg), self.inputs, progress)
+        self._hits = scan_corpus(BenchmarkTable(queries, self.cfg), self.inputs, progress, workers=workers,
+                                 shard_bytes=shard_bytes)
         return self
 
     @property

@@ -84,6 +84,19 @@ class BenchmarkTable:
                             if cfg.anchors else np.empty(0, np.uint64))
         self.anchor_filter = _presence(self.anchor_keys, 32)
 
+    @classmethod
+    def from_keys(cls, cfg: StreamConfig, keys: dict[int, np.ndarray], anchor_keys: np.ndarray
+                  ) -> BenchmarkTable:
+        """A table for lookups only (a stream worker's: no queries, no holders)."""
+        table = cls.__new__(cls)
+        table.cfg, table.num_queries = cfg, 0
+        table.keys = {n: np.asarray(k, dtype=np.uint64) for n, k in keys.items()}
+        table.filters = {n: _presence(k, 64) for n, k in table.keys.items()}
+        table.holder_start, table.holders = {}, {}
+        table.anchor_keys = np.asarray(anchor_keys, dtype=np.uint64)
+        table.anchor_filter = _presence(table.anchor_keys, 32)
+        return table
+
     def lookup(self, hashes: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Per hash: its row in ``keys[n]`` (clipped; meaningful where found) and whether it is there."""
         return _sorted_lookup(self.keys[n], self.filters[n], 64, np.asarray(hashes, dtype=np.uint64))
