@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import string
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -51,12 +52,17 @@ def injected_corpus(wiki_sample: Path, bench: dict[str, dict[str, Path]], out: P
     with open(bench["squad_completion"]["validation"], encoding="utf-8") as fh:
         squad = [json.loads(line)["text"] for line in fh]
     squad = list(dict.fromkeys(squad))
-    injected = {"mc_taco": sentences[0:12:2], "squad": squad[0:30:6],
-                "mc_taco_rewrapped": sentences[13:17], "squad_rewrapped": squad[40:42]}
-    assert all(len(v) == k for v, k in zip(injected.values(), (6, 5, 4, 2), strict=True))
+    # a whole query of 8-12 words ("question sentence"): no 13-gram, matched whole in stream mode
+    # (words as Janitor normalizes them, written here from its definition)
+    table = str.maketrans(string.ascii_uppercase, string.ascii_lowercase, string.punctuation)
+    queries = dict.fromkeys(f"{r[1]} {r[0]}" for r in rows)
+    short = [q for q in queries if 8 <= len(q.translate(table).split()) < 13]
+    injected = {"mc_taco": sentences[0:12:2], "squad": squad[0:30:6], "mc_taco_rewrapped": sentences[13:17],
+                "squad_rewrapped": squad[40:42], "mc_taco_short": short[:1]}
+    assert all(len(v) == k for v, k in zip(injected.values(), (6, 5, 4, 2, 1), strict=True))
     docs = [dict(w) for w in wiki]
     host = iter(wiki[::7])
-    for text in injected["mc_taco"] + injected["squad"]:
+    for text in injected["mc_taco"] + injected["squad"] + injected["mc_taco_short"]:
         h = next(host)
         docs.append({**h, "title": h["title"] + " (copy)", "text": h["text"][:900] + "\n\n" + text + " "
                      + h["text"][900:1800]})
@@ -98,7 +104,9 @@ def _tables(out: Path) -> dict[str, dict]:
 def test_stream_flags_splits_and_evidence_equal_index_mode(corpus, bench, index, tmp_path, rule):
     args = dict(data_files=bench, rule=rule, quiet=True)
     decontaminate(index, ["mc_taco", "squad_completion"], tmp_path / "idx", **args)
-    decontaminate(None, ["mc_taco", "squad_completion"], tmp_path / "stream", corpus=[str(corpus[0])], **args)
+    # short items matched whole (stream mode's default) are tested apart: index mode cannot
+    decontaminate(None, ["mc_taco", "squad_completion"], tmp_path / "stream", corpus=[str(corpus[0])],
+                  short_min_words=None, **args)
     a, b = _tables(tmp_path / "idx"), _tables(tmp_path / "stream")
     assert list(a) == list(b)
     for name in a:
@@ -161,3 +169,24 @@ def test_workers_and_shards_give_the_same_hits(corpus, bench, tmp_path):
     assert files(tmp_path / "w1") == files(tmp_path / "w2")
     for f in files(tmp_path / "w1"):
         assert (tmp_path / "w1" / f).read_bytes() == (tmp_path / "w2" / f).read_bytes(), f
+
+
+def test_short_items_are_matched_whole_in_stream_mode(corpus, bench, index, tmp_path):
+    """MC-TACO's queries of 8-12 words ("Is he with him now? He also promises to `` come to '' him ."):
+    untestable with 13-grams in index mode; matched whole in stream mode, the injected one dirty."""
+    args = dict(data_files={"mc_taco": bench["mc_taco"]}, quiet=True)
+    decontaminate(index, ["mc_taco"], tmp_path / "idx", **args)
+    decontaminate(None, ["mc_taco"], tmp_path / "stream", corpus=[str(corpus[0])], **args)
+    idx, st = (pq.read_table(tmp_path / m / "mc_taco" / "test" / "contamination.parquet").to_pandas()
+               for m in ("idx", "stream"))
+    short = (st["query_words"] >= 8) & (st["query_words"] < 13)
+    assert short.sum() >= 2 and (idx[short]["status"] == "untestable").all()
+    assert not (st[short]["status"] == "untestable").any() and st[short]["testable"].all()
+    injected = st["query"] == corpus[1]["mc_taco_short"][0]
+    assert injected.sum() >= 1 and st[injected]["doc_dirty"].all()
+    assert all(ref[0].endswith(":" + str(len(corpus[0].read_text().splitlines()) - 6)) for ref in
+               st[injected]["matched_doc_refs"])
+    assert (st[short & ~injected]["status"] == "clean").all()
+    assert st[injected]["longest_match"].eq(st[injected]["query_words"]).all()
+    # every other doc is as index mode scored it
+    assert st[~short].drop(columns=["rule_fired"]).equals(idx[~short].drop(columns=["rule_fired"]))

@@ -175,6 +175,7 @@ def decontaminate(
     id_field: str | None = None,
     on_error: str = "raise",
     workers: int = 1,
+    short_min_words: int | None = 8,
 ) -> dict[str, Any]:
     """Score every doc of ``tasks`` against the index, write PREP_DIR, return the summary.
 
@@ -191,7 +192,9 @@ def decontaminate(
     Stream mode: ``corpus`` (``index-corpus`` input specs, with ``text_field``, ``id_field`` and
     ``on_error`` as there) in place of ``index_dir``: every task's queries go into one table and
     the corpus is read once against it (``decontam/stream``), its shards on ``workers`` local
-    processes; the PREP_DIR is the index mode's.
+    processes; the PREP_DIR is the index mode's. There a query of ``short_min_words`` words up to
+    n - 1 (shorter than n: no n-gram) is matched whole, as one word sequence (NeMo Curator's
+    minimum, 8); None or 0 keeps index mode's "untestable".
     """
     if isinstance(tasks, str):
         tasks = [t.strip() for t in tasks.split(",") if t.strip()]
@@ -296,7 +299,9 @@ def decontaminate(
         "minhash_evidence": minhash_evidence,
         "warnings": warnings,
         "untestable_policy": "docs shorter than n words with no other rule term firing are kept in the "
-                             "clean split and reported as 'untestable'",
+                             "clean split and reported as 'untestable'" + (
+                                 f"; in stream mode a query of {short_min_words} to n - 1 words is matched "
+                                 "whole (testable)" if stream and short_min_words else ""),
     }
     manifest_tasks: dict[str, Any] = {}
     summary: dict[str, Any] = {"out_dir": str(out), "rule": str(parsed_rule), "warnings": warnings,
@@ -327,7 +332,8 @@ def decontaminate(
                     task, b, queries, role, stage, evidence=idx, fix_ref=fix_ref, n=n,
                     rule=parsed_rule, max_corpus_freq=max_corpus_freq, group_policy=group_policy,
                     use_minhash=minhash_ok, config={**config, "ngram": n, "ngram_choice": how},
-                    index_summary=index_summary, quiet=quiet)
+                    index_summary=index_summary, quiet=quiet,
+                    short_min_words=short_min_words if stream else None)
             entry["splits"][b.split] = counts
             entry["lm_eval_export"][b.split] = export
             summary["tasks"][task.task][b.split] = counts
@@ -359,7 +365,7 @@ def decontaminate(
                      {"lm_eval_task": lt.task, "requested_as": lt.requested_as, "query": lt.query_description,
                       "group_by": list(lt.group_by)}))
     if stream:  # every task's queries in one table, the corpus read once against it
-        _stream_pass(idx, jobs, choose_n, quiet, workers)
+        _stream_pass(idx, jobs, choose_n, quiet, workers, short_min_words)
     fix_ref = portable_ref(index_dir, idx.manifest)
     index_summary = _index_summary(idx, index_dir)
     for job in jobs:
@@ -376,15 +382,27 @@ def decontaminate(
 
 
 def _stream_pass(evidence: Any, jobs: Sequence[tuple[Any, list[tuple[Any, list[str], str]], Any]],
-                 choose_n: Callable[[str, Iterable[str]], tuple[int, str]], quiet: bool, workers: int
-                 ) -> None:
-    """Fill a ``StreamEvidence`` with every query of ``jobs`` at each task's n, in one corpus pass."""
-    queries = [q for _, parts, _ in jobs for _, qs, _ in parts for q in qs]
-    ns = {choose_n(task.task, (q for _, qs, _ in parts for q in qs))[0] for task, parts, _ in jobs}
+                 choose_n: Callable[[str, Iterable[str]], tuple[int, str]], quiet: bool, workers: int,
+                 short_min_words: int | None) -> None:
+    """Fill a ``StreamEvidence`` with every query of ``jobs`` at each task's n, in one corpus pass;
+    the task's queries of ``short_min_words`` up to n - 1 words whole."""
+    from tcqa_data.decontam.core.normalize import tokenize
+
+    queries = sorted({q for _, parts, _ in jobs for _, qs, _ in parts for q in qs})
+    number = {q: i for i, q in enumerate(queries)}
+    ns = set()
+    whole: dict[int, set[int]] = {}
+    for task, parts, _ in jobs:
+        n = choose_n(task.task, (q for _, qs, _ in parts for q in qs))[0]
+        ns.add(n)
+        for q in {q for _, qs, _ in parts for q in qs} if short_min_words else ():
+            m = len(tokenize(q, evidence.normalization))
+            if short_min_words <= m < n:
+                whole.setdefault(m, set()).add(number[q])
     total = sum(i.size for i in evidence.inputs)
     with progress_bar(quiet, bytes_mode=True) as prog:
         bar = prog.add_task("stream corpus", total=total, rate="")
-        evidence.fill(sorted(set(queries)), sorted(ns), workers=workers,
+        evidence.fill(queries, sorted(ns), workers=workers, whole={m: sorted(v) for m, v in whole.items()},
                       progress=lambda nbytes, ndocs: prog.update(bar, advance=nbytes))
 
 
@@ -392,7 +410,7 @@ def _process_split(spec: TaskSpec | LmEvalTask, b: BenchmarkSplit, queries: list
                    split_dir: Path, *, evidence: Any, fix_ref: Callable[[str | None], str | None],
                    n: int, rule: Rule, max_corpus_freq: int | None, group_policy: str,
                    use_minhash: bool, config: dict[str, Any], index_summary: dict[str, Any],
-                   quiet: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+                   quiet: bool, short_min_words: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     import time
 
     docs = b.docs()
@@ -412,7 +430,7 @@ def _process_split(spec: TaskSpec | LmEvalTask, b: BenchmarkSplit, queries: list
 
         # alignment against corpus text (aligned_* columns) runs when the rule has an aligned term
         cols = score_docs(qdocs, evidence, n, max_corpus_freq=max_corpus_freq, use_minhash=use_minhash,
-                          progress=step, align=rule.uses_alignment)
+                          progress=step, align=rule.uses_alignment, short_min_words=short_min_words)
     portable_doc_refs(cols, fix_ref)
     gids = group_ids(spec, b.table)
     dirty_doc, fired = rule.evaluate(cols)

@@ -15,7 +15,7 @@ the benchmark table (``table.py``) instead of an index:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -58,15 +58,18 @@ class StreamEvidence:
         return cls(resolve_inputs(list(specs)), cfg)
 
     def fill(self, queries: Sequence[str], ngram_sizes: Sequence[int], progress: Any = None, *,
-             workers: int = 1, shard_bytes: int = SHARD_BYTES) -> StreamEvidence:
+             whole: Mapping[int, Sequence[int]] | None = None, workers: int = 1,
+             shard_bytes: int = SHARD_BYTES) -> StreamEvidence:
         """Stream the corpus against ``queries`` at every n of ``ngram_sizes`` (once), on ``workers``
-        local processes (the same result for any number)."""
+        local processes (the same result for any number). ``whole``: size m -> the queries of m
+        words matched whole (``BenchmarkTable``); ``ngram_hits`` answers at those sizes too, but
+        ``ngram_sizes`` (the sizes alignment candidates come from) stays as asked."""
         import dataclasses
 
         self.cfg = dataclasses.replace(self.cfg, ngram_sizes=tuple(sorted(set(ngram_sizes))))
         self.ngram_sizes = sorted(self.cfg.ngram_sizes)
-        self._hits = scan_corpus(BenchmarkTable(queries, self.cfg), self.inputs, progress, workers=workers,
-                                 shard_bytes=shard_bytes)
+        table = BenchmarkTable(queries, self.cfg, whole)
+        self._hits = scan_corpus(table, self.inputs, progress, workers=workers, shard_bytes=shard_bytes)
         return self
 
     @property

@@ -10,6 +10,9 @@ corpus n-gram and a query n-gram are equal when their hashes are.
 ``BenchmarkTable`` is the table: per n, the sorted unique hashes (``keys[n]``) and, as a CSR
 (``holder_start[n]``, ``holders[n]``), the queries holding each; with ``anchors``, the upper 32
 bits of every query 4-gram hash (the text store's alignment anchors, ``textstore/anchors.py``).
+A benchmark item shorter than n words has no n-gram; ``whole`` registers such queries (at least
+``short_min_words`` words, NeMo Curator's 8) whole: its m words as one m-gram, at size m only.
+
 A lookup is a gather in a presence filter (one byte per value of a hash's top 24 bits: a few
 percent of corpus n-grams pass it) and ``np.searchsorted`` for those that pass: a binary search of
 every corpus n-gram cost 4 of the 6 CPU-seconds of a 40 MB pass.
@@ -17,7 +20,7 @@ every corpus n-gram cost 4 of the 6 CPU-seconds of a 40 MB pass.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,19 +55,32 @@ class StreamConfig:
 class BenchmarkTable:
     """The queries' n-gram hashes, sorted, with the queries holding each (see the module doc)."""
 
-    def __init__(self, queries: Sequence[str], cfg: StreamConfig) -> None:
+    def __init__(self, queries: Sequence[str], cfg: StreamConfig,
+                 whole: Mapping[int, Sequence[int]] | None = None) -> None:
+        """``whole``: size m -> the queries (their numbers) of m words matched whole; the table then
+        holds those sizes too (``cfg.ngram_sizes`` widened)."""
+        import dataclasses
+
         from tcqa_data.decontam.core.hashing import batch_ngram_hashes
         from tcqa_data.decontam.textstore.anchors import ANCHOR_K
 
+        whole = {m: list(q) for m, q in (whole or {}).items() if m not in cfg.ngram_sizes and len(q)}
+        by_whole = {}
+        for m, numbers in whole.items():
+            texts = [queries[q] for q in numbers]
+            flat, owner = batch_ngram_hashes(texts, [m], cfg.normalization, cfg.seed)[m]
+            by_whole[m] = (flat, np.asarray(numbers, dtype=np.int64)[np.asarray(owner, dtype=np.int64)])
+        cfg = dataclasses.replace(cfg, ngram_sizes=tuple(sorted(set(cfg.ngram_sizes) | set(whole))))
         self.cfg = cfg
         self.num_queries = len(queries)
         self.keys: dict[int, np.ndarray] = {}
         self.filters: dict[int, np.ndarray] = {}
         self.holder_start: dict[int, np.ndarray] = {}
         self.holders: dict[int, np.ndarray] = {}
-        ns = sorted(set(cfg.ngram_sizes) | ({ANCHOR_K} if cfg.anchors else set()))
+        ns = sorted((set(cfg.ngram_sizes) - set(whole)) | ({ANCHOR_K} if cfg.anchors else set()))
         by_n = batch_ngram_hashes(list(queries), ns, cfg.normalization, cfg.seed) if queries else {
             n: (np.empty(0, np.uint64), np.empty(0, np.int64)) for n in ns}
+        by_n.update(by_whole)
         for n in cfg.ngram_sizes:
             flat, owner = (np.asarray(a) for a in by_n[n])
             order = np.lexsort((owner, flat))
