@@ -170,3 +170,15 @@ def test_an_output_that_is_holds_or_is_inside_an_input_is_refused(corpus, bench,
     with pytest.raises(ConfigError, match="--mode"):
         purify([str(src)], TASKS, tmp_path / "o", data_files=bench, mode="cut", quiet=True)
     assert not (tmp_path / "o").exists()
+
+
+def test_word_bounds_are_janitors_words(corpus):
+    """Janitor splits with re.finditer(r"\\S+"): the vectorized bounds give the same words."""
+    import re
+
+    from tcqa_data.decontam.stream.excise import _word_bounds
+
+    texts = [json.loads(x)["text"] for x in corpus[0].read_text(encoding="utf-8").splitlines()[:50]]
+    for text in texts + ["", "  ", "a\u3000b\x1cc\u2028d\xa0e ", "lover , Tom Ransome , now"]:
+        starts, ends = _word_bounds(text)
+        assert list(zip(starts.tolist(), ends.tolist(), strict=True)) == [m.span() for m in re.finditer(r"\S+", text)]

@@ -38,15 +38,16 @@ unchanged.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from tcqa_data.decontam.core.hashing import token_ngram_hashes
-from tcqa_data.decontam.core.normalize import normalize
+from tcqa_data.decontam.core.normalize import UNICODE_WHITESPACE, normalize
 
-_WORD = re.compile(r"\S+")
+# str.isspace(): ASCII whitespace, the separators \x1c-\x1f and the Unicode ones
+_SPACE_CODES = np.array(sorted({*map(ord, "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f "), *map(ord, UNICODE_WHITESPACE)}),
+                        dtype=np.uint32)
 WINDOW = 200
 MINIMUM_SLICE = 200
 TOO_DIRTY_CUTOFF = 10
@@ -59,19 +60,31 @@ def janitor_matches(text: str, n: int, seed: int, is_dirty: Callable[[np.ndarray
     ``is_dirty(hashes) -> bool array``: whether each n-gram hash (``core/hashing.py``, ``seed``)
     belongs to a registered query. ``exact``: Janitor's windows (no word inside normalizes to
     nothing), else windows of ``n`` words that keep characters (module doc)."""
-    words = [(m.start(), m.end() - 1, normalize(m.group(0), "janitor")) for m in _WORD.finditer(text)]
+    starts, ends = _word_bounds(text)
+    # each word normalized on its own (one join, one translate, one split: no call per word);
+    # a word holds no whitespace and normalizing adds none, so the split gives one item per word
+    normal = normalize(" ".join(text.split()), "janitor").split(" ") if len(starts) else []
+    assert len(normal) == len(starts)
     # words that keep characters, and their place among all words
-    kept = [(i, w) for i, (_, _, w) in enumerate(words) if w]
-    if len(kept) < n:
+    place = np.flatnonzero(np.fromiter(map(bool, normal), bool, len(normal)))
+    if len(place) < n:
         return []
-    place = np.fromiter((i for i, _ in kept), np.int64, len(kept))
-    hashes = token_ngram_hashes([w for _, w in kept], n, seed)
+    hashes = token_ngram_hashes([normal[i] for i in place.tolist()], n, seed)
     # a window of kept words is Janitor's only when no emptied word lies inside it
     hit = np.asarray(is_dirty(hashes), dtype=bool)
     if exact:
         hit &= place[n - 1:] - place[:len(place) - n + 1] == n - 1
     hit = np.flatnonzero(hit)
-    return [(words[place[j]][0], words[place[j + n - 1]][1]) for j in hit.tolist()]
+    return list(zip(starts[place[hit]].tolist(), (ends[place[hit + n - 1]] - 1).tolist(), strict=True))
+
+
+def _word_bounds(text: str) -> tuple[np.ndarray, np.ndarray]:
+    """Char ``[start, end)`` of each ``\\S+`` word (``re`` and ``str.split`` agree on whitespace:
+    ``str.isspace``), from the code points at once."""
+    cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    space = np.isin(cps, _SPACE_CODES)
+    edge = np.diff(np.concatenate(([1], space.view(np.int8), [1])).astype(np.int8))
+    return np.flatnonzero(edge == -1), np.flatnonzero(edge == 1)
 
 
 def janitor_pieces(text: str, matches: Sequence[tuple[int, int]], window: int = WINDOW,
