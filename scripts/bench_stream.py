@@ -40,7 +40,8 @@ def make_corpus(work: Path, copies: int) -> tuple[Path, Path, Path]:
     import zstandard
 
     src = (DATA / "corpus" / "wiki_sample.jsonl").read_bytes()
-    one, plain, zst = work / "one" / "wiki1.jsonl", work / "plain" / "wiki.jsonl", work / "zst" / "wiki.jsonl.zst"
+    one, plain = work / "one" / "wiki1.jsonl", work / "plain" / "wiki.jsonl"
+    zst = work / "zst" / "wiki.jsonl.zst"
     for p in (one, plain, zst):
         p.parent.mkdir(parents=True, exist_ok=True)
     if not one.exists():
@@ -101,12 +102,12 @@ def main() -> None:
     a.work.mkdir(parents=True, exist_ok=True)
     one, plain, zst = make_corpus(a.work, a.copies)
     mb = plain.stat().st_size / 1e6
-    results: dict[str, dict] = {"corpus_mb": {"plain": round(mb, 1), "zst": round(zst.stat().st_size / 1e6, 1),
-                                              "one_copy": round(one.stat().st_size / 1e6, 1)}}
+    sizes = {"plain": mb, "zst": zst.stat().st_size / 1e6, "one_copy": one.stat().st_size / 1e6}
+    results: dict[str, dict] = {"corpus_mb": {k: round(v, 1) for k, v in sizes.items()}}
     cli = ["-m", "tcqa_data"]
     for name, path in (("stream_one_copy", one), ("stream_plain", plain), ("stream_zst", zst)):
-        r = run([*cli, "decontaminate", "--corpus", str(path), *TASK_ARGS, "--out", str(a.work / f"prep_{name}"),
-                 "-q"])
+        r = run([*cli, "decontaminate", "--corpus", str(path), *TASK_ARGS,
+                 "--out", str(a.work / f"prep_{name}"), "-q"])
         size = one.stat().st_size / 1e6 if name == "stream_one_copy" else mb
         r["mb_per_cpu_s"] = round(size / r["cpu_s"], 1)
         results[name] = r
@@ -118,7 +119,8 @@ def main() -> None:
     print("purify_excise", r, flush=True)
     if not a.skip_janitor:
         specs = json.dumps([["mc_taco", "test", str(DATA / "mc_taco" / "test_9442.tsv")],
-                            ["squad_completion", "validation", str(DATA / "based_squad" / "validation.jsonl")]])
+                            ["squad_completion", "validation",
+                             str(DATA / "based_squad" / "validation.jsonl")]])
         out = a.work / "janitor_changed.json"
         r = run(["-c", JANITOR, str(plain), str(out), specs])
         r["mb_per_cpu_s"] = round(mb / r["cpu_s"], 2)
@@ -147,8 +149,8 @@ def compare(purified: Path, plain: Path, janitor_out: Path) -> dict[str, int]:
         ours.setdefault(row, [])
     # Janitor also "changes" every doc of 200 chars or less (it drops them, matched or not):
     # those are not contamination and purify keeps them
-    texts = {i: json.loads(x)["text"] for i, x in enumerate(plain.read_text(encoding="utf-8").splitlines(), 1)
-             if i in changed}
+    lines = plain.read_text(encoding="utf-8").splitlines()
+    texts = {i: json.loads(x)["text"] for i, x in enumerate(lines, 1) if i in changed}
     matched = {k: v for k, v in changed.items() if not (v == [] and len(texts[k]) < 200)}
     same = sum(1 for k in set(matched) | set(ours) if matched.get(k) == ours.get(k, [texts.get(k)]))
     return {"docs_janitor_changed": len(matched), "docs_purify_changed": len(ours), "identical": same,
