@@ -190,3 +190,21 @@ def test_short_items_are_matched_whole_in_stream_mode(corpus, bench, index, tmp_
     assert st[injected]["longest_match"].eq(st[injected]["query_words"]).all()
     # every other doc is as index mode scored it
     assert st[~short].drop(columns=["rule_fired"]).equals(idx[~short].drop(columns=["rule_fired"]))
+
+
+def test_bad_corpus_lines_name_file_and_line_or_are_counted(corpus, bench, tmp_path):
+    from tcqa_data.errors import InputError
+
+    bad = tmp_path / "bad.jsonl"
+    lines = corpus[0].read_text(encoding="utf-8").splitlines(keepends=True)[:40]
+    lines[6] = '{"title": "x", "text": 5}\n'
+    lines[9] = '{"title": "y", "text": "unterminated\n'
+    bad.write_text("".join(lines), encoding="utf-8")
+    args = dict(data_files={"mc_taco": bench["mc_taco"]}, quiet=True, corpus=[str(bad)])
+    with pytest.raises(InputError, match=r"bad\.jsonl:7.*text"):
+        decontaminate(None, ["mc_taco"], tmp_path / "o", **args)
+    assert not (tmp_path / "o").exists()
+    decontaminate(None, ["mc_taco"], tmp_path / "o", on_error="skip", **args)
+    manifest = json.loads((tmp_path / "o" / "prep_manifest.json").read_text())
+    assert manifest["index"]["counts"]["docs"] == 38 and manifest["index"]["mode"] == "stream"
+    assert sum(manifest["index"]["skipped"]["counts"].values()) == 2

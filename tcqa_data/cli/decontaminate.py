@@ -54,6 +54,9 @@ def decontaminate_cmd(
         help="Docs of TASK with equal FIELD values form one question group, kept whole in clean and dirty: "
              "TASK:FIELD[,FIELD...]; repeatable (default: each doc is its own group)."),
     workers: int = typer.Option(1, "--workers", help="With --corpus: local processes reading its shards."),
+    short_min_words: int = typer.Option(
+        8, "--short-min-words",
+        help="With --corpus: a query of this many words up to n-1 is matched whole (0: untestable, as an index)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or summary."),
 ) -> None:
     """Score benchmark docs against INDEX_DIR (or stream --corpus); write splits, evidence, reports."""
@@ -69,6 +72,7 @@ def decontaminate_cmd(
         normalization=normalization, lm_eval_include=[str(p) for p in lm_eval_include or []],
         group_by=parse_group_by(group_by or []), quiet=quiet,
         corpus=corpus or None, text_field=text_field, id_field=id_field, on_error=on_error, workers=workers,
+        short_min_words=short_min_words or None,
     )
     for note in summary.get("warnings", []):  # shown even with --quiet; also at the top of every report
         warning(note)
