@@ -56,7 +56,7 @@ def decontaminate_cmd(
     workers: int = typer.Option(1, "--workers", help="With --corpus: local processes reading its shards."),
     short_min_words: int = typer.Option(
         8, "--short-min-words",
-        help="With --corpus: a query of this many words up to n-1 is matched whole (0: untestable, as an index)."),
+        help="With --corpus: a query of this many words up to n-1 is matched whole (0: as an index)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or summary."),
 ) -> None:
     """Score benchmark docs against INDEX_DIR (or stream --corpus); write splits, evidence, reports."""
