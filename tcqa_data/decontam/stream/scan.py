@@ -21,7 +21,7 @@ table's keys and each shard's hits passed as ``.npy`` files) give the same resul
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from tcqa_data.decontam.readers import (
     CorpusInput,
     InputShard,
     SkipStats,
+    batch_documents,
     iter_documents,
     iter_normalized_batches,
     normalized_batches_supported,
@@ -185,7 +186,8 @@ def scan_shard(table: BenchmarkTable, shard: InputShard) -> ShardHits:
             scan.add(hash_normalized(b.data, b.doc_start, ns, cfg.seed), len(b.rows), name)
             scan.out.chars += b.chars
         return scan.finish()
-    for batch in _batches(iter_documents(shard, cfg.text_field, cfg.id_field, cfg.on_error, stats)):
+    for batch in batch_documents(iter_documents(shard, cfg.text_field, cfg.id_field, cfg.on_error, stats),
+                                 BATCH_CHARS):
 
         def name_docs(local: np.ndarray, batch: list = batch) -> list[tuple[str, int]]:
             return [(batch[i].ref, batch[i].row) for i in local.tolist()]
@@ -307,19 +309,6 @@ def scan_shard_task(work: str, cfg: dict[str, Any], index: int, path: str, forma
     inp = CorpusInput(path, format, size)
     part = scan_shard(table, InputShard(inp, *shard))
     return part.save(folder / f"shard{index:05d}")
-
-
-def _batches(docs: Iterator, limit: int = BATCH_CHARS) -> Iterator[list]:
-    batch: list = []
-    size = 0
-    for d in docs:
-        batch.append(d)
-        size += len(d.text)
-        if size >= limit:
-            yield batch
-            batch, size = [], 0
-    if batch:
-        yield batch
 
 
 def read_texts(hits: StreamHits, ordinals: Sequence[int]) -> dict[int, str]:
