@@ -10,7 +10,8 @@ imports, task loading, the pass, every output file), CPU = user + sys of the chi
 
 - ``decontaminate --corpus`` on the plain and the zst corpus, and on one copy (peak memory flat
   in corpus size?);
-- ``purify --mode excise --janitor-exact`` on the plain corpus;
+- ``purify --mode excise --janitor-exact`` on the plain corpus and on one copy;
+- the marginal rates: (10 copies - 1 copy) MB over the CPU-seconds between the two runs;
 - baseline: ``Janitor.clean_python`` in one Python process, the same queries registered, every
   doc cleaned (what lm-eval offers for the same job); its pieces are compared with purify's, doc
   by doc, for the docs purify cut or dropped.
@@ -112,11 +113,17 @@ def main() -> None:
         r["mb_per_cpu_s"] = round(size / r["cpu_s"], 1)
         results[name] = r
         print(name, r, flush=True)
-    r = run([*cli, "purify", str(plain), *TASK_ARGS, "--mode", "excise", "--janitor-exact",
-             "--out", str(a.work / "purified"), "-q"])
-    r["mb_per_cpu_s"] = round(mb / r["cpu_s"], 1)
-    results["purify_excise"] = r
-    print("purify_excise", r, flush=True)
+    for name, path, size in (("purify_one_copy", one, sizes["one_copy"]), ("purify_excise", plain, mb)):
+        r = run([*cli, "purify", str(path), *TASK_ARGS, "--mode", "excise", "--janitor-exact",
+                 "--out", str(a.work / ("purified" if path == plain else "purified_one")), "-q"])
+        r["mb_per_cpu_s"] = round(size / r["cpu_s"], 1)
+        results[name] = r
+        print(name, r, flush=True)
+    # the cost of one more MB: the difference between 10 copies and 1 (fixed costs cancel out)
+    extra = mb - sizes["one_copy"]
+    results["marginal_mb_per_cpu_s"] = {
+        "stream": round(extra / (results["stream_plain"]["cpu_s"] - results["stream_one_copy"]["cpu_s"]), 1),
+        "purify": round(extra / (results["purify_excise"]["cpu_s"] - results["purify_one_copy"]["cpu_s"]), 1)}
     if not a.skip_janitor:
         specs = json.dumps([["mc_taco", "test", str(DATA / "mc_taco" / "test_9442.tsv")],
                             ["squad_completion", "validation",
