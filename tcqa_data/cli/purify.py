@@ -37,6 +37,8 @@ def purify_cmd(
         None, "--id-field", help="Field used as doc ref (default: file:line)."),
     on_error: str = typer.Option("raise", "--on-error", help="raise: stop at a bad record; skip: count it."),
     workers: int = typer.Option(1, "--workers", help="Local processes reading the corpus shards."),
+    short_min_words: int = typer.Option(
+        8, "--short-min-words", help="Items of this many words up to n-1 are matched whole (0: off)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or summary."),
 ) -> None:
     """Stream CORPUS against the tasks' n-grams and write it to --out without its contamination."""
@@ -49,7 +51,8 @@ def purify_cmd(
                     rule=rule, ngram=ngram, mode=mode, window=window, minimum_slice=minimum_slice,
                     too_dirty_cutoff=too_dirty_cutoff, janitor_exact=janitor_exact,
                     text_field=text_field, id_field=id_field,
-                    on_error=on_error, workers=workers, quiet=quiet)
+                    on_error=on_error, workers=workers,
+                    short_min_words=short_min_words or None, quiet=quiet)
     if not quiet:
         t = report["totals"]
         typer.echo(f"{t['contaminated_docs']} contaminated docs: {t['dropped']} dropped, {t['cut']} cut, "

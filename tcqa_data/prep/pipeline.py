@@ -384,26 +384,35 @@ def decontaminate(
 def _stream_pass(evidence: Any, jobs: Sequence[tuple[Any, list[tuple[Any, list[str], str]], Any]],
                  choose_n: Callable[[str, Iterable[str]], tuple[int, str]], quiet: bool, workers: int,
                  short_min_words: int | None) -> None:
-    """Fill a ``StreamEvidence`` with every query of ``jobs`` at each task's n, in one corpus pass;
-    the task's queries of ``short_min_words`` up to n - 1 words whole."""
+    """Fill a ``StreamEvidence`` with every query of ``jobs`` at each task's n (``fill_stream``)."""
+    groups = []
+    for task, parts, _ in jobs:
+        queries = [q for _, qs, _ in parts for q in qs]
+        groups.append((choose_n(task.task, queries)[0], queries))
+    fill_stream(evidence, groups, quiet=quiet, workers=workers, short_min_words=short_min_words)
+
+
+def fill_stream(evidence: Any, groups: Sequence[tuple[int, Sequence[str]]], *, quiet: bool, workers: int,
+                short_min_words: int | None) -> list[str]:
+    """One corpus pass of a ``StreamEvidence`` against each group's queries at its n, those of
+    ``short_min_words`` up to n - 1 words whole; returns the table's queries (distinct, sorted: a
+    query's number in the table is its place here)."""
     from tcqa_data.decontam.core.normalize import tokenize
 
-    queries = sorted({q for _, parts, _ in jobs for _, qs, _ in parts for q in qs})
+    queries = sorted({q for _, qs in groups for q in qs})
     number = {q: i for i, q in enumerate(queries)}
-    ns = set()
     whole: dict[int, set[int]] = {}
-    for task, parts, _ in jobs:
-        n = choose_n(task.task, (q for _, qs, _ in parts for q in qs))[0]
-        ns.add(n)
-        for q in {q for _, qs, _ in parts for q in qs} if short_min_words else ():
+    for n, qs in groups:
+        for q in set(qs) if short_min_words else ():
             m = len(tokenize(q, evidence.normalization))
             if short_min_words <= m < n:
                 whole.setdefault(m, set()).add(number[q])
-    total = sum(i.size for i in evidence.inputs)
     with progress_bar(quiet, bytes_mode=True) as prog:
-        bar = prog.add_task("stream corpus", total=total, rate="")
-        evidence.fill(queries, sorted(ns), workers=workers, whole={m: sorted(v) for m, v in whole.items()},
+        bar = prog.add_task("stream corpus", total=sum(i.size for i in evidence.inputs), rate="")
+        evidence.fill(queries, sorted({n for n, _ in groups}), workers=workers,
+                      whole={m: sorted(v) for m, v in whole.items()},
                       progress=lambda nbytes, ndocs: prog.update(bar, advance=nbytes))
+    return queries
 
 
 def _process_split(spec: TaskSpec | LmEvalTask, b: BenchmarkSplit, queries: list[str], role: str,

@@ -37,9 +37,8 @@ from tcqa_data.errors import ConfigError
 from tcqa_data.io_utils import write_json_atomic, write_parquet_atomic, write_text_atomic
 from tcqa_data.outputs import staged
 from tcqa_data.prep.benchmarks import load_split
-from tcqa_data.prep.pipeline import portable_path, portable_ref
+from tcqa_data.prep.pipeline import fill_stream, portable_path, portable_ref
 from tcqa_data.prep.taskspec import TaskSpec, is_tcqa_task
-from tcqa_data.progress import progress_bar
 
 TOP_BENCHMARK_DOCS = 20
 
@@ -83,9 +82,10 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
            rule: str = DEFAULT_RULE, ngram: int = 13, mode: str = "excise", window: int = 200,
            minimum_slice: int = 200, too_dirty_cutoff: int = 10, janitor_exact: bool = False,
            text_field: str = "text", id_field: str | None = None, on_error: str = "raise", workers: int = 1,
-           quiet: bool = False) -> dict[str, Any]:
+           short_min_words: int | None = 8, quiet: bool = False) -> dict[str, Any]:
     """Write ``corpus`` minus its contamination by ``tasks`` to ``out_dir`` (module doc); returns the
-    report."""
+    report. ``short_min_words``: benchmark items of that many words up to ``ngram - 1`` are
+    matched whole (their word sequence cut as an n-gram's is); off with ``janitor_exact``."""
     if isinstance(tasks, str):
         tasks = [t.strip() for t in tasks.split(",") if t.strip()]
     if mode not in MODES:
@@ -101,39 +101,42 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
     check_output_outside_inputs(out_dir, corpus, evidence.inputs)
     benchmarks = _load_queries(tasks, data_files or {}, splits)
 
-    queries = sorted({d.query for _, _, docs in benchmarks for d in docs})
-    with progress_bar(quiet, bytes_mode=True) as prog:
-        bar = prog.add_task("stream corpus", total=sum(i.size for i in evidence.inputs), rate="")
-        evidence.fill(queries, [ngram], workers=workers,
-                      progress=lambda nbytes, ndocs: prog.update(bar, advance=nbytes))
+    # Janitor registers n-grams only: --janitor-exact matches no short item whole
+    short = None if janitor_exact else short_min_words
+    queries = fill_stream(evidence, [(ngram, [d.query for _, _, docs in benchmarks for d in docs])],
+                          quiet=quiet, workers=workers, short_min_words=short)
     # the benchmark docs the rule flags, and the queries they hold
     number = {q: i for i, q in enumerate(queries)}
     flagged: dict[int, list[tuple[str, str, int]]] = defaultdict(list)
     for task, split, docs in benchmarks:
         dirty, _ = parsed.evaluate(score_docs(docs, evidence, ngram, use_minhash=False,
-                                              align=parsed.uses_alignment))
+                                              align=parsed.uses_alignment, short_min_words=short))
         for i in np.flatnonzero(dirty).tolist():
             flagged[number[docs[i].query]].append((task, split, i))
     hits = evidence.hits
     table = hits.table
     dirty_query = np.zeros(len(queries), dtype=bool)
     dirty_query[list(flagged)] = True
-    start = table.holder_start[ngram]
-    holder_row = np.repeat(np.arange(len(start) - 1), np.diff(start))
-    row_dirty = np.bincount(holder_row, weights=dirty_query[table.holders[ngram]],
-                            minlength=len(start) - 1) > 0
+    sizes = table.cfg.ngram_sizes  # n, and the sizes of short items matched whole
+    row_dirty = {}
+    for size in sizes:
+        start = table.holder_start[size]
+        holder_row = np.repeat(np.arange(len(start) - 1), np.diff(start))
+        row_dirty[size] = np.bincount(holder_row, weights=dirty_query[table.holders[size]],
+                                      minlength=len(start) - 1) > 0
 
-    def is_dirty(hashes: np.ndarray) -> np.ndarray:
-        rows, found = table.lookup(np.asarray(hashes, dtype=np.uint64), ngram)
-        return found & row_dirty[rows]
+    def is_dirty(hashes: np.ndarray, size: int) -> np.ndarray:
+        rows, found = table.lookup(np.asarray(hashes, dtype=np.uint64), size)
+        return found & row_dirty[size][rows]
 
-    # contaminated corpus docs: a hit on an n-gram of a flagged benchmark doc
-    pair_rows, pair_docs = hits.hit_pairs(ngram)
-    keep = row_dirty[pair_rows]
-    pair_rows, pair_docs = pair_rows[keep], pair_docs[keep]
+    # contaminated corpus docs: a hit on an n-gram (or a whole short item) of a flagged benchmark doc
     matched: dict[int, set[int]] = defaultdict(set)
-    for r, o in zip(pair_rows.tolist(), pair_docs.tolist(), strict=True):
-        matched[o].update(q for q in table.holders[ngram][start[r]:start[r + 1]].tolist() if dirty_query[q])
+    for size in sizes:
+        pair_rows, pair_docs = hits.hit_pairs(size)
+        keep = row_dirty[size][pair_rows]
+        start, holders = table.holder_start[size], table.holders[size]
+        for r, o in zip(pair_rows[keep].tolist(), pair_docs[keep].tolist(), strict=True):
+            matched[o].update(q for q in holders[start[r]:start[r + 1]].tolist() if dirty_query[q])
     fix = portable_ref("stream", evidence.manifest)
     per_input: dict[int, dict[int, int]] = defaultdict(dict)  # input -> row -> doc ordinal
     for o in matched:
@@ -141,7 +144,8 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
         per_input[inp_no][row] = o
 
     cfg = PurifyConfig(mode=mode, n=ngram, seed=table.cfg.seed, window=window, minimum_slice=minimum_slice,
-                       too_dirty_cutoff=too_dirty_cutoff, janitor_exact=janitor_exact, text_field=text_field)
+                       too_dirty_cutoff=too_dirty_cutoff, janitor_exact=janitor_exact, text_field=text_field,
+                       whole_sizes=tuple(s for s in sizes if s != ngram))
     root = Path(os.path.commonpath([str(Path(i.path).resolve().parent) for i in evidence.inputs]))
     log: list[tuple[int, int, Removal]] = []  # (input, doc ordinal, removal)
     with staged(out_dir) as stage:

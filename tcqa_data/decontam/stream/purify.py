@@ -48,7 +48,8 @@ REF_FIELD = "purify_doc_ref"
 class PurifyConfig:
     """``mode`` (``MODES``); Janitor's ``window``, ``minimum_slice`` and ``too_dirty_cutoff`` (its
     defaults); ``janitor_exact``: Janitor's windows exactly (``excise.py``); the n-gram size, hash
-    seed and text field of the stream pass."""
+    seed and text field of the stream pass; ``whole_sizes``: the sizes of short benchmark items
+    matched whole (their windows are cut as an n-gram's are)."""
 
     mode: str = "excise"
     n: int = 13
@@ -57,6 +58,7 @@ class PurifyConfig:
     minimum_slice: int = MINIMUM_SLICE
     too_dirty_cutoff: int = TOO_DIRTY_CUTOFF
     janitor_exact: bool = False
+    whole_sizes: tuple[int, ...] = ()
     text_field: str = "text"
 
 
@@ -72,12 +74,14 @@ class Removal:
     bytes_removed: int = 0
 
 
-def _cut(text: str, cfg: PurifyConfig, is_dirty: Callable[[np.ndarray], np.ndarray]
+def _cut(text: str, cfg: PurifyConfig, is_dirty: Callable[[np.ndarray, int], np.ndarray]
          ) -> tuple[list[str], list[tuple[int, int]], str]:
     """(pieces, removed spans, action) of one contaminated doc."""
     if cfg.mode == "drop":
         return [], [(0, len(text))], "dropped"
-    matches = janitor_matches(text, cfg.n, cfg.seed, is_dirty, cfg.janitor_exact)
+    matches = sorted(m for size in (cfg.n, *cfg.whole_sizes)
+                     for m in janitor_matches(text, size, cfg.seed, lambda h, s=size: is_dirty(h, s),
+                                              cfg.janitor_exact))
     if not matches:
         return [text], [], "kept"
     keep = janitor_pieces(text, matches, cfg.window, cfg.minimum_slice, cfg.too_dirty_cutoff)
@@ -106,9 +110,10 @@ def _writer(path: Path, fmt: str) -> Iterator[IO[bytes]]:
 
 
 def purify_input(inp: CorpusInput, dest: Path, rows: dict[int, str], cfg: PurifyConfig,
-                 is_dirty: Callable[[np.ndarray], np.ndarray]) -> list[Removal]:
+                 is_dirty: Callable[[np.ndarray, int], np.ndarray]) -> list[Removal]:
     """Write ``inp`` to ``dest`` without the contamination of the docs at ``rows`` (line or row ->
-    doc ref); returns what was removed from each."""
+    doc ref); returns what was removed from each. ``is_dirty(hashes, size)``: which hashes of that
+    size are the flagged benchmark docs'."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     if not rows:
         with atomic_path(dest) as tmp:
@@ -143,7 +148,7 @@ def purify_input(inp: CorpusInput, dest: Path, rows: dict[int, str], cfg: Purify
 
 
 def _purify_parquet(inp: CorpusInput, dest: Path, rows: dict[int, str], cfg: PurifyConfig,
-                    is_dirty: Callable[[np.ndarray], np.ndarray]) -> list[Removal]:
+                    is_dirty: Callable[[np.ndarray, int], np.ndarray]) -> list[Removal]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
