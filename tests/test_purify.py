@@ -200,3 +200,39 @@ def test_word_bounds_are_janitors_words(corpus):
         starts, ends = _word_bounds(text)
         words = [m.span() for m in re.finditer(r"\S+", text)]
         assert list(zip(starts.tolist(), ends.tolist(), strict=True)) == words
+
+
+def test_kill9_leaves_no_output_and_a_rerun_gives_the_same_bytes(corpus, bench, tmp_path):  # noqa: F811
+    """Killed while it writes (its staging folder exists): no output folder; a rerun writes the bytes
+    of an uninterrupted run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tcqa_data.outputs import STAGING_PREFIX
+
+    big = tmp_path / "big" / "corpus.jsonl"  # 20 copies: writing takes long enough to be caught
+    big.parent.mkdir()
+    big.write_bytes(corpus[0].read_bytes() * 20)
+
+    def command(out: Path) -> list[str]:
+        cmd = [sys.executable, "-m", "tcqa_data", "purify", str(big), "--tasks", ",".join(TASKS),
+               "--out", str(out), "-q"]
+        return cmd + [f"--data-files={t}:{s}={p}" for t, files in bench.items() for s, p in files.items()]
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    subprocess.run(command(tmp_path / "ref"), env=env, check=True)
+    out = tmp_path / "out"
+    proc = subprocess.Popen(command(out), env=env)
+    while proc.poll() is None and not any(p.name.startswith(STAGING_PREFIX) for p in tmp_path.iterdir()):
+        time.sleep(0.002)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL
+    assert not out.exists()
+    subprocess.run(command(out), env=env, check=True)
+    names = sorted(p.name for p in (tmp_path / "ref").iterdir())
+    assert names == sorted(p.name for p in out.iterdir())
+    for name in names:
+        assert (out / name).read_bytes() == (tmp_path / "ref" / name).read_bytes(), name
