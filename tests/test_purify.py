@@ -236,3 +236,21 @@ def test_kill9_leaves_no_output_and_a_rerun_gives_the_same_bytes(corpus, bench, 
     assert names == sorted(p.name for p in out.iterdir())
     for name in names:
         assert (out / name).read_bytes() == (tmp_path / "ref" / name).read_bytes(), name
+
+
+def test_cli_stream_decontaminate_and_purify(corpus, bench, tmp_path, monkeypatch, capsys):  # noqa: F811
+    from test_cli_ux import run
+
+    files = [f"--data-files={t}:{s}={p}" for t, fs in bench.items() for s, p in fs.items()]
+    args = ["decontaminate", "--corpus", corpus[0], "--tasks", ",".join(TASKS), *files,
+            "--out", tmp_path / "prep", "--workers", "2", "--short-min-words", "0"]
+    code, out, err = run(args, monkeypatch, capsys)
+    assert code == 0 and "mc_taco/test:" in out and not err
+    manifest = json.loads((tmp_path / "prep" / "prep_manifest.json").read_text())
+    assert manifest["index"]["mode"] == "stream" and manifest["index"]["inputs"][0]["path"] == corpus[0].name
+    code, out, err = run(["purify", corpus[0], "--tasks", ",".join(TASKS), *files, "--mode", "drop",
+                          "--out", tmp_path / "clean"], monkeypatch, capsys)
+    assert code == 0 and "dropped" in out and (tmp_path / "clean" / corpus[0].name).is_file()
+    code, out, err = run(["purify", corpus[0], "--tasks", ",".join(TASKS), *files, "--out", corpus[0].parent],
+                         monkeypatch, capsys)
+    assert code == 2 and err.startswith("Error: --out") and len(err.strip().splitlines()) == 1
