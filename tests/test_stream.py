@@ -100,9 +100,12 @@ def _tables(out: Path) -> dict[str, dict]:
 # The columns that may differ between modes (docs/ARCHITECTURE.md, contamination.parquet): doc
 # frequencies are exact in a stream and lossy in an index (two corpus n-grams sharing an index key
 # are one entry). On this corpus no two keys collide, so they are compared too.
-@pytest.mark.parametrize("rule", ["any-ngram", "aligned>=0.5|longest>=20"])
-def test_stream_flags_splits_and_evidence_equal_index_mode(corpus, bench, index, tmp_path, rule):
-    args = dict(data_files=bench, rule=rule, quiet=True)
+@pytest.mark.parametrize(("rule", "max_corpus_freq"),
+                         [("any-ngram", None), ("aligned>=0.5|longest>=20", None),
+                          ("ngram-fraction>=0.2", 1)])
+def test_stream_flags_splits_and_evidence_equal_index_mode(corpus, bench, index, tmp_path, rule,
+                                                           max_corpus_freq):
+    args = dict(data_files=bench, rule=rule, max_corpus_freq=max_corpus_freq, quiet=True)
     decontaminate(index, ["mc_taco", "squad_completion"], tmp_path / "idx", **args)
     # short items matched whole (stream mode's default) are tested apart: index mode cannot
     decontaminate(None, ["mc_taco", "squad_completion"], tmp_path / "stream", corpus=[str(corpus[0])],
@@ -111,6 +114,8 @@ def test_stream_flags_splits_and_evidence_equal_index_mode(corpus, bench, index,
     assert list(a) == list(b)
     for name in a:
         assert a[name] == b[name], name
+    if max_corpus_freq is not None:  # (n-grams in 2+ docs ignored: the injected copies may not flag)
+        return
     cont = {t: pq.read_table(tmp_path / "stream" / t / s / "contamination.parquet").to_pandas()
             for t, s in (("mc_taco", "test"), ("squad_completion", "validation"))}
     # the injected items are found, the re-wrapped ones too (newlines are whitespace)
