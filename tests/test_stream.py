@@ -213,3 +213,33 @@ def test_bad_corpus_lines_name_file_and_line_or_are_counted(corpus, bench, tmp_p
     manifest = json.loads((tmp_path / "o" / "prep_manifest.json").read_text())
     assert manifest["index"]["counts"]["docs"] == 38 and manifest["index"]["mode"] == "stream"
     assert sum(manifest["index"]["skipped"]["counts"].values()) == 2
+
+
+def test_ray_gives_the_bytes_of_one_local_pass(corpus, bench, tmp_path):
+    """Shards as Ray tasks (a local instance of 2 CPUs): the PREP_DIR of one local pass."""
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
+        pytest.skip("ray is not installed (pip install 'tcqa-data[ray]')")
+    import os
+
+    import ray
+
+    here = Path(__file__).resolve().parent
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING",
+             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([str(here), str(here.parent)])}})
+    try:
+        args = dict(data_files={"squad_completion": bench["squad_completion"]}, quiet=True,
+                    corpus=[str(corpus[0])])
+        decontaminate(None, ["squad_completion"], tmp_path / "local", **args)
+        decontaminate(None, ["squad_completion"], tmp_path / "ray", engine="ray", **args)
+    finally:
+        ray.shutdown()
+    def files(root: Path) -> list[Path]:
+        return sorted(p.relative_to(root) for p in root.rglob("*") if p.is_file())
+
+    local = files(tmp_path / "local")
+    assert local == files(tmp_path / "ray")
+    for f in local:
+        assert (tmp_path / "local" / f).read_bytes() == (tmp_path / "ray" / f).read_bytes(), f
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tcqa-stream-")]

@@ -54,6 +54,9 @@ def decontaminate_cmd(
         help="Docs of TASK with equal FIELD values form one question group, kept whole in clean and dirty: "
              "TASK:FIELD[,FIELD...]; repeatable (default: each doc is its own group)."),
     workers: int = typer.Option(1, "--workers", help="With --corpus: local processes reading its shards."),
+    engine: str = typer.Option("local", "--engine", help="local: --workers processes here; ray: Ray tasks."),
+    ray_address: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--ray-address", help="With --engine ray: auto, HOST:PORT or ray://HOST:PORT (default local)."),
     short_min_words: int = typer.Option(
         8, "--short-min-words",
         help="With --corpus: a query of this many words up to n-1 is matched whole (0: as an index)."),
@@ -72,6 +75,7 @@ def decontaminate_cmd(
         normalization=normalization, lm_eval_include=[str(p) for p in lm_eval_include or []],
         group_by=parse_group_by(group_by or []), quiet=quiet,
         corpus=corpus or None, text_field=text_field, id_field=id_field, on_error=on_error, workers=workers,
+        engine=engine, ray_address=ray_address,
         short_min_words=short_min_words or None,
     )
     for note in summary.get("warnings", []):  # shown even with --quiet; also at the top of every report

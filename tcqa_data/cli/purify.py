@@ -37,6 +37,9 @@ def purify_cmd(
         None, "--id-field", help="Field used as doc ref (default: file:line)."),
     on_error: str = typer.Option("raise", "--on-error", help="raise: stop at a bad record; skip: count it."),
     workers: int = typer.Option(1, "--workers", help="Local processes reading the corpus shards."),
+    engine: str = typer.Option("local", "--engine", help="local: --workers processes here; ray: Ray tasks."),
+    ray_address: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--ray-address", help="With --engine ray: auto, HOST:PORT or ray://HOST:PORT (default local)."),
     short_min_words: int = typer.Option(
         8, "--short-min-words", help="Items of this many words up to n-1 are matched whole (0: off)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or summary."),
@@ -52,6 +55,7 @@ def purify_cmd(
                     too_dirty_cutoff=too_dirty_cutoff, janitor_exact=janitor_exact,
                     text_field=text_field, id_field=id_field,
                     on_error=on_error, workers=workers,
+                    engine=engine, ray_address=ray_address,
                     short_min_words=short_min_words or None, quiet=quiet)
     if not quiet:
         t = report["totals"]

@@ -176,6 +176,8 @@ def decontaminate(
     on_error: str = "raise",
     workers: int = 1,
     short_min_words: int | None = 8,
+    engine: str = "local",
+    ray_address: str | None = None,
 ) -> dict[str, Any]:
     """Score every doc of ``tasks`` against the index, write PREP_DIR, return the summary.
 
@@ -192,7 +194,8 @@ def decontaminate(
     Stream mode: ``corpus`` (``index-corpus`` input specs, with ``text_field``, ``id_field`` and
     ``on_error`` as there) in place of ``index_dir``: every task's queries go into one table and
     the corpus is read once against it (``decontam/stream``), its shards on ``workers`` local
-    processes; the PREP_DIR is the index mode's. There a query of ``short_min_words`` words up to
+    processes (``engine="ray"``: Ray tasks, ``ray_address`` as ``index-corpus`` takes it); the
+    PREP_DIR is the index mode's. There a query of ``short_min_words`` words up to
     n - 1 (shorter than n: no n-gram) is matched whole, as one word sequence (NeMo Curator's
     minimum, 8); None or 0 keeps index mode's "untestable".
     """
@@ -365,7 +368,8 @@ def decontaminate(
                      {"lm_eval_task": lt.task, "requested_as": lt.requested_as, "query": lt.query_description,
                       "group_by": list(lt.group_by)}))
     if stream:  # every task's queries in one table, the corpus read once against it
-        _stream_pass(idx, jobs, choose_n, quiet, workers, short_min_words)
+        _stream_pass(idx, jobs, choose_n, quiet, short_min_words,
+                     {"workers": workers, "engine": engine, "ray_address": ray_address, "out": out})
     fix_ref = portable_ref(index_dir, idx.manifest)
     index_summary = _index_summary(idx, index_dir)
     for job in jobs:
@@ -382,21 +386,23 @@ def decontaminate(
 
 
 def _stream_pass(evidence: Any, jobs: Sequence[tuple[Any, list[tuple[Any, list[str], str]], Any]],
-                 choose_n: Callable[[str, Iterable[str]], tuple[int, str]], quiet: bool, workers: int,
-                 short_min_words: int | None) -> None:
+                 choose_n: Callable[[str, Iterable[str]], tuple[int, str]], quiet: bool,
+                 short_min_words: int | None, run: dict[str, Any]) -> None:
     """Fill a ``StreamEvidence`` with every query of ``jobs`` at each task's n (``fill_stream``)."""
     groups = []
     for task, parts, _ in jobs:
         queries = [q for _, qs, _ in parts for q in qs]
         groups.append((choose_n(task.task, queries)[0], queries))
-    fill_stream(evidence, groups, quiet=quiet, workers=workers, short_min_words=short_min_words)
+    fill_stream(evidence, groups, quiet=quiet, short_min_words=short_min_words, **run)
 
 
-def fill_stream(evidence: Any, groups: Sequence[tuple[int, Sequence[str]]], *, quiet: bool, workers: int,
-                short_min_words: int | None) -> list[str]:
+def fill_stream(evidence: Any, groups: Sequence[tuple[int, Sequence[str]]], *, quiet: bool,
+                short_min_words: int | None, workers: int = 1, engine: str = "local",
+                ray_address: str | None = None, out: str | os.PathLike | None = None) -> list[str]:
     """One corpus pass of a ``StreamEvidence`` against each group's queries at its n, those of
     ``short_min_words`` up to n - 1 words whole; returns the table's queries (distinct, sorted: a
-    query's number in the table is its place here)."""
+    query's number in the table is its place here). ``workers``, ``engine``, ``ray_address``: where
+    the shards run (``engines.make_engine``); on Ray their files go beside ``out``."""
     from tcqa_data.decontam.core.normalize import tokenize
 
     queries = sorted({q for _, qs in groups for q in qs})
@@ -407,9 +413,19 @@ def fill_stream(evidence: Any, groups: Sequence[tuple[int, Sequence[str]]], *, q
             m = len(tokenize(q, evidence.normalization))
             if short_min_words <= m < n:
                 whole.setdefault(m, set()).add(number[q])
-    with progress_bar(quiet, bytes_mode=True) as prog:
+    from contextlib import nullcontext
+
+    from tcqa_data.engines import make_engine
+
+    eng = make_engine(engine, workers, ray_address) if engine != "local" else None
+    work_dir = None
+    if eng is not None and out is not None:
+        work_dir = Path(out).resolve().parent
+        work_dir.mkdir(parents=True, exist_ok=True)
+    with eng if eng is not None else nullcontext(), progress_bar(quiet, bytes_mode=True) as prog:
         bar = prog.add_task("stream corpus", total=sum(i.size for i in evidence.inputs), rate="")
-        evidence.fill(queries, sorted({n for n, _ in groups}), workers=workers,
+        evidence.fill(queries, sorted({n for n, _ in groups}), workers=workers, engine=eng,
+                      work_dir=None if work_dir is None else str(work_dir),
                       whole={m: sorted(v) for m, v in whole.items()},
                       progress=lambda nbytes, ndocs: prog.update(bar, advance=nbytes))
     return queries

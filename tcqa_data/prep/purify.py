@@ -82,7 +82,8 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
            rule: str = DEFAULT_RULE, ngram: int = 13, mode: str = "excise", window: int = 200,
            minimum_slice: int = 200, too_dirty_cutoff: int = 10, janitor_exact: bool = False,
            text_field: str = "text", id_field: str | None = None, on_error: str = "raise", workers: int = 1,
-           short_min_words: int | None = 8, quiet: bool = False) -> dict[str, Any]:
+           short_min_words: int | None = 8, engine: str = "local", ray_address: str | None = None,
+           quiet: bool = False) -> dict[str, Any]:
     """Write ``corpus`` minus its contamination by ``tasks`` to ``out_dir`` (module doc); returns the
     report. ``short_min_words``: benchmark items of that many words up to ``ngram - 1`` are
     matched whole (their word sequence cut as an n-gram's is); off with ``janitor_exact``."""
@@ -104,7 +105,8 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
     # Janitor registers n-grams only: --janitor-exact matches no short item whole
     short = None if janitor_exact else short_min_words
     queries = fill_stream(evidence, [(ngram, [d.query for _, _, docs in benchmarks for d in docs])],
-                          quiet=quiet, workers=workers, short_min_words=short)
+                          quiet=quiet, short_min_words=short, workers=workers, engine=engine,
+                          ray_address=ray_address, out=out_dir)
     # the benchmark docs the rule flags, and the queries they hold
     number = {q: i for i, q in enumerate(queries)}
     flagged: dict[int, list[tuple[str, str, int]]] = defaultdict(list)

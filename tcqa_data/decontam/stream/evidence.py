@@ -59,17 +59,20 @@ class StreamEvidence:
 
     def fill(self, queries: Sequence[str], ngram_sizes: Sequence[int], progress: Any = None, *,
              whole: Mapping[int, Sequence[int]] | None = None, workers: int = 1,
-             shard_bytes: int = SHARD_BYTES) -> StreamEvidence:
+             shard_bytes: int = SHARD_BYTES, engine: Any = None, work_dir: str | None = None
+             ) -> StreamEvidence:
         """Stream the corpus against ``queries`` at every n of ``ngram_sizes`` (once), on ``workers``
-        local processes (the same result for any number). ``whole``: size m -> the queries of m
-        words matched whole (``BenchmarkTable``); ``ngram_hits`` answers at those sizes too, but
-        ``ngram_sizes`` (the sizes alignment candidates come from) stays as asked."""
+        local processes or on ``engine`` (``scan_corpus``; the same result for any). ``whole``: size
+        m -> the queries of m words matched whole (``BenchmarkTable``); ``ngram_hits`` answers at
+        those sizes too, but ``ngram_sizes`` (the sizes alignment candidates come from) stays as
+        asked."""
         import dataclasses
 
         self.cfg = dataclasses.replace(self.cfg, ngram_sizes=tuple(sorted(set(ngram_sizes))))
         self.ngram_sizes = sorted(self.cfg.ngram_sizes)
         table = BenchmarkTable(queries, self.cfg, whole)
-        self._hits = scan_corpus(table, self.inputs, progress, workers=workers, shard_bytes=shard_bytes)
+        self._hits = scan_corpus(table, self.inputs, progress, workers=workers, shard_bytes=shard_bytes,
+                                 engine=engine, work_dir=work_dir)
         return self
 
     @property

@@ -255,23 +255,30 @@ class _Merge:
 
 def scan_corpus(table: BenchmarkTable, inputs: Sequence[CorpusInput],
                 progress: Callable[[int, int], None] | None = None, *, workers: int = 1,
-                shard_bytes: int = SHARD_BYTES) -> StreamHits:
+                shard_bytes: int = SHARD_BYTES, engine: Any = None, work_dir: str | None = None
+                ) -> StreamHits:
     """Stream ``inputs`` against ``table`` (see the module doc); ``progress(chars, docs)`` per shard.
-    ``workers`` > 1: the shards as tasks on a local engine; the same result."""
+    ``workers`` > 1: the shards as tasks on a local engine; ``engine``: on that engine (e.g. a
+    ``RayEngine``), their files in a temporary folder in ``work_dir`` (a folder every node sees;
+    default: the system's temporary folder). The same result either way."""
     shards = [(k, s) for k, inp in enumerate(inputs) for s in split_input(inp, shard_bytes)]
     merge = _Merge(table, list(inputs))
-    if workers <= 1:
+    if workers <= 1 and engine is None:
         for k, shard in shards:
             part = scan_shard(table, shard)
             merge.add(part, k)
             if progress is not None:
                 progress(part.chars, part.num_docs)
         return merge.finish()
+    from contextlib import nullcontext
+
     from tcqa_data.engines import LocalEngine, run_tasks
     from tcqa_data.io_utils import write_npy_atomic
 
-    with tempfile.TemporaryDirectory(prefix="tcqa-stream-") as work, LocalEngine(workers) as engine:
+    owned = LocalEngine(workers) if engine is None else nullcontext(engine)
+    with tempfile.TemporaryDirectory(prefix=".tcqa-stream-", dir=work_dir) as work, owned as eng:
         folder = Path(work)
+        eng.check_shared_paths(work, [s.input.path for _, s in shards])
         for n in table.cfg.ngram_sizes:
             write_npy_atomic(folder / f"keys.{n}.npy", table.keys[n])
         write_npy_atomic(folder / "keys.anchors.npy", table.anchor_keys)
@@ -283,7 +290,7 @@ def scan_corpus(table: BenchmarkTable, inputs: Sequence[CorpusInput],
             if progress is not None:
                 progress(meta["chars"], meta["num_docs"])
 
-        metas = run_tasks(scan_shard_task, calls, desc="stream", engine=engine, on_done=done,
+        metas = run_tasks(scan_shard_task, calls, desc="stream", engine=eng, on_done=done,
                           shared={"work": work, "cfg": _cfg_dict(table.cfg)})
         for i, ((k, _), meta) in enumerate(zip(shards, metas, strict=True)):
             merge.add(ShardHits.load(folder / f"shard{i:05d}", meta), k)
