@@ -243,3 +243,25 @@ def test_ray_gives_the_bytes_of_one_local_pass(corpus, bench, tmp_path):
     for f in local:
         assert (tmp_path / "local" / f).read_bytes() == (tmp_path / "ray" / f).read_bytes(), f
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tcqa-stream-")]
+
+
+def test_a_hugging_face_dataset_streams_as_a_file_does(corpus, bench, tmp_path, monkeypatch):
+    """--hf-dataset (a local folder here: no network in tests): the same flags as the same lines
+    read as a file; refs are the dataset's ("<name>:<split>:<row>")."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    folder = tmp_path / "hfds"
+    folder.mkdir()
+    (folder / "train.jsonl").write_bytes(corpus[0].read_bytes())
+    args = dict(data_files={"squad_completion": bench["squad_completion"]}, quiet=True,
+                rule="aligned>=0.5|any-ngram")
+    decontaminate(None, ["squad_completion"], tmp_path / "file", corpus=[str(folder / "train.jsonl")], **args)
+    decontaminate(None, ["squad_completion"], tmp_path / "hf", hf_dataset=str(folder), **args)
+    a, b = (pq.read_table(tmp_path / m / "squad_completion" / "validation" / "contamination.parquet")
+            .to_pandas() for m in ("file", "hf"))
+    assert a["dirty"].sum() > 0 and (a["dirty"] == b["dirty"]).all()
+    assert (a["aligned_share"] == b["aligned_share"]).all()
+    refs = [r for refs in b["matched_doc_refs"] for r in refs]
+    assert refs and all(r.startswith(f"{folder}:train:") for r in refs)
+    rows = [r.rsplit(":", 1)[1] for refs in a["matched_doc_refs"] for r in refs]
+    assert rows == [r.rsplit(":", 1)[1] for r in refs]

@@ -19,6 +19,10 @@ def decontaminate_cmd(
         None, "--corpus",
         help="Stream mode, no index: corpus files, globs or folders (as index-corpus takes them), read "
              "once against all tasks' n-grams; repeatable."),
+    hf_dataset: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--hf-dataset", help="Stream mode: this Hugging Face dataset too (or alone: no --corpus)."),
+    hf_config: Optional[str] = typer.Option(None, "--hf-config", help="Its config name."),  # noqa: UP045
+    hf_split: str = typer.Option("train", "--hf-split", help="Its split."),
     text_field: str = typer.Option("text", "--text-field", help="With --corpus: the document text field."),
     id_field: Optional[str] = typer.Option(  # noqa: UP045
         None, "--id-field", help="With --corpus: field used as doc ref (default: file:line)."),
@@ -75,7 +79,7 @@ def decontaminate_cmd(
         normalization=normalization, lm_eval_include=[str(p) for p in lm_eval_include or []],
         group_by=parse_group_by(group_by or []), quiet=quiet,
         corpus=corpus or None, text_field=text_field, id_field=id_field, on_error=on_error, workers=workers,
-        engine=engine, ray_address=ray_address,
+        engine=engine, ray_address=ray_address, hf_dataset=hf_dataset, hf_config=hf_config, hf_split=hf_split,
         short_min_words=short_min_words or None,
     )
     for note in summary.get("warnings", []):  # shown even with --quiet; also at the top of every report

@@ -178,6 +178,9 @@ def decontaminate(
     short_min_words: int | None = 8,
     engine: str = "local",
     ray_address: str | None = None,
+    hf_dataset: str | None = None,
+    hf_config: str | None = None,
+    hf_split: str = "train",
 ) -> dict[str, Any]:
     """Score every doc of ``tasks`` against the index, write PREP_DIR, return the summary.
 
@@ -195,9 +198,10 @@ def decontaminate(
     ``on_error`` as there) in place of ``index_dir``: every task's queries go into one table and
     the corpus is read once against it (``decontam/stream``), its shards on ``workers`` local
     processes (``engine="ray"``: Ray tasks, ``ray_address`` as ``index-corpus`` takes it); the
-    PREP_DIR is the index mode's. There a query of ``short_min_words`` words up to
-    n - 1 (shorter than n: no n-gram) is matched whole, as one word sequence (NeMo Curator's
-    minimum, 8); None or 0 keeps index mode's "untestable".
+    PREP_DIR is the index mode's. ``hf_dataset`` (``hf_config``, ``hf_split``): a Hugging Face
+    dataset streamed as one more corpus input (``index-corpus --hf-dataset``). There a query of
+    ``short_min_words`` words up to n - 1 (shorter than n: no n-gram) is matched whole, as one
+    word sequence (NeMo Curator's minimum, 8); None or 0 keeps index mode's "untestable".
     """
     if isinstance(tasks, str):
         tasks = [t.strip() for t in tasks.split(",") if t.strip()]
@@ -214,7 +218,7 @@ def decontaminate(
             fixed_n = int(ngram)
         except ValueError as exc:
             raise ConfigError(f"--ngram must be an integer or 'auto', not {ngram!r}") from exc
-    stream = corpus is not None
+    stream = corpus is not None or hf_dataset is not None
     if stream == (index_dir is not None):
         raise ConfigError("give either an index folder (INDEX_DIR) or a corpus (--corpus), "
                           "not both or neither")
@@ -227,7 +231,8 @@ def decontaminate(
             raise ConfigError(f"rule {str(parsed_rule)!r}: {MINHASH_REFUSAL}")
         idx = StreamEvidence.open(list(corpus or []), StreamConfig(
             normalization=normalization or "janitor", anchors=parsed_rule.uses_alignment,
-            text_field=text_field, id_field=id_field, on_error=on_error))
+            text_field=text_field, id_field=id_field, on_error=on_error, hf_dataset=hf_dataset,
+            hf_config=hf_config, hf_split=hf_split))
         index_dir = "stream"
     else:
         idx = IndexEvidence.open(index_dir)

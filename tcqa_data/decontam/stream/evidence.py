@@ -22,8 +22,9 @@ import numpy as np
 
 from tcqa_data.decontam.detect.evidence import NgramHits
 from tcqa_data.decontam.readers import CorpusInput
-from tcqa_data.decontam.stream.scan import SHARD_BYTES, StreamHits, read_texts, scan_corpus
+from tcqa_data.decontam.stream.scan import SHARD_BYTES, StreamHits, hf_input, read_texts, scan_corpus
 from tcqa_data.decontam.stream.table import BenchmarkTable, StreamConfig
+from tcqa_data.errors import ConfigError
 
 MINHASH_REFUSAL = ("stream mode (--corpus) gives n-gram and aligned evidence only: a minhash>= term "
                    "needs every corpus window signed and banded, which an index build does; build one "
@@ -55,7 +56,12 @@ class StreamEvidence:
         from tcqa_data.decontam.readers import resolve_inputs
 
         check_scheme(cfg.normalization)
-        return cls(resolve_inputs(list(specs)), cfg)
+        inputs = resolve_inputs(list(specs)) if specs else []
+        if cfg.hf_dataset:
+            inputs.append(hf_input(cfg))
+        if not inputs:
+            raise ConfigError("give corpus files, globs or folders (--corpus), or --hf-dataset")
+        return cls(inputs, cfg)
 
     def fill(self, queries: Sequence[str], ngram_sizes: Sequence[int], progress: Any = None, *,
              whole: Mapping[int, Sequence[int]] | None = None, workers: int = 1,

@@ -21,7 +21,7 @@ table's keys and each shard's hits passed as ``.npy`` files) give the same resul
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -177,7 +177,9 @@ def scan_shard(table: BenchmarkTable, shard: InputShard) -> ShardHits:
     scan = _ShardScan(table)
     stats = scan.out.skipped
     inp = shard.input
-    if normalized_batches_supported(inp.format, cfg.text_field, cfg.id_field, cfg.normalization):
+    if inp.format == "hf":
+        docs = _hf_documents(cfg, stats)
+    elif normalized_batches_supported(inp.format, cfg.text_field, cfg.id_field, cfg.normalization):
         for b in iter_normalized_batches(shard, cfg.text_field, cfg.on_error, stats, BATCH_CHARS):
 
             def name(local: np.ndarray, rows: np.ndarray = b.rows) -> list[tuple[str, int]]:
@@ -186,8 +188,9 @@ def scan_shard(table: BenchmarkTable, shard: InputShard) -> ShardHits:
             scan.add(hash_normalized(b.data, b.doc_start, ns, cfg.seed), len(b.rows), name)
             scan.out.chars += b.chars
         return scan.finish()
-    for batch in batch_documents(iter_documents(shard, cfg.text_field, cfg.id_field, cfg.on_error, stats),
-                                 BATCH_CHARS):
+    else:
+        docs = iter_documents(shard, cfg.text_field, cfg.id_field, cfg.on_error, stats)
+    for batch in batch_documents(docs, BATCH_CHARS):
 
         def name_docs(local: np.ndarray, batch: list = batch) -> list[tuple[str, int]]:
             return [(batch[i].ref, batch[i].row) for i in local.tolist()]
@@ -278,7 +281,7 @@ def scan_corpus(table: BenchmarkTable, inputs: Sequence[CorpusInput],
     owned = LocalEngine(workers) if engine is None else nullcontext(engine)
     with tempfile.TemporaryDirectory(prefix=".tcqa-stream-", dir=work_dir) as work, owned as eng:
         folder = Path(work)
-        eng.check_shared_paths(work, [s.input.path for _, s in shards])
+        eng.check_shared_paths(work, [s.input.path for _, s in shards if s.input.format != "hf"])
         for n in table.cfg.ngram_sizes:
             write_npy_atomic(folder / f"keys.{n}.npy", table.keys[n])
         write_npy_atomic(folder / "keys.anchors.npy", table.anchor_keys)
@@ -318,6 +321,20 @@ def scan_shard_task(work: str, cfg: dict[str, Any], index: int, path: str, forma
     return part.save(folder / f"shard{index:05d}")
 
 
+def hf_input(cfg: StreamConfig) -> CorpusInput:
+    """The input a Hugging Face dataset of ``cfg`` is read as (as ``index-corpus`` names it)."""
+    name = f"hf://{cfg.hf_dataset}" + (f"/{cfg.hf_config}" if cfg.hf_config else "")
+    return CorpusInput(f"{name}:{cfg.hf_split}", "hf", 0)
+
+
+def _hf_documents(cfg: StreamConfig, stats: SkipStats | None) -> Iterator[Any]:
+    from tcqa_data.decontam.readers import iter_hf_documents
+
+    assert cfg.hf_dataset is not None
+    return iter_hf_documents(cfg.hf_dataset, cfg.hf_config, cfg.hf_split, cfg.text_field, cfg.id_field,
+                             on_error=cfg.on_error, stats=stats)
+
+
 def read_texts(hits: StreamHits, ordinals: Sequence[int]) -> dict[int, str]:
     """The texts of matched corpus docs, read again from their inputs (one read per input holding
     any): a stream keeps no text, so aligned evidence costs a second read of those inputs only."""
@@ -329,7 +346,10 @@ def read_texts(hits: StreamHits, ordinals: Sequence[int]) -> dict[int, str]:
     out: dict[int, str] = {}
     for number, rows in sorted(want.items()):
         left = len(rows)
-        for doc in iter_documents(hits.inputs[number], cfg.text_field, cfg.id_field, cfg.on_error):
+        inp = hits.inputs[number]
+        docs = (_hf_documents(cfg, None) if inp.format == "hf"
+                else iter_documents(inp, cfg.text_field, cfg.id_field, cfg.on_error))
+        for doc in docs:
             o = rows.get(doc.row)
             if o is not None:
                 out[o] = doc.text

@@ -39,7 +39,7 @@ class StreamConfig:
     (``janitor``, 0); ``provenance``: corpus docs remembered per query n-gram (the first ones, as
     the index's ``provenance_docs``); ``anchors``: also match the alignment anchors (``aligned*``
     terms); ``keep_pairs``: keep every (n-gram, corpus doc) hit (``purify`` needs them: which
-    queries each corpus doc matched); the reader options are ``index-corpus``'s."""
+    queries each corpus doc matched); the reader options (``hf_*`` too) are ``index-corpus``'s."""
 
     ngram_sizes: tuple[int, ...] = (13,)
     normalization: str = "janitor"
@@ -50,6 +50,11 @@ class StreamConfig:
     text_field: str = "text"
     id_field: str | None = None
     on_error: str = "raise"
+    # a Hugging Face dataset streamed as one more input (``index-corpus --hf-dataset``): its input
+    # has format "hf" and path "hf://<name>[/<config>]:<split>"
+    hf_dataset: str | None = None
+    hf_config: str | None = None
+    hf_split: str = "train"
 
 
 class BenchmarkTable:
