@@ -220,7 +220,7 @@ def decontaminate(
             raise ConfigError(f"--ngram must be an integer or 'auto', not {ngram!r}") from exc
     stream = corpus is not None or hf_dataset is not None
     if stream == (index_dir is not None):
-        raise ConfigError("give either an index folder (INDEX_DIR) or a corpus (--corpus), "
+        raise ConfigError("give either an index folder (INDEX_DIR) or a corpus (--corpus, --hf-dataset), "
                           "not both or neither")
     idx: Any  # the evidence, opened once: every split reads it
     if stream:
@@ -375,6 +375,9 @@ def decontaminate(
     if stream:  # every task's queries in one table, the corpus read once against it
         _stream_pass(idx, jobs, choose_n, quiet, short_min_words,
                      {"workers": workers, "engine": engine, "ray_address": ray_address, "out": out})
+        if idx.num_docs == 0:  # (config and summary hold this list: every report shows it)
+            warnings.append("the corpus holds 0 documents: nothing was searched, so every doc below "
+                            "is reported clean")
     fix_ref = portable_ref(index_dir, idx.manifest)
     index_summary = _index_summary(idx, index_dir)
     for job in jobs:
@@ -408,7 +411,10 @@ def fill_stream(evidence: Any, groups: Sequence[tuple[int, Sequence[str]]], *, q
     ``short_min_words`` up to n - 1 words whole; returns the table's queries (distinct, sorted: a
     query's number in the table is its place here). ``workers``, ``engine``, ``ray_address``: where
     the shards run (``engines.make_engine``); on Ray their files go beside ``out``."""
+    from contextlib import nullcontext
+
     from tcqa_data.decontam.core.normalize import tokenize
+    from tcqa_data.engines import make_engine
 
     queries = sorted({q for _, qs in groups for q in qs})
     number = {q: i for i, q in enumerate(queries)}
@@ -418,10 +424,6 @@ def fill_stream(evidence: Any, groups: Sequence[tuple[int, Sequence[str]]], *, q
             m = len(tokenize(q, evidence.normalization))
             if short_min_words <= m < n:
                 whole.setdefault(m, set()).add(number[q])
-    from contextlib import nullcontext
-
-    from tcqa_data.engines import make_engine
-
     eng = make_engine(engine, workers, ray_address) if engine != "local" else None
     work_dir = None
     if eng is not None and out is not None:
