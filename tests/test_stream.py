@@ -265,3 +265,14 @@ def test_a_hugging_face_dataset_streams_as_a_file_does(corpus, bench, tmp_path, 
     assert refs and all(r.startswith(f"{folder}:train:") for r in refs)
     rows = [r.rsplit(":", 1)[1] for refs in a["matched_doc_refs"] for r in refs]
     assert rows == [r.rsplit(":", 1)[1] for r in refs]
+
+
+def test_an_empty_corpus_warns_in_every_report(bench, tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text('{"text": ""}\n\n', encoding="utf-8")
+    summary = decontaminate(None, ["mc_taco"], tmp_path / "o", corpus=[str(empty)], quiet=True,
+                            data_files={"mc_taco": bench["mc_taco"]})
+    assert any("0 documents" in w for w in summary["warnings"])
+    report = json.loads((tmp_path / "o" / "mc_taco" / "test" / "report.json").read_text())
+    assert any("0 documents" in w for w in report["warnings"])
+    assert "0 documents" in (tmp_path / "o" / "mc_taco" / "test" / "report.md").read_text()
