@@ -47,7 +47,7 @@ def prepare(work: Path) -> Path:
 
 def synthetic_outputs(prep: Path):
     from tcqa_data.analysis.sources import ScoredSplit
-    from tcqa_data.eval.runner import load_task
+    from tcqa_data.prep.prepared import load_task
 
     data = load_task(prep, "mc_taco", "test")
     rng = np.random.default_rng(0)
@@ -95,7 +95,7 @@ def main() -> None:
     # baseline: evaluate's summarize once per threshold and metric (no shared resampling)
     from tcqa_data.analysis.sweep import make_units, unit_flags
     from tcqa_data.eval import metrics as M
-    from tcqa_data.eval.runner import task_metric_names
+    from tcqa_data.eval.tables import task_metric_names
 
     gids = np.asarray([d["group_id"] for d in scored.data.docs])
     u = make_units(gids)

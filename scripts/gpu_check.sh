@@ -31,7 +31,7 @@ build_prep_dir(Path(sys.argv[1]), Path("../shared/data"), mc_groups=1332, squad_
 EOF
 
 "$PY" -m tcqa_data evaluate "$WORK/prep" --model "$MODEL" --device cuda --dtype bfloat16 \
-  --batch-size auto --output "$WORK/eval" --quiet > "$WORK/stdout.txt"
+  --batch-size auto --out "$WORK/eval" --quiet > "$WORK/stdout.txt"
 
 "$PY" - "$WORK/eval/results.json" <<'EOF'
 import json, sys

@@ -117,19 +117,24 @@ def safe_model_dirname(model_name: str) -> str:
 
 
 # ---- staging and commit ----------------------------------------------------------------------
-def staging_dir(final: str | os.PathLike) -> Path:
-    """A new empty folder beside ``final`` (same parent, so the commit is a rename on one file system).
+def staging_dir(final: str | os.PathLike, within: str | os.PathLike | None = None) -> Path:
+    """A new empty folder for the files of ``final``, in ``within`` (default: beside ``final``).
 
-    Its name starts with :data:`STAGING_PREFIX` and is unique to this process and call.
+    ``within`` must be on the file system of ``final`` (the commit is a rename): an output folder
+    that holds ``final`` a level or more down, so that a staging folder a killed run leaves behind
+    is not listed among ``final``'s siblings. Its name starts with :data:`STAGING_PREFIX` and is
+    unique to this process and call.
     """
     final = Path(final)
+    parent = final.parent if within is None else Path(within)
     if final.exists() and not final.is_dir():
         raise TcqaError(f"{final} exists and is not a folder; move it away or choose another output")
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
+        parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise TcqaError(f"cannot create {final.parent}: {exc.strerror or exc}") from exc
-    stage = final.parent / f"{STAGING_PREFIX}{final.name}-{os.getpid()}-{secrets.token_hex(4)}"
+    stage = parent / f"{STAGING_PREFIX}{final.name}-{os.getpid()}-{secrets.token_hex(4)}"
     stage.mkdir()
     return stage
 
@@ -162,7 +167,7 @@ def commit_dir(stage: str | os.PathLike, final: str | os.PathLike) -> None:
     With no previous folder this is one rename. Otherwise the two are exchanged in one atomic step
     where the kernel can (Linux), and the previous folder, now at the staging name, is removed;
     elsewhere the previous folder is renamed aside first, so a crash between the two renames leaves
-    it whole under a ``.tcqa-retired-`` name beside ``final``.
+    it whole under a ``.tcqa-retired-`` name beside the staging folder.
     """
     stage, final = Path(stage), Path(final)
     if not final.exists() and not final.is_symlink():
@@ -173,22 +178,22 @@ def commit_dir(stage: str | os.PathLike, final: str | os.PathLike) -> None:
     if _exchange(stage, final):
         shutil.rmtree(stage, ignore_errors=True)  # the previous output, now at the staging name
         return
-    retired = final.parent / f"{_RETIRED_PREFIX}{final.name}-{os.getpid()}-{secrets.token_hex(4)}"
+    retired = stage.parent / f"{_RETIRED_PREFIX}{final.name}-{os.getpid()}-{secrets.token_hex(4)}"
     os.rename(final, retired)
     os.rename(stage, final)
     shutil.rmtree(retired, ignore_errors=True)
 
 
 @contextmanager
-def staged(final: str | os.PathLike) -> Iterator[Path]:
-    """Write a folder whole or not at all: yields a fresh staging folder beside ``final``; on a normal
-    exit it replaces ``final`` (:func:`commit_dir`); on any exception (Ctrl-C included) it is removed
-    and ``final`` stays exactly as it was.
+def staged(final: str | os.PathLike, within: str | os.PathLike | None = None) -> Iterator[Path]:
+    """Write a folder whole or not at all: yields a fresh staging folder (:func:`staging_dir`: beside
+    ``final``, or in ``within``); on a normal exit it replaces ``final`` (:func:`commit_dir`); on any
+    exception (Ctrl-C included) it is removed and ``final`` stays exactly as it was.
 
     Files inside are still written with :mod:`tcqa_data.io_utils` (atomic per file), so a reader
     that opens a staging folder never sees a half-written file either.
     """
-    stage = staging_dir(final)
+    stage = staging_dir(final, within)
     try:
         yield stage
     except BaseException:

@@ -2,7 +2,10 @@
 
 When stderr is not a terminal (a log file, a pipe, CI) a bar would print nothing useful, so each
 task writes a line when it starts, then every ``LINE_EVERY_S`` seconds or ``LINE_EVERY_FRACTION``
-of its total, and when it ends: stage, done/total, percent, rate, elapsed time and ETA.
+of its total, and when it ends: stage, done/total, percent, rate, elapsed time and ETA. A step
+without a total (``stage``: loading a model) is such a task too: a start line, its elapsed time
+every ``LINE_EVERY_S`` seconds, and a done line. Every ``[progress]`` line is written by one method,
+``StageProgress._write``.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any, TextIO
 
 from rich.console import Console
 from rich.filesize import decimal
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -118,9 +122,17 @@ class StageProgress(Progress):
                                    visible=visible, **fields)
         if self._lines:
             size = "" if total is None else f" ({self._amount(total)})"
-            progress_line(f"{self._plain(description)}: started{size}", self._stream)
+            self._write(description, f"started{size}")
             self._last_line[task_id] = (time.monotonic(), float(completed))
         return task_id
+
+    def finish(self, task_id: TaskID, status: str) -> None:
+        """The last line of a task without a total: ``<description>: <status>`` (e.g. 'done in 3.2 s')."""
+        task = self._tasks[task_id]
+        self.update(task_id, total=task.completed)  # finished: no heartbeat line after this one
+        if self._lines:
+            with self._line_lock:
+                self._write(task.description, status)
 
     def update(self, task_id: TaskID, **kwargs: Any) -> None:  # type: ignore[override]
         super().update(task_id, **kwargs)
@@ -158,18 +170,27 @@ class StageProgress(Progress):
             self._write_line(task)
 
     def _write_line(self, task: Task) -> None:
-        parts = [f"{self._amount(task.completed)}"]
+        parts = []
         if task.total is not None:
-            parts[0] = f"{self._amount(task.completed, task.total)}"
+            parts.append(f"{self._amount(task.completed, task.total)}")
             parts.append(f"{100.0 * task.completed / task.total:.0f}%" if task.total else "100%")
+        elif task.completed:
+            parts.append(f"{self._amount(task.completed)}")
         rate = task.fields.get("rate") or self._rate(task)
         if rate:
             parts.append(rate)
         parts.append(f"elapsed {_clock(task.elapsed or 0.0)}")
         finished = task.total is not None and task.completed >= task.total
-        parts.append("done" if finished else f"ETA {_clock(eta_seconds(task))}")
-        progress_line(f"{self._plain(task.description)}: " + ", ".join(parts), self._stream)
+        if finished or task.total is not None:  # no ETA without a total (a stage's heartbeat)
+            parts.append("done" if finished else f"ETA {_clock(eta_seconds(task))}")
+        self._write(task.description, ", ".join(parts))
         self._last_line[task.id] = (time.monotonic(), task.completed)
+
+    def _write(self, description: str, status: str) -> None:
+        """One plain progress line, ``[progress] <description>: <status>`` (the only writer of them)."""
+        stream = self._stream or sys.stderr
+        stream.write(f"[progress] {self._plain(description)}: {status}\n")
+        stream.flush()
 
     def _rate(self, task: Task) -> str:
         if not task.elapsed or not task.completed:
@@ -219,19 +240,14 @@ def stage(message: str, quiet: bool = False) -> Iterator[None]:
             yield
         console.print(Text(f"{message}: done in {time.perf_counter() - t0:.1f} s"))
         return
-    lines = progress_lines_enabled(quiet)
-    if lines:
-        progress_line(f"{message}: started")
-    yield
-    if lines:
-        progress_line(f"{message}: done in {time.perf_counter() - t0:.1f} s")
-
-
-def progress_line(text: str, stream: TextIO | None = None) -> None:
-    """One plain progress line, ``[progress] <text>``, on ``stream`` (default: stderr)."""
-    stream = stream or sys.stderr
-    stream.write(f"[progress] {text}\n")
-    stream.flush()
+    if not progress_lines_enabled(quiet):
+        yield
+        return
+    # on a log: a task without a total, so its lines (start, heartbeat, done) come from StageProgress
+    with StageProgress(lines=True, disable=True) as progress:
+        task = progress.add_task(escape(message), total=None)
+        yield
+        progress.finish(task, f"done in {time.perf_counter() - t0:.1f} s")
 
 
 def note(message: str, quiet: bool = False) -> None:

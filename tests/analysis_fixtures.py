@@ -4,6 +4,7 @@ decontaminated against the real wiki sample index (so some groups really are dir
 from __future__ import annotations
 
 import csv
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -24,10 +25,11 @@ def mc_taco_slice(src: Path, dst: Path, n_groups: int) -> Path:
     return dst
 
 
-def squad_slice(src: Path, dst: Path, first: int, count: int) -> Path:
-    """Lines ``first .. first + count - 1`` (0-based) of the SQuAD JSONL."""
+def squad_slice(src: Path, dst: Path, first: int, count: int, only: Sequence[int] | None = None) -> Path:
+    """Lines ``first .. first + count - 1`` (0-based) of the SQuAD JSONL, or the lines ``only``."""
+    keep = set(only) if only is not None else set(range(first, first + count))
     with open(src, encoding="utf-8") as fh:
-        lines = [line for i, line in enumerate(fh) if first <= i < first + count]
+        lines = [line for i, line in enumerate(fh) if i in keep]
     dst.write_text("".join(lines), encoding="utf-8")
     return dst
 
@@ -35,7 +37,7 @@ def squad_slice(src: Path, dst: Path, first: int, count: int) -> Path:
 # dev_3783.tsv: groups 0-4 and 17-21 share sentences with the wiki sample; validation.jsonl from
 # line 3821 on is SQuAD's Apollo_program article, which the wiki sample holds
 def build_prep(wiki_index: Path, shared: Path, out: Path, mc_groups: int = 24, squad_first: int = 3812,
-               squad_docs: int = 16) -> Path:
+               squad_docs: int = 16, squad_lines: Sequence[int] | None = None) -> Path:
     from tcqa_data.prep.pipeline import decontaminate
 
     out.mkdir(parents=True, exist_ok=True)
@@ -44,7 +46,8 @@ def build_prep(wiki_index: Path, shared: Path, out: Path, mc_groups: int = 24, s
     tasks = ["mc_taco"]
     if squad_docs:
         data["squad_completion"] = {"validation": squad_slice(shared / "based_squad" / "validation.jsonl",
-                                                              out / "squad.jsonl", squad_first, squad_docs)}
+                                                              out / "squad.jsonl", squad_first, squad_docs,
+                                                              squad_lines)}
         tasks.append("squad_completion")
     decontaminate(wiki_index, tasks, out / "prep", data_files=data, quiet=True)
     return out / "prep"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -16,10 +17,14 @@ if "NLTK_DATA" not in os.environ and (SHARED_DATA / "nltk_data").is_dir():
 
 
 def shared_file(relative: str) -> Path:
-    """Path to a file under ../shared/data, or skip the test with the reason."""
+    """Path to a file under ../shared/data, or skip the test with the reason; with ``CI=true`` the
+    test fails instead (CI has the data: a run without it must not pass on skips)."""
     path = SHARED_DATA / relative
     if not path.exists():
-        pytest.skip(f"needs ../shared/data/{relative} (real data; present in CI, absent here)")
+        reason = f"needs ../shared/data/{relative} (real data; present in CI, absent here)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{reason}; CI=true, so missing data fails the run ({path})", pytrace=False)
+        pytest.skip(reason)
     return path
 
 
@@ -62,3 +67,22 @@ def tiny_model(tmp_path_factory) -> Path:
     from eval_fixtures import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny_model"))
+
+
+@pytest.fixture(scope="module")
+def small(wiki_sample, mc_taco_dev, tmp_path_factory):
+    """A small real corpus (20 wiki articles + one page quoting 2 MC-TACO sentences), its MinHash
+    index, and the first 200 MC-TACO dev rows (10 sentences)."""
+    from tcqa_data.decontam.build import build_index
+
+    root = tmp_path_factory.mktemp("small")
+    dev_lines = mc_taco_dev.read_text(encoding="utf-8").splitlines()[:200]
+    quoted = " ".join(list(dict.fromkeys(line.split("\t")[0] for line in dev_lines))[:2])
+    wiki = wiki_sample.read_text(encoding="utf-8").splitlines()[:20]
+    corpus = root / "corpus.jsonl"
+    corpus.write_text("\n".join(wiki + [json.dumps({"text": quoted, "title": "quotes"})]) + "\n")
+    data = root / "dev200.tsv"
+    data.write_text("\n".join(dev_lines) + "\n", encoding="utf-8")
+    index = root / "index"
+    build_index([str(corpus)], index, quiet=True, workers=1)
+    return {"corpus": corpus, "index": index, "data": data, "root": root}

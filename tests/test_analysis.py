@@ -21,7 +21,8 @@ from tcqa_data.analysis import analyze
 from tcqa_data.analysis.llama2 import ZnReference
 from tcqa_data.errors import TcqaError
 from tcqa_data.eval import metrics as M
-from tcqa_data.eval.runner import load_task, task_metrics
+from tcqa_data.eval.tables import task_metrics
+from tcqa_data.prep.prepared import load_task
 
 BOOT, SEED = 200, 7
 

@@ -6,61 +6,30 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
-from tcqa_data.cli import main
-
-
-def run(args: list[str], monkeypatch, capsys) -> tuple[int, str, str]:
-    """Run ``tcqa-data ARGS`` in-process through the real entry point (its single error handler)."""
-    monkeypatch.setattr(sys, "argv", ["tcqa-data", *map(str, args)])
-    with pytest.raises(SystemExit) as exc:
-        main()
-    out = capsys.readouterr()
-    code = exc.value.code
-    # progress lines (written when stderr is not a terminal) are not what these tests read
-    err = "".join(line for line in out.err.splitlines(keepends=True) if not line.startswith("[progress]"))
-    return (0 if code is None else int(code)), out.out, err
+from cli_fixtures import run
 
 
 @pytest.fixture
 def no_punkt(monkeypatch, tmp_path):
-    """NLTK finds no Punkt tables (as on a fresh machine without NLTK_DATA)."""
+    """NLTK finds no Punkt tables and the install lacks tcqa-data's own (a broken install)."""
     import nltk
 
+    import tcqa_data.data
     from tcqa_data.decontam.build.preflight import minhash_windows_problem
     from tcqa_data.decontam.minhash import MinHashParams
     from tcqa_data.decontam.minhash import windows as mh_windows
 
     monkeypatch.setattr(nltk.data, "path", [str(tmp_path / "no_nltk_data")])
+    monkeypatch.setattr(tcqa_data.data, "NLTK_DATA", tmp_path / "no_shipped_nltk_data")
     mh_windows._punkt.cache_clear()
     if minhash_windows_problem(MinHashParams()) is None:
         pytest.skip("MinHash windows need no Punkt with the default parameters")
     yield
     mh_windows._punkt.cache_clear()
-
-
-@pytest.fixture(scope="module")
-def small(wiki_sample, mc_taco_dev, tmp_path_factory):
-    """A small real corpus (20 wiki articles + one page quoting 2 MC-TACO sentences), its MinHash
-    index, and the first 200 MC-TACO dev rows (10 sentences)."""
-    from tcqa_data.decontam.build import build_index
-
-    root = tmp_path_factory.mktemp("small")
-    dev_lines = mc_taco_dev.read_text(encoding="utf-8").splitlines()[:200]
-    quoted = " ".join(list(dict.fromkeys(line.split("\t")[0] for line in dev_lines))[:2])
-    wiki = wiki_sample.read_text(encoding="utf-8").splitlines()[:20]
-    corpus = root / "corpus.jsonl"
-    corpus.write_text("\n".join(wiki + [json.dumps({"text": quoted, "title": "quotes"})]) + "\n")
-    data = root / "dev200.tsv"
-    data.write_text("\n".join(dev_lines) + "\n", encoding="utf-8")
-    index = root / "index"
-    build_index([str(corpus)], index, quiet=True, workers=1)
-    return {"corpus": corpus, "index": index, "data": data, "root": root}
 
 
 # ---- top level --------------------------------------------------------------------------------

@@ -61,7 +61,7 @@ def pipeline(tmp_path_factory, wiki_sample, mc_taco_dev, squad_validation):
          "--data-files", f"mc_taco:validation={mc_taco_dev}",
          "--data-files", f"squad_completion:validation={squad_slice}", "--quiet")
     table = _cli("evaluate", root / "prep", "--model", model, "--device", "cpu", "--batch-size", "4",
-                 "--limit-groups", str(EVAL_GROUPS), "--output", root / "eval", "--quiet")
+                 "--limit-groups", str(EVAL_GROUPS), "--out", root / "eval", "--quiet")
     return root, table, sentences, contexts
 
 

@@ -61,6 +61,8 @@ def test_outputs_written(full_run):
     res, out = full_run
     written = json.loads((out / "results.json").read_text())
     assert "_samples" not in written
+    # the eval stage alone: no analysis (tcqa_data.workflow.evaluate adds it)
+    assert "analysis" not in written and not (out / "analysis").exists()
     assert written["tasks"]["squad_completion"]["subsets"]["full"]["docs"] == 6
     assert written["upstream"]["rule"].startswith("test fixture")
     assert {"torch", "transformers", "python"} <= set(written["versions"])

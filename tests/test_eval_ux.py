@@ -17,7 +17,8 @@ from eval_fixtures import build_prep_dir, smollm2_gguf
 
 from tcqa_data.errors import ConfigError, TcqaError
 from tcqa_data.eval.models import load_model, packaged_model_path
-from tcqa_data.eval.runner import evaluate, load_task, select_groups
+from tcqa_data.eval.runner import evaluate, select_groups
+from tcqa_data.prep.prepared import load_task
 from tcqa_data.progress import progress_bar, rate_text
 
 MC_GROUPS = 9  # with dirty_every=3: groups 0, 3, 6 dirty
@@ -140,6 +141,26 @@ def test_a_log_hears_from_a_task_between_updates(monkeypatch, capsys):
     assert seen.count("[progress] slow step: 0/4, 0%") >= 2 and "ETA -:--:--" in seen
     last = capsys.readouterr().err
     assert last.startswith("[progress] slow step: 4/4, 100%") and last.endswith("done\n")
+
+
+def test_a_step_without_a_total_is_a_progress_task_on_a_log(monkeypatch, capsys):
+    """`stage` (loading a model) writes its lines through the same writer: started, a heartbeat with
+    the elapsed time while it lasts, done with its duration; a name with brackets is kept as it is."""
+    import tcqa_data.progress as P
+
+    monkeypatch.setattr(P, "LINE_EVERY_S", 0.05)
+    with P.stage("loading model m[1]/x"):
+        time.sleep(0.3)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "[progress] loading model m[1]/x: started"
+    assert any(re.fullmatch(r"\[progress\] loading model m\[1\]/x: elapsed 0:00:00", x) for x in lines[1:-1])
+    assert re.fullmatch(r"\[progress\] loading model m\[1\]/x: done in 0\.\d s", lines[-1])
+    with pytest.raises(ValueError), P.stage("failing"):
+        raise ValueError("boom")
+    assert capsys.readouterr().err.splitlines() == ["[progress] failing: started"]  # no "done"
+    with P.stage("quiet", quiet=True):
+        pass
+    assert capsys.readouterr().err == ""
 
 
 # ---- one evaluate run: log lines, report, warnings --------------------------------------------

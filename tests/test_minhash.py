@@ -136,7 +136,10 @@ def test_split_windows_merges_short_sentences_and_cuts_run_ons():
 def test_missing_punkt_tables_say_how_to_fix(monkeypatch, tmp_path):
     import nltk
 
+    import tcqa_data.data
+
     monkeypatch.setattr(nltk.data, "path", [str(tmp_path)])
+    monkeypatch.setattr(tcqa_data.data, "NLTK_DATA", tmp_path / "not_installed")  # a broken install
     mh_windows._punkt.cache_clear()
     try:
         with pytest.raises(TcqaError, match=r"NLTK_DATA.*python -m nltk\.downloader punkt_tab"):

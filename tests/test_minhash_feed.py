@@ -136,14 +136,56 @@ def test_full_build_codepoint_path_equals_text_path(wiki_sample, tmp_path, monke
     assert len(used) >= 4  # several shards, all through the code point path
     monkeypatch.setattr(build_map, "_minhash_codepoints_ok", lambda *a: False)
     build_index(inputs, tmp_path / "str", **kw)
-    names = sorted(str(p.relative_to(tmp_path / "str")) for p in (tmp_path / "str").rglob("*") if p.is_file())
-    assert names == sorted(str(p.relative_to(tmp_path / "fast")) for p in (tmp_path / "fast").rglob("*")
-                           if p.is_file())
+    _assert_same_index(tmp_path / "str", tmp_path / "fast")
+
+
+def _assert_same_index(one: Path, other: Path) -> None:
+    """Every file of two index folders byte for byte (the manifest less its timing)."""
+    names = sorted(str(p.relative_to(one)) for p in one.rglob("*") if p.is_file())
+    assert names == sorted(str(p.relative_to(other)) for p in other.rglob("*") if p.is_file())
     for n in names:
-        a, b = (tmp_path / "str" / n).read_bytes(), (tmp_path / "fast" / n).read_bytes()
+        a, b = (one / n).read_bytes(), (other / n).read_bytes()
         if n == "manifest.json":
             a, b = ({k: v for k, v in json.loads(x).items() if k != "build"} for x in (a, b))
         assert a == b, n
+
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_str_map_normalizes_once_and_writes_the_same_index(wiki_sample, tmp_path, monkeypatch, kernels_on,
+                                                           fmt):
+    """Documents the map reads as ``str`` (an id field; Parquet) with MinHash: each batch is cut
+    into windows and normalized once on code points, and the n-gram side hashes those bytes
+    (``_map_minhash_texts``); the index is the one of the path that normalizes the texts for the
+    n-grams and again for the windows (every file; the manifest less its timing)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tcqa_data.decontam.build import build_index
+
+    rows = [json.loads(line) for line in wiki_sample.read_text(encoding="utf-8").splitlines()[:70]]
+    # Parquet holds UTF-8 only: no lone surrogate there
+    rows += [{"id": f"edge-{k}", "text": t} for k, t in enumerate(EDGE)
+             if t and (fmt == "jsonl" or t.encode("utf-8", "surrogatepass").decode("utf-8", "replace") == t)]
+    inputs = []
+    for k, (a, b) in enumerate(((0, 30), (30, len(rows)))):
+        part = [{"id": r["id"], "text": r["text"]} for r in rows[a:b]]
+        p = tmp_path / f"in{k}.{fmt}"
+        if fmt == "jsonl":
+            p.write_text("".join(json.dumps(r) + "\n" for r in part), encoding="utf-8")
+        else:
+            pq.write_table(pa.Table.from_pylist(part), p, row_group_size=10)
+        inputs.append(str(p))
+    used = []
+    real = build_map._map_minhash_texts
+    monkeypatch.setattr(build_map, "_map_minhash_texts", lambda *a: used.append(1) or real(*a))
+    kw = {"workers": 1, "quiet": True, "shard_bytes": 60_000, "batch_chars": 30_000, "text_store": "none",
+          "id_field": "id"}
+    build_index(inputs, tmp_path / "once", **kw)
+    assert used  # the str map on code points ran
+    monkeypatch.setattr(build_map, "_minhash_texts_ok", lambda *a: False)
+    build_index(inputs, tmp_path / "twice", **kw)
+    _assert_same_index(tmp_path / "twice", tmp_path / "once")
 
 
 def _janitor_from_cps_reference(cps: np.ndarray, doc_start: np.ndarray, at_start: np.ndarray,

@@ -49,7 +49,8 @@ def test_non_string_names_are_refused():
 def test_resolve_inside_returns_the_plain_join_and_refuses_what_leads_out(tmp_path):
     root = tmp_path / "out"
     (root / "task").mkdir(parents=True)
-    assert resolve_inside(root, "task", "test") == root / "task" / "test"  # not resolved: paths print as given
+    # the plain join, not the resolved path: paths print and are recorded as given
+    assert resolve_inside(root, "task", "test") == root / "task" / "test"
     assert resolve_inside(root) == root
     for parts in (("..", "x"), ("task", "..", "..", "x"), (str(tmp_path / "elsewhere"),)):
         with pytest.raises(TcqaError, match="leads outside the output folder"):
@@ -116,6 +117,22 @@ def test_staged_folder_replaces_the_previous_one_whole(tmp_path, monkeypatch, ex
         assert _tree(final)["full.parquet"] == b"first"  # the previous output, until the commit
     assert _tree(final) == {"full.parquet": b"second", "lm_eval/x.py": b"pass\n"}
     assert sorted(p.name for p in final.parent.iterdir()) == ["test"]  # no staging or retired folder left
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["renameat2-exchange", "two-renames"])
+def test_staging_folder_in_an_outer_folder(tmp_path, monkeypatch, exchange):
+    """``within``: the staging folder sits in the output folder, not among the final folder's siblings."""
+    if not exchange:
+        monkeypatch.setattr(outputs, "_exchange", lambda a, b: False)
+    out = tmp_path / "prep"
+    final = out / "task" / "test"
+    for content in (b"first", b"second"):
+        with staged(final, within=out) as stage:
+            assert stage.parent == out and stage.name.startswith(STAGING_PREFIX)
+            (stage / "full.parquet").write_bytes(content)
+            assert sorted(p.name for p in out.iterdir()) == sorted(["task", stage.name])
+        assert _tree(out) == {"task/test/full.parquet": content}
+    assert sorted(p.name for p in out.iterdir()) == ["task"]
 
 
 @pytest.mark.parametrize("exc", [RuntimeError("boom"), KeyboardInterrupt()])

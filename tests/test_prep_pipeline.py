@@ -392,3 +392,30 @@ def test_portable_ref_rewrites_the_longest_input_path_prefix(tmp_path):
     assert fix("hf://org/set/cfg:train:41") == "hf://org/set/cfg:train:41"  # hub ids are portable as they are
     for ref in ("Apollo program", "title: with colon", "/data/a.jsonl", "", None):
         assert fix(ref) == ref
+
+
+def test_the_index_is_opened_once_for_every_split(wiki_index, mc_taco_dev, tmp_path, monkeypatch):
+    """decontaminate opens INDEX_DIR once (``IndexEvidence``): the n-gram index, the MinHash
+    index and the text store's anchors once for the run, whatever its splits, and a second
+    run's handle gives the same files."""
+    from tcqa_data.decontam.minhash import MinHashIndex
+    from tcqa_data.decontam.ngrams.index import NgramIndex
+    from tcqa_data.decontam.textstore.anchor_index import AnchorIndex
+
+    rows = tmp_path / "dev.tsv"
+    rows.write_text("".join(mc_taco_dev.read_text(encoding="utf-8").splitlines(keepends=True)[:150]),
+                    encoding="utf-8")
+    opened: list[str] = []
+    for cls, name in ((NgramIndex, "open"), (MinHashIndex, "open")):
+        real = getattr(cls, name).__func__
+        monkeypatch.setattr(cls, name, classmethod(lambda c, *a, _r=real, **kw: opened.append(c.__name__)
+                                                   or _r(c, *a, **kw)))
+    real_init = AnchorIndex.__init__
+    monkeypatch.setattr(AnchorIndex, "__init__", lambda self, *a: opened.append("AnchorIndex")
+                        or real_init(self, *a))
+    files = {"mc_taco": {"validation": rows, "test": rows}}
+    decontaminate(wiki_index, "mc_taco", tmp_path / "out", data_files=files, rule="minhash>=0.8|aligned>=0.5",
+                  quiet=True)
+    assert sorted(opened) == ["AnchorIndex", "MinHashIndex", "NgramIndex"]
+    one = _read(tmp_path / "out", "mc_taco", "validation", "contamination")
+    assert one.equals(_read(tmp_path / "out", "mc_taco", "test", "contamination"))

@@ -31,7 +31,9 @@ from typing import Any
 import numpy as np
 
 from tcqa_data.eval import metrics as M
+from tcqa_data.eval.tables import TaskStats
 from tcqa_data.prep.lm_eval_export import FunctionRef, lm_eval_task_name, read_exported_yaml
+from tcqa_data.prep.prepared import group_units
 
 MEAN, F1 = "mean", "f1"
 NO_FILTER = "none"
@@ -130,6 +132,15 @@ def unit_stats_of(metrics: list[LoggedMetric], per_doc: list[dict[str, Any]], un
             gold, pred = (np.asarray([d[m.name][k] for d in per_doc], dtype=np.int64) for k in (0, 1))
             out[m.name] = M.unit_stats(M.LM_F1, gold, pred, units, n_units)
     return out
+
+
+def task_stats(metrics: list[LoggedMetric], docs: list[dict[str, Any]], per_doc: list[dict[str, Any]]
+               ) -> TaskStats:
+    """The logged metrics of a task resolved through lm-eval as ``eval.tables`` takes a task's outputs."""
+    group_ids = np.asarray([int(d["group_id"]) for d in docs], dtype=np.int64)
+    units, n_units = group_units(group_ids)
+    return TaskStats(group_ids, units, n_units, unit_stats_of(metrics, per_doc, units, n_units),
+                     point_functions(metrics, per_doc))
 
 
 def point_functions(metrics: list[LoggedMetric], per_doc: list[dict[str, Any]]

@@ -12,6 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from tcqa_data.eval.results import table_rows
 from tcqa_data.io_utils import write_json_atomic, write_parquet_atomic, write_text_atomic
 from tcqa_data.report_render import (
     Block,
@@ -137,12 +138,9 @@ def build_document(analysis: dict[str, Any]) -> list[Block]:
         metric = e["metrics"][0]
         blocks += [Heading(2, f"{task} ({e['split']}): {e['docs']} docs, {e['groups']} groups"),
                    Heading(3, "Conclusion"), Bullets(e["conclusion"])]
-        table = e["rule"]["table"]
+        # evaluate's table, rendered as evaluate's report renders it
         blocks += [Heading(3, ["The rule's own split: ", Code(str(e["rule"]["rule"]))]),
-                   Table(["metric"] + [f"{s} (n={table['subsets'][s]['docs']})" for s in SUBSETS]
-                         + ["clean - full"],
-                         [[m] + [percent_ci(table["subsets"][s]["metrics"][m]) for s in SUBSETS]
-                          + [percent_ci(table["clean_minus_full"][m], signed=True)] for m in e["metrics"]])]
+                   Table(*table_rows(e["rule"]["table"]))]
         blocks.append(Heading(3, f"Threshold sweeps ({metric})"))
         for name, sw in e["sweeps"].items():
             per = sw["metrics"][metric]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -32,9 +32,13 @@ from tcqa_data.analysis.sweep import (
 )
 from tcqa_data.errors import ConfigError, TcqaError
 from tcqa_data.eval import metrics as M
-from tcqa_data.eval.runner import read_manifest, subset_table, task_metric_names, task_stats
+from tcqa_data.eval.tables import subset_table, task_stats
 from tcqa_data.io_utils import read_json
+from tcqa_data.prep.prepared import read_manifest
 from tcqa_data.report_render import percent_ci
+
+if TYPE_CHECKING:  # only a type here: the eval stage (torch) is not imported to analyze files
+    from tcqa_data.eval.runner import EvaluatedTask
 
 TOKEN_SHARE_PREFIX = "token_share_L"
 
@@ -81,27 +85,22 @@ def analyze_task(scored: ScoredSplit, manifest: dict[str, Any] | None, bootstrap
                         f"{data.path / 'full.parquet'}); the prepared folder is inconsistent")
     cont = cont.take([row_of[int(d["doc_id"])] for d in docs])
 
-    group_ids = np.asarray([int(d["group_id"]) for d in docs], dtype=np.int64)
-    u = make_units(group_ids)
-    if spec is None:  # a task resolved through lm-eval: the metric values it logged per doc
-        metrics = scored.metrics or []
-        names = [m.name for m in metrics]
-        stats = LM.unit_stats_of(metrics, scored.per_doc, u.units, u.n)
-        points = LM.point_functions(metrics, scored.per_doc)
-    else:
-        names = task_metric_names(spec)
-        stats, points = task_stats(spec, scored.per_doc, group_ids, u.units, u.n)
-    weights = M.bootstrap_weights(u.n, bootstrap, seed)
+    if scored.evaluated is not None:  # evaluate's own statistics, resamples and table of these outputs
+        ts, weights, rule_table = scored.evaluated.stats, scored.evaluated.weights, scored.evaluated.table
+    else:  # a task resolved through lm-eval (no spec): the metric values it logged per doc
+        ts = task_stats(spec, docs, scored.per_doc) if spec is not None else \
+            LM.task_stats(scored.metrics or [], docs, scored.per_doc)
+        weights = M.bootstrap_weights(ts.n_units, bootstrap, seed)
+        # the rule's own split, by evaluate's own function: equal to evaluate's table to the last digit
+        rule_table = subset_table(ts, data.clean, weights)
+    names, stats = list(ts.stats), ts.stats
+    u = make_units(ts.group_ids, (ts.units, ts.n_units))
     docs_per_unit = np.bincount(u.units, minlength=u.n)
 
     manifest = manifest or {}
     rule = manifest.get("rule")
     policy = manifest.get("group_policy") or "any"
     scheme = manifest.get("normalization") or "janitor"
-    # the rule's own split, by evaluate's own function: equal to evaluate's table to the last digit
-    # (evaluate's own table when evaluate runs this analysis)
-    rule_table = scored.rule_table if scored.rule_table is not None else \
-        subset_table(group_ids, data.clean, stats, points, bootstrap, seed)
 
     scores = score_columns(cont)
     rule_th = rule_thresholds(rule)
@@ -285,16 +284,16 @@ def analyze(prep_dir: str | Path, results: str | Path, output: str | Path | None
     return analysis
 
 
-def analyze_after_evaluate(prep_dir: Path, scored: list[tuple[Any, list[dict[str, Any]], dict[str, Any]]],
-                           out_dir: Path, bootstrap: int, seed: int) -> dict[str, Any]:
-    """evaluate's hook: analyze the pass just made (``(TaskData, per-doc outputs, its clean / full /
-    dirty table)`` per task) into ``out_dir``; returns a short summary for results.json. A task without
-    contamination scores is skipped with the reason; an analysis error is reported there instead of
-    losing the model pass."""
+def analyze_after_evaluate(prep_dir: Path, evaluated: list[EvaluatedTask], out_dir: Path, bootstrap: int,
+                           seed: int) -> dict[str, Any]:
+    """The analysis of the model pass just made (``runner.run_evaluation``'s tasks: docs, per-doc outputs
+    and each table with its statistics and resamples, reused here) into ``out_dir``; returns a short
+    summary for results.json (``tcqa_data.workflow.evaluate`` calls it). A task without contamination
+    scores is skipped with the reason; an analysis error is reported there instead of losing the pass."""
     from tcqa_data.analysis.report import write_analysis
 
-    splits = [ScoredSplit(data, per_doc, {"kind": "tcqa-evaluate (in process)"}, rule_table=table)
-              for data, per_doc, table in scored]
+    splits = [ScoredSplit(t.data, t.per_doc, {"kind": "tcqa-evaluate (in process)"}, evaluated=t.table)
+              for t in evaluated]
     usable = [s for s in splits if (s.data.path / "contamination.parquet").is_file() and s.data.docs]
     skipped = {s.task: "no contamination.parquet in the prepared split" for s in splits if s not in usable}
     if not usable:

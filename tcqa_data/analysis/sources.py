@@ -24,17 +24,19 @@ import numpy as np
 from tcqa_data.analysis import lm_eval_metrics as LM
 from tcqa_data.errors import InputError, TcqaError
 from tcqa_data.eval import metrics as M
-from tcqa_data.eval.runner import (
+from tcqa_data.eval.tables import TaskTable
+from tcqa_data.io_utils import iter_jsonl_objects, read_json
+from tcqa_data.outputs import check_name
+from tcqa_data.prep.lm_eval_export import lm_eval_task_name
+from tcqa_data.prep.prepared import (
     TaskData,
     available_tasks,
     load_task,
     read_manifest,
     read_split,
     require_prep_dir,
+    take_groups,
 )
-from tcqa_data.io_utils import iter_jsonl_objects, read_json
-from tcqa_data.outputs import check_name
-from tcqa_data.prep.lm_eval_export import lm_eval_task_name
 
 # lm-eval's EvaluationTracker names per-task sample logs samples_<task>_<date_id>.jsonl, where
 # date_id is an ISO timestamp with ':' replaced by '-'.
@@ -42,7 +44,7 @@ SAMPLES_RE = re.compile(r"^samples_(?P<task>.+)_(?P<date>\d{4}-\d{2}-\d{2}T[0-9.
 
 
 class NotPreparedError(TcqaError):
-    """A samples file of an lm-eval task that PREP_DIR does not hold (or that --task leaves out)."""
+    """A samples file of an lm-eval task that PREP_DIR does not hold (or that --tasks leaves out)."""
 
 
 @dataclass
@@ -56,9 +58,10 @@ class ScoredSplit:
     source: dict[str, Any] = field(default_factory=dict)  # kind, path, limit_groups, ...
     metrics: list[LM.LoggedMetric] | None = None  # only for a task resolved through lm-eval
     skipped_metrics: dict[str, str] = field(default_factory=dict)  # name -> why not analyzed
-    # evaluate's clean / full / dirty table of these outputs, when evaluate runs the analysis (so
-    # the analysis does not compute it again); None: computed by the analysis
-    rule_table: dict[str, Any] | None = None
+    # evaluate's clean / full / dirty table of these outputs with its per-unit statistics and
+    # resamples, when the analysis follows evaluate in one process (``tcqa_data.workflow``), so the
+    # analysis computes none of them again; None: computed by the analysis
+    evaluated: TaskTable | None = None
 
     @property
     def task(self) -> str:
@@ -143,9 +146,7 @@ def from_evaluate(prep_dir: Path, eval_dir: Path, tasks: list[str] | None = None
         n_groups = len({int(d["group_id"]) for d in data.docs})
         scored_groups = {int(d["group_id"]) for d in data.docs if int(d["doc_id"]) in by_id}
         if len(scored_groups) < n_groups:
-            keep = [i for i, d in enumerate(data.docs) if int(d["group_id"]) in scored_groups]
-            data = TaskData(data.task, data.split, data.spec, [data.docs[i] for i in keep], data.clean[keep],
-                            data.path)
+            data = take_groups(data, scored_groups)
         _check_coverage(data, by_id, path, what="evaluate output", hint="")
         per_doc = []
         for doc in data.docs:
@@ -231,7 +232,7 @@ def load_lm_eval_sourced(prep_dir: Path, task: str, split: str | None) -> TaskDa
         split = present[0]
     if split not in present:
         raise TcqaError(f"{task_dir}: no prepared split {split!r}; present: {present}"
-                        + ("; pass --split" if split is None else ""))
+                        + ("; pass --splits" if split is None else ""))
     return read_split(task, split, None, task_dir / split)
 
 
@@ -324,7 +325,7 @@ def _prepared_task_of(prep_dir: Path, lm_task: str, tasks: list[str] | None, spl
                     if tasks and t not in tasks:
                         # an exported task's samples are that task's: never analyzed as another
                         raise NotPreparedError(f"{path}: samples of {lm_task}, the exported task of "
-                                               f"prepared task {t!r}, which --task {tasks} leaves out")
+                                               f"prepared task {t!r}, which --tasks {tasks} leaves out")
                     return t, s, which
     if lm_task in names and (not tasks or lm_task in tasks):
         return lm_task, split, "full"
@@ -334,7 +335,7 @@ def _prepared_task_of(prep_dir: Path, lm_task: str, tasks: list[str] | None, spl
                 for t in names for p in sorted((prep_dir / t).glob("*/full.parquet"))]
     raise NotPreparedError(f"{path}: samples of lm-eval task {lm_task!r}, which is not prepared in "
                            f"{prep_dir} (tasks {names or 'none'}; exported full-split tasks {exported}); "
-                           "pass --task to name the prepared task it ran on")
+                           "pass --tasks to name the prepared task it ran on")
 
 
 def _verify_doc(data: TaskData, ours: dict[str, Any], theirs: Any, path: Path, line_no: int) -> None:

@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from tcqa_data.eval import metrics as M
+from tcqa_data.prep.prepared import group_units
 from tcqa_data.prep.splits import group_flags
 
 # contamination.parquet columns that are numbers but not contamination evidence
@@ -38,10 +39,9 @@ class Units:
     first_doc: np.ndarray  # per unit: its first doc
 
 
-def make_units(group_ids: np.ndarray) -> Units:
-    from tcqa_data.eval.runner import group_units
-
-    units, n = group_units(group_ids)
+def make_units(group_ids: np.ndarray, grouped: tuple[np.ndarray, int] | None = None) -> Units:
+    """The units of ``group_ids``; ``grouped``: ``group_units(group_ids)`` where already computed."""
+    units, n = grouped if grouped is not None else group_units(group_ids)
     first = np.full(n, -1, dtype=np.int64)
     first[units[::-1]] = np.arange(len(units))[::-1]
     return Units(units, n, group_ids, first)

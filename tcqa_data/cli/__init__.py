@@ -6,10 +6,13 @@ Each stage's commands live in their own module and register on ``app``.
 from __future__ import annotations
 
 import sys
+from typing import Any, TypeVar
 
 import typer
 
 from tcqa_data.errors import TcqaError
+
+T = TypeVar("T")
 
 app = typer.Typer(
     name="tcqa-data",
@@ -46,6 +49,52 @@ def error(message: str) -> None:
 def warning(message: str) -> None:
     """Print a warning the user must not miss (even with --quiet): ``Warning: <message>`` on stderr."""
     typer.secho(f"Warning: {message}", fg=typer.colors.YELLOW, bold=True, err=True)
+
+
+# One option vocabulary: every command spells a shared concept the same way (``--out`` the output
+# folder, ``--tasks``/``--splits`` comma lists, ``--quiet``/``-q``, ...). The spellings of 0.1.0
+# that differed stay for one release as hidden options (not in --help) that print a note on stderr.
+DEPRECATED_SPELLINGS: dict[str, str] = {
+    "--output": "--out",
+    "--task": "--tasks",
+    "--split": "--splits",
+    "--seed": "--bootstrap-seed",
+}
+
+
+def old_spelling(old: str) -> Any:
+    """A hidden option spelled ``old``, the deprecated name of ``DEPRECATED_SPELLINGS[old]``; the
+    command passes its value through :func:`prefer`."""
+    return typer.Option(None, old, hidden=True, help=f"Deprecated spelling of {DEPRECATED_SPELLINGS[old]}.")
+
+
+def prefer(value: T, old_value: T | None, old: str, default: T | None = None) -> T:
+    """The value of an option given by its name or by its deprecated spelling ``old`` (then a note on
+    stderr). Both given with different values is a usage error."""
+    if old_value is None:
+        return value
+    new = DEPRECATED_SPELLINGS[old]
+    if value != default and value != old_value:
+        raise typer.BadParameter(f"given both {new} and its old spelling {old}; use {new} only",
+                                 param_hint=new)
+    typer.secho(f"Note: {old} is deprecated (kept for one release); use {new}", err=True)
+    return old_value
+
+
+def comma_list(value: str | None) -> list[str] | None:
+    """``a, b,c`` -> ``["a", "b", "c"]``; None or an empty list -> None (the command's default)."""
+    names = [v.strip() for v in value.split(",") if v.strip()] if value else []
+    return names or None
+
+
+def one_split(value: str | None, command: str) -> str | None:
+    """``--splits`` of a command that reads one prepared split per task."""
+    names = comma_list(value)
+    if names and len(names) > 1:
+        raise typer.BadParameter(f"{command} reads one prepared split per task; got {', '.join(names)}",
+                                 param_hint="--splits")
+    return names[0] if names else None
+
 
 # Register the stage commands (imports are for their side effect on `app`).
 from tcqa_data.cli import analyze as _analyze  # noqa: E402,F401

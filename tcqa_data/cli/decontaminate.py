@@ -7,8 +7,8 @@ from typing import Optional
 
 import typer
 
-from tcqa_data.cli import app, warning
-from tcqa_data.decontam.detect.rules import DEFAULT_RULE
+from tcqa_data.cli import app, comma_list, warning
+from tcqa_data.decontam.detect.rules import DEFAULT_RULE, rule_terms_help
 
 
 @app.command("decontaminate")
@@ -39,9 +39,8 @@ def decontaminate_cmd(
     splits: Optional[str] = typer.Option(None, "--splits",  # noqa: UP045
                                          help="Comma-separated split names to process (default: all)."),
     rule: str = typer.Option(DEFAULT_RULE, "--rule",
-                             help="Flag rule: any-ngram | ngram-hits>=K | ngram-fraction>=X | longest>=L | "
-                                  "minhash>=T, joined with & (and) and | (or), e.g. "
-                                  "'ngram-fraction>=0.5|minhash>=0.8'."),
+                             help=f"Flag rule: {rule_terms_help()}, e.g. "
+                                  "'ngram-fraction>=0.5|minhash>=0.8' or 'any-ngram|aligned-field>=0.8'."),
     ngram: str = typer.Option("13", "--ngram", help="N-gram size the index holds, or 'auto' (GPT-3: 5th "
                                                    "percentile of query length, clamped to 8..13)."),
     max_corpus_freq: Optional[int] = typer.Option(  # noqa: UP045
@@ -70,11 +69,11 @@ def decontaminate_cmd(
     from tcqa_data.prep.lm_eval_tasks import parse_group_by
     from tcqa_data.prep.pipeline import decontaminate, parse_data_files
 
-    task_list = [t.strip() for t in tasks.split(",") if t.strip()]
+    task_list = comma_list(tasks) or []
     summary = decontaminate(
         index_dir, task_list, out,
         data_files=parse_data_files(data_files or [], task_list),
-        splits=[s.strip() for s in splits.split(",") if s.strip()] if splits else None,
+        splits=comma_list(splits),
         rule=rule, ngram=ngram, max_corpus_freq=max_corpus_freq, group_policy=group_policy,
         normalization=normalization, lm_eval_include=[str(p) for p in lm_eval_include or []],
         group_by=parse_group_by(group_by or []), quiet=quiet,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from tcqa_data.cli import app
+from tcqa_data.cli import app, comma_list, old_spelling, one_split, prefer
 
 score_app = typer.Typer(help="Score an external predictions file.", no_args_is_help=True)
 app.add_typer(score_app, name="score")
@@ -36,13 +36,14 @@ def evaluate_cmd(
     dtype: str = typer.Option(
         "auto", "--dtype", help="auto (bf16 on CUDA, fp32 else)|float32|bfloat16|float16"),
     batch_size: str = typer.Option("auto", "--batch-size", help="auto or N (rows per forward pass)."),
-    output: Path = typer.Option(None, "--output", help="Output folder (default PREP_DIR/eval/<model>)."),
+    out: Path = typer.Option(None, "--out", help="Output folder (default PREP_DIR/eval/<model>)."),
     limit_groups: int = typer.Option(None, "--limit-groups", help="Only the first N whole question groups "
                                      "(of the clean ones with --clean-only)."),
     sample_groups: int = typer.Option(None, "--sample-groups", help="N whole groups: every dirty group (at "
                                       "most N/2) plus a seeded sample of clean ones, in the split's order."),
     sample_seed: int = typer.Option(0, "--sample-seed", help="Seed of --sample-groups."),
-    split: str = typer.Option(None, "--split", help="Prepared split (default: test, else validation)."),
+    splits: str = typer.Option(None, "--splits", help="The prepared split to score, one name (default: test, "
+                               "else validation)."),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code",
                                            help="Run the model repo's own code."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
@@ -56,8 +57,13 @@ def evaluate_cmd(
         False, "--allow-modified-code",
         help="With --backend lm-eval: run the exported Python and YAMLs even where they differ from "
              "the sha256 that decontaminate recorded (lm-eval runs them unsandboxed)."),
+    old_output: Path = old_spelling("--output"),
+    old_split: str = old_spelling("--split"),
 ) -> None:
     """Score a model on the full, clean and dirty splits (one pass) and print the comparison."""
+    output = prefer(out, old_output, "--output")
+    split = one_split(prefer(splits, old_split, "--split"), "evaluate")
+    names = comma_list(tasks)
     if backend == "lm-eval":
         native_only = {"--clean-only": clean_only, "--limit-groups": limit_groups, "--gguf-file": gguf_file,
                        "--sample-groups": sample_groups, "--trust-remote-code": trust_remote_code}
@@ -65,32 +71,29 @@ def evaluate_cmd(
         if given:
             raise typer.BadParameter(f"{', '.join(given)} apply to the native backend only; lm-eval "
                                      "scores every doc of the full split", param_hint="--backend")
-        _evaluate_with_lm_eval(prep_dir, model, lm_eval_model, model_args, tasks, split, output, batch_size,
+        _evaluate_with_lm_eval(prep_dir, model, lm_eval_model, model_args, names, split, output, batch_size,
                                None if device == "auto" else device, quiet, allow_modified_code)
         return
     if backend != "native":
         raise typer.BadParameter("use native or lm-eval", param_hint="--backend")
-    from tcqa_data.eval.results import render_markdown
-    from tcqa_data.eval.runner import evaluate
+    from tcqa_data.workflow import evaluate, render_report
 
-    names = [t.strip() for t in tasks.split(",") if t.strip()] if tasks else None
     results = evaluate(prep_dir, model, tasks=names,
                        clean_only=clean_only, device=device, dtype=dtype, batch_size=_batch_size(batch_size),
                        output=output, limit_groups=limit_groups, sample_groups=sample_groups,
                        sample_seed=sample_seed, gguf_file=gguf_file,
                        trust_remote_code=trust_remote_code, split=split, quiet=quiet)
-    typer.echo(render_markdown({k: v for k, v in results.items() if not k.startswith("_")}))
+    typer.echo(render_report(results))
     typer.echo(f"wrote {results['output_dir']}")
 
 
 def _evaluate_with_lm_eval(prep_dir: Path, model: str, lm_eval_model: str, model_args: str | None,
-                           tasks: str | None, split: str | None, output: Path | None, batch_size: str,
+                           names: list[str] | None, split: str | None, output: Path | None, batch_size: str,
                            device: str | None, quiet: bool, allow_modified_code: bool = False) -> None:
     from tcqa_data.analysis.run import analyze
     from tcqa_data.errors import TcqaError
     from tcqa_data.eval.lm_eval_backend import run_lm_eval
 
-    names = [t.strip() for t in tasks.split(",") if t.strip()] if tasks else None
     run = run_lm_eval(prep_dir, model_args or f"pretrained={model}", model=lm_eval_model, tasks=names,
                       split=split, output=output, batch_size=_batch_size(batch_size), device=device,
                       allow_modified_code=allow_modified_code)

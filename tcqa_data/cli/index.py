@@ -26,6 +26,9 @@ def index_corpus(
     corpus: list[str] = typer.Argument(None, help="Corpus files, globs or folders (.jsonl[.gz|.zst], "
                                                   ".parquet, .txt)."),
     out: Path = typer.Option(..., "--out", help="Index folder to create (or extend with --append)."),
+    demo: bool = typer.Option(False, "--demo",
+                              help="Also index the demo corpus shipped with tcqa-data (162 English "
+                                   "Wikipedia articles, 2.7 MB: tcqa_data/data/demo/README.md)."),
     ngram: str = typer.Option("13", "--ngram", help="N-gram size(s), e.g. 13 or 8,13."),
     normalization: str = typer.Option("janitor", "--normalization",
                                       help="janitor (exactly lm-eval's Janitor) or unicode."),
@@ -69,8 +72,16 @@ def index_corpus(
 
     manifest_path = out / MANIFEST
     before = read_json(manifest_path) if manifest_path.is_file() and not overwrite else None
+    inputs = list(corpus or [])
+    if not inputs and not demo and not hf_dataset:
+        raise ConfigError("no corpus to index: name files, globs or folders, --hf-dataset NAME, or --demo "
+                          "(the demo corpus shipped with tcqa-data)")
+    if demo:
+        from tcqa_data.data import demo_corpus_path
+
+        inputs.append(demo_corpus_path())
     manifest = build_index(
-        corpus or [], out, ngram_sizes=_parse_ngrams(ngram), normalization=normalization,
+        inputs, out, ngram_sizes=_parse_ngrams(ngram), normalization=normalization,
         text_field=text_field, id_field=id_field, workers=workers, append=append, overwrite=overwrite,
         on_error=on_error, minhash=not no_minhash, num_perm=num_perm, quiet=quiet,
         hf_dataset=hf_dataset, hf_config=hf_config, hf_split=hf_split, provenance=provenance,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,8 @@ def selection_notes(entry: dict[str, Any]) -> list[str]:
 
 def report_blocks(results: dict[str, Any]) -> list[Block]:
     """The evaluation report as one document model: report.md, report.html and the printed
-    summary all render these blocks, so they cannot drift apart."""
+    summary all render these blocks, so they cannot drift apart. The analysis summary that
+    ``tcqa_data.workflow.evaluate`` adds comes after them (``extra``)."""
     model = results["model"]
     blocks: list[Block] = [
         Heading(1, f"Evaluation: {model['name']}"),
@@ -87,15 +89,13 @@ def report_blocks(results: dict[str, Any]) -> list[Block]:
         blocks += [Paragraph(n) for n in selection_notes(entry)]
         blocks.append(Paragraph("groups: " + ", ".join(f"{s} {n}" for s, n in groups.items())))
         blocks.append(Table(header, rows))
-    if results.get("analysis"):  # the contamination analysis evaluate ran at its end (tcqa_data.analysis)
-        from tcqa_data.analysis.report import summary_blocks
-
-        blocks += summary_blocks(results["analysis"])
     return blocks
 
 
-def render_markdown(results: dict[str, Any]) -> str:
-    return to_markdown(report_blocks(results))
+def render_markdown(results: dict[str, Any], extra: Sequence[Block] = ()) -> str:
+    """report.md: the evaluation's blocks, then ``extra`` (the analysis summary of
+    ``tcqa_data.workflow.evaluate``)."""
+    return to_markdown([*report_blocks(results), *extra])
 
 
 def render_plot(results: dict[str, Any]) -> bytes:
@@ -134,19 +134,22 @@ def render_plot(results: dict[str, Any]) -> bytes:
     return png
 
 
-def render_html(results: dict[str, Any]) -> str:
+def render_html(results: dict[str, Any], extra: Sequence[Block] = ()) -> str:
+    """report.html: the blocks of report.md, then the plot."""
     plot = Figure("clean vs full vs dirty (95% CI)", lambda: render_plot(results))
-    blocks = report_blocks(results) + [plot]
+    blocks = [*report_blocks(results), *extra, plot]
     return to_html(blocks, title=f"tcqa-data evaluation: {results['model']['name']}")
 
 
-def write_outputs(out_dir: str | Path, results: dict[str, Any], samples: list[dict[str, Any]]) -> None:
-    """All four files, each written atomically; results.json last (its presence = complete)."""
+def write_outputs(out_dir: str | Path, results: dict[str, Any], samples: list[dict[str, Any]],
+                  extra: Sequence[Block] = ()) -> None:
+    """All four files, each written atomically; results.json last (its presence = complete). ``extra``:
+    blocks both reports carry after the evaluation's own."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     clean = {k: v for k, v in results.items() if not k.startswith("_")}
     write_text_atomic(out_dir / "samples.jsonl",
                       "".join(json.dumps(s, sort_keys=True, ensure_ascii=False) + "\n" for s in samples))
-    write_text_atomic(out_dir / "report.md", render_markdown(clean))
-    write_text_atomic(out_dir / "report.html", render_html(clean))
+    write_text_atomic(out_dir / "report.md", render_markdown(clean, extra))
+    write_text_atomic(out_dir / "report.html", render_html(clean, extra))
     write_json_atomic(out_dir / "results.json", clean)

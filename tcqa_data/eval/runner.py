@@ -1,16 +1,20 @@
-"""`evaluate`: score a model on the prepared full / clean / dirty splits in one pass."""
+"""The eval stage: score a model on the prepared full / clean / dirty splits in one pass.
+
+``run_evaluation`` selects the groups, loads the model, scores every doc once and computes each task's
+table (``eval.tables``), writing nothing; ``evaluate`` writes that pass (results.json, samples.jsonl,
+report.md, report.html). ``tcqa_data.workflow.evaluate`` (``tcqa-data evaluate``) analyzes the pass too.
+"""
 
 from __future__ import annotations
 
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from tcqa_data import FORMAT_VERSION, __version__
 from tcqa_data.errors import ConfigError, TcqaError
@@ -24,109 +28,22 @@ from tcqa_data.eval.scoring import (
     loglikelihoods,
     tok_encode_batch,
 )
-from tcqa_data.io_utils import read_json
-from tcqa_data.outputs import check_name, safe_model_dirname
+from tcqa_data.eval.tables import TaskTable, empty_table, task_metric_names, task_table
+from tcqa_data.outputs import safe_model_dirname
+from tcqa_data.prep.prepared import (
+    TaskData,
+    available_tasks,
+    load_task,
+    read_manifest,
+    require_prep_dir,
+    take_groups,
+)
 from tcqa_data.prep.taskspec import TaskSpec
 from tcqa_data.progress import note, progress_bar, progress_enabled, rate_text, stage
-
-SUBSETS = ("full", "clean", "dirty")
-
-
-@dataclass
-class TaskData:
-    """The docs of one task split: full order, with each doc's subset."""
-
-    task: str
-    split: str
-    spec: TaskSpec | None  # None: a task resolved through lm-eval (no task.yaml)
-    docs: list[dict[str, Any]]
-    clean: np.ndarray  # bool per doc
-    path: Path
+from tcqa_data.report_render import Block
 
 
-# ---- reading PREP_DIR ------------------------------------------------------------------------
-def require_prep_dir(prep_dir: str | Path) -> Path:
-    """``prep_dir`` as a Path; an error naming the fix where the folder does not exist."""
-    prep_dir = Path(prep_dir)
-    if not prep_dir.is_dir():
-        raise TcqaError(f"prepared folder {prep_dir} does not exist; run `tcqa-data decontaminate` first")
-    return prep_dir
-
-
-def read_manifest(prep_dir: Path) -> dict[str, Any] | None:
-    path = prep_dir / "prep_manifest.json"
-    if not path.exists():
-        return None
-    manifest = read_json(path)
-    version = manifest.get("format_version")
-    if version != FORMAT_VERSION:
-        raise TcqaError(f"{path}: prepared with format version {version}, this tcqa-data "
-                        f"({__version__}) reads version {FORMAT_VERSION}; re-run `tcqa-data decontaminate`")
-    return manifest
-
-
-def available_tasks(prep_dir: Path) -> list[str]:
-    return sorted(p.parent.name for p in prep_dir.glob("*/task.yaml"))
-
-
-def pick_split(task_dir: Path, spec: TaskSpec, split: str | None) -> str:
-    present = sorted(p.parent.name for p in task_dir.glob("*/full.parquet"))
-    if split is not None:
-        if split not in present:
-            raise TcqaError(f"{task_dir}: no prepared split {split!r}; present: {present}")
-        return split
-    # lm-eval evaluates the test split when a task has one
-    for cand in (spec.test_split, spec.validation_split):
-        if cand and cand in present:
-            return cand
-    if len(present) == 1:
-        return present[0]
-    raise TcqaError(f"{task_dir}: no prepared split found (expected <split>/full.parquet); "
-                    f"present: {present}")
-
-
-def load_task(prep_dir: Path, task: str, split: str | None = None) -> TaskData:
-    check_name(task, "task name", "the tasks asked for")  # a folder of PREP_DIR, never a path out of it
-    if split is not None:
-        check_name(split, "split name", "the split asked for")
-    task_dir = prep_dir / task
-    if not (task_dir / "task.yaml").is_file():
-        raise TcqaError(f"task {task!r} is not in {prep_dir} (no {task}/task.yaml); "
-                        f"tasks there: {available_tasks(prep_dir) or 'none'}")
-    spec = TaskSpec.from_yaml(task_dir / "task.yaml")
-    split = pick_split(task_dir, spec, split)
-    return read_split(task, split, spec, task_dir / split)
-
-
-def read_split(task: str, split: str, spec: TaskSpec | None, d: Path) -> TaskData:
-    """The prepared docs of one split folder (full order, each doc's subset); ``spec`` None for a task
-    resolved through lm-eval, which has no task.yaml."""
-    tables = {}
-    for name in SUBSETS:
-        if not (d / f"{name}.parquet").is_file():
-            raise TcqaError(f"{d}: {name}.parquet is missing; the prepared folder is incomplete")
-        tables[name] = pq.read_table(d / f"{name}.parquet")
-    for col in ("doc_id", "group_id"):
-        if col not in tables["full"].column_names:
-            raise TcqaError(f"{d / 'full.parquet'}: column {col!r} is missing; written by an incompatible "
-                            "version? re-run `tcqa-data decontaminate`")
-    docs = tables["full"].to_pylist()
-    ids = [int(x) for x in tables["full"].column("doc_id").to_pylist()]
-    clean_ids = {int(x) for x in tables["clean"].column("doc_id").to_pylist()}
-    dirty_ids = {int(x) for x in tables["dirty"].column("doc_id").to_pylist()}
-    if clean_ids & dirty_ids or (clean_ids | dirty_ids) != set(ids):
-        raise TcqaError(f"{d}: clean.parquet and dirty.parquet do not partition full.parquet")
-    clean = np.array([i in clean_ids for i in ids], dtype=bool)
-    return TaskData(task=task, split=split, spec=spec, docs=docs, clean=clean, path=d)
-
-
-def take_groups(data: TaskData, group_ids: list[int] | set[int]) -> TaskData:
-    """Only the docs of ``group_ids``, in their original order (what a selection recorded)."""
-    chosen = {int(g) for g in group_ids}
-    idx = [i for i, d in enumerate(data.docs) if int(d["group_id"]) in chosen]
-    return TaskData(data.task, data.split, data.spec, [data.docs[i] for i in idx], data.clean[idx], data.path)
-
-
+# ---- which docs ------------------------------------------------------------------------------
 def _group_order(data: TaskData) -> tuple[list[int], set[int]]:
     """Group ids in order of first appearance, and the dirty ones (a group with any dirty doc)."""
     order: list[int] = []
@@ -215,10 +132,6 @@ def describe_groups(group_ids: list[int], limit: int = 12) -> str:
 
 
 # ---- running one task ----------------------------------------------------------------------
-def is_mc_taco(spec: TaskSpec) -> bool:
-    return spec.task.startswith("mc_taco")
-
-
 def score_multiple_choice(engine: Engine, spec: TaskSpec, docs: list[dict[str, Any]],
                           progress: Any = None) -> list[dict[str, Any]]:
     """Per doc: loglikelihood of each choice, greedy flags, argmax prediction, gold index."""
@@ -260,85 +173,6 @@ def score_generation(engine: Engine, spec: TaskSpec, docs: list[dict[str, Any]],
     return out
 
 
-def group_units(group_ids: np.ndarray) -> tuple[np.ndarray, int]:
-    """Bootstrap units: whole groups (MC-TACO questions), numbered 0..n-1 in order of first
-    appearance; returns (unit per doc, number of units)."""
-    _, first = np.unique(group_ids, return_index=True)
-    order = group_ids[np.sort(first)]
-    unit_of = {int(g): u for u, g in enumerate(order)}
-    return np.array([unit_of[int(g)] for g in group_ids], dtype=np.int64), len(order)
-
-
-def task_metrics(spec: TaskSpec, docs: list[dict[str, Any]], per_doc: list[dict[str, Any]],
-                 clean: np.ndarray, bootstrap: int, seed: int) -> dict[str, Any]:
-    """Metrics for full / clean / dirty with bootstrap intervals and the clean - full difference."""
-    group_ids = np.array([int(d["group_id"]) for d in docs], dtype=np.int64)
-    units, n_units = group_units(group_ids)
-    stats, points = task_stats(spec, per_doc, group_ids, units, n_units)
-    return subset_table(group_ids, clean, stats, points, bootstrap, seed)
-
-
-def task_stats(spec: TaskSpec, per_doc: list[dict[str, Any]], group_ids: np.ndarray, units: np.ndarray,
-               n_units: int) -> tuple[dict[str, np.ndarray], dict[str, Callable[[np.ndarray], float]]]:
-    """Per metric of the task (``task_metric_names``): its per-unit statistics (``units``, ``n_units``:
-    ``group_units(group_ids)``; see ``metrics.unit_stats``) and its point value on a doc mask (the
-    reference implementation), as ``subset_table`` and the analysis take them."""
-    names = task_metric_names(spec)
-    if spec.output_type == "multiple_choice":
-        gold = np.array([o["gold"] for o in per_doc], dtype=np.int64)
-        pred = np.array([o["pred"] for o in per_doc], dtype=np.int64)
-        points = {
-            M.LM_ACC: lambda m: M.accuracy(gold[m], pred[m]),
-            M.LM_F1: lambda m: M.pooled_f1(gold[m], pred[m]),
-            M.OFFICIAL_STRICT_ACC: lambda m: M.official_strict_acc(gold[m] == 1, pred[m] == 1, group_ids[m]),
-            M.OFFICIAL_F1: lambda m: M.official_f1(gold[m] == 1, pred[m] == 1, group_ids[m]),
-        }
-        scores = None
-    else:
-        gold = pred = np.zeros(len(per_doc), dtype=np.int64)
-        scores = np.array([o["contains"] for o in per_doc], dtype=float)
-        points = {M.LM_CONTAINS: lambda m: float(scores[m].mean()) if m.any() else float("nan")}
-    stats = {name: M.unit_stats(name, gold, pred, units, n_units, scores) for name in names}
-    return stats, points
-
-
-def subset_table(group_ids: np.ndarray, clean: np.ndarray, stats: dict[str, np.ndarray],
-                 points: dict[str, Callable[[np.ndarray], float]], bootstrap: int,
-                 seed: int) -> dict[str, Any]:
-    """The full / clean / dirty table: per metric (``stats``: per-unit statistics, see
-    ``metrics.unit_stats``) the group-bootstrap intervals, with point values from ``points[metric]``
-    (a function of a doc mask: the reference implementation), and the paired clean - full difference."""
-    units, n_units = group_units(group_ids)
-    unit_clean = np.zeros(n_units, dtype=bool)
-    unit_clean[units[clean]] = True
-    subsets = {"full": np.ones(n_units, dtype=bool), "clean": unit_clean, "dirty": ~unit_clean}
-    weights = M.bootstrap_weights(n_units, bootstrap, seed)
-    doc_masks = {"full": np.ones(len(group_ids), dtype=bool), "clean": clean, "dirty": ~clean}
-    names = list(stats)
-    per_metric = {}
-    for name in names:
-        summary = M.summarize(name, stats[name], subsets, weights)
-        # point values from the reference implementations (sklearn, CogComp's rules, lm-eval's mean)
-        for sub in SUBSETS:
-            m = doc_masks[sub]
-            v = points[name](m) if m.any() else float("nan")
-            summary[sub]["value"] = None if not np.isfinite(v) else float(v)
-        c, f = summary["clean"]["value"], summary["full"]["value"]
-        summary["clean_minus_full"]["value"] = None if c is None or f is None else c - f
-        per_metric[name] = summary
-
-    out: dict[str, Any] = {"subsets": {}, "clean_minus_full": {}}
-    for sub in SUBSETS:
-        m = doc_masks[sub]
-        out["subsets"][sub] = {
-            "docs": int(m.sum()),
-            "groups": int(len(np.unique(group_ids[m]))),
-            "metrics": {name: per_metric[name][sub] for name in names},
-        }
-    out["clean_minus_full"] = {name: per_metric[name]["clean_minus_full"] for name in names}
-    return out
-
-
 def _versions() -> dict[str, str]:
     import importlib.metadata as md
 
@@ -363,24 +197,55 @@ def default_output(prep_dir: Path, model_name: str) -> Path:
     return prep_dir / "eval" / safe_model_dirname(model_name)
 
 
-def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | None = None,
-             clean_only: bool = False, device: str = "auto", dtype: str = "auto",
-             batch_size: int | str = "auto", output: str | Path | None = None,
-             limit_groups: int | None = None, *, gguf_file: str | None = None,
-             trust_remote_code: bool = False, split: str | None = None, bootstrap: int = M.BOOTSTRAP_SAMPLES,
-             seed: int = M.BOOTSTRAP_SEED, quiet: bool = False, write: bool = True,
-             packing: bool | None = None, sample_groups: int | None = None,
-             sample_seed: int = 0) -> dict[str, Any]:
-    """Score ``model`` on the prepared tasks in ``prep_dir``; write results to ``output``.
+@dataclass
+class EvaluatedTask:
+    """One task of a model pass: its evaluated docs, the model's per-doc outputs (full order) and their
+    clean / full / dirty table (None where no doc was selected)."""
 
-    ``limit_groups`` (the first N groups) or ``sample_groups`` (every dirty group plus a seeded
-    sample of clean ones, see ``select_groups``) evaluate part of each split; with ``clean_only``
-    both choose among the clean groups. What was taken is printed and recorded per task.
+    data: TaskData
+    per_doc: list[dict[str, Any]]
+    table: TaskTable | None
 
-    The model runs once over full = clean + dirty (or only the clean docs with ``clean_only``);
-    every subset's metrics are sliced from that one pass. Returns the results.json object, with
-    the per-doc samples under the key ``"_samples"`` (not written into results.json).
-    """
+
+@dataclass
+class Evaluation:
+    """One model pass over the prepared tasks, nothing written yet: the eval stage's work, which
+    ``evaluate`` writes alone and ``tcqa_data.workflow.evaluate`` writes with its analysis."""
+
+    prep_dir: Path
+    results: dict[str, Any]  # the results.json object
+    samples: list[dict[str, Any]]  # samples.jsonl: one record per doc
+    tasks: list[EvaluatedTask]
+
+    def output_dir(self, output: str | Path | None) -> Path:
+        """``output``, or the default ``PREP_DIR/eval/<model name>``."""
+        if output is not None:
+            return Path(output)
+        return default_output(self.prep_dir, self.results["model"]["name"])
+
+    def write(self, out_dir: Path, extra: Sequence[Block] = ()) -> None:
+        """results.json, samples.jsonl, report.md and report.html (``extra`` blocks after the evaluation's
+        own in both reports); ``results["output_dir"]`` names the folder afterwards."""
+        from tcqa_data.eval.results import write_outputs
+
+        write_outputs(out_dir, self.results, self.samples, extra)
+        self.results["output_dir"] = str(out_dir)
+
+    def returned(self) -> dict[str, Any]:
+        """What ``evaluate`` returns: the results.json object, the per-doc samples under ``"_samples"``."""
+        self.results["_samples"] = self.samples
+        return self.results
+
+
+def run_evaluation(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | None = None,
+                   clean_only: bool = False, device: str = "auto", dtype: str = "auto",
+                   batch_size: int | str = "auto", limit_groups: int | None = None, *,
+                   gguf_file: str | None = None, trust_remote_code: bool = False, split: str | None = None,
+                   bootstrap: int = M.BOOTSTRAP_SAMPLES, seed: int = M.BOOTSTRAP_SEED, quiet: bool = False,
+                   packing: bool | None = None, sample_groups: int | None = None,
+                   sample_seed: int = 0) -> Evaluation:
+    """The eval stage: score ``model`` once on the prepared tasks in ``prep_dir`` and compute each task's
+    clean / full / dirty table; writes nothing (see ``evaluate`` for the parameters)."""
     prep_dir = require_prep_dir(prep_dir)
     manifest = read_manifest(prep_dir)
     names = tasks or available_tasks(prep_dir)
@@ -432,8 +297,7 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
         "timings": {"model_load_s": round(load_s, 3)},
     }
     samples: list[dict[str, Any]] = []
-    # for the analysis at the end: each task's outputs and its clean / full / dirty table
-    scored: list[tuple[TaskData, list[dict[str, Any]], dict[str, Any]]] = []
+    evaluated: list[EvaluatedTask] = []
     for data in datas:
         docs, clean = data.docs, data.clean  # select_groups already dropped dirty docs for --clean-only
         t1 = time.perf_counter()
@@ -458,14 +322,14 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
                 raise ConfigError(f"task {data.task!r}: output_type {data.spec.output_type!r} "
                                   "is not supported")
         run_s = time.perf_counter() - t1
-        table = task_metrics(data.spec, docs, per_doc, clean, bootstrap, seed) if docs else \
-            _empty_task_entry(data.spec)
-        entry = {**table, "split": data.split, "output_type": data.spec.output_type,
-                 "source": str(data.path), "selection": selections[data.task]}
+        table = task_table(data.spec, docs, per_doc, clean, bootstrap, seed) if docs else None
+        entry = {**(table.table if table is not None else empty_table(data.spec)), "split": data.split,
+                 "output_type": data.spec.output_type, "source": str(data.path),
+                 "selection": selections[data.task]}
         if clean_only:
-            # Only clean docs were scored: a "full" computed from them would be the clean score.
-            for key in ("full", "dirty"):
-                entry["subsets"].pop(key, None)
+            # Only clean docs were scored: a "full" computed from them would be the clean score (a new
+            # dict: the task's TaskTable keeps its whole table)
+            entry["subsets"] = {k: v for k, v in entry["subsets"].items() if k not in ("full", "dirty")}
             entry.pop("clean_minus_full", None)
         results["tasks"][data.task] = entry
         results["timings"][data.task] = {"run_s": round(run_s, 3), "docs": len(docs),
@@ -473,52 +337,34 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
         for doc, c, o in zip(docs, clean, per_doc, strict=True):
             samples.append({"task": data.task, "doc_id": int(doc["doc_id"]), "group_id": int(doc["group_id"]),
                             "subset": "clean" if c else "dirty", **o})
-        if not clean_only:
-            scored.append((data, per_doc, table))
+        evaluated.append(EvaluatedTask(data, per_doc, table))
     results["effective_batch_size"] = engine.batch_size
+    return Evaluation(prep_dir, results, samples, evaluated)
+
+
+def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | None = None,
+             clean_only: bool = False, device: str = "auto", dtype: str = "auto",
+             batch_size: int | str = "auto", output: str | Path | None = None,
+             limit_groups: int | None = None, *, gguf_file: str | None = None,
+             trust_remote_code: bool = False, split: str | None = None, bootstrap: int = M.BOOTSTRAP_SAMPLES,
+             seed: int = M.BOOTSTRAP_SEED, quiet: bool = False, write: bool = True,
+             packing: bool | None = None, sample_groups: int | None = None,
+             sample_seed: int = 0) -> dict[str, Any]:
+    """The eval stage alone: score ``model`` on the prepared tasks in ``prep_dir``; write results to
+    ``output``. ``tcqa_data.workflow.evaluate`` (the CLI's ``evaluate``) also analyzes the pass.
+
+    ``limit_groups`` (the first N groups) or ``sample_groups`` (every dirty group plus a seeded
+    sample of clean ones, see ``select_groups``) evaluate part of each split; with ``clean_only``
+    both choose among the clean groups. What was taken is printed and recorded per task.
+
+    The model runs once over full = clean + dirty (or only the clean docs with ``clean_only``);
+    every subset's metrics are sliced from that one pass. Returns the results.json object, with
+    the per-doc samples under the key ``"_samples"`` (not written into results.json).
+    """
+    run = run_evaluation(prep_dir, model, tasks, clean_only, device, dtype, batch_size, limit_groups,
+                         gguf_file=gguf_file, trust_remote_code=trust_remote_code, split=split,
+                         bootstrap=bootstrap, seed=seed, quiet=quiet, packing=packing,
+                         sample_groups=sample_groups, sample_seed=sample_seed)
     if write:
-        from tcqa_data.eval.results import write_outputs
-
-        out_dir = Path(output) if output is not None else default_output(prep_dir, lm.name)
-        if not clean_only:  # the contamination analysis of this pass, into out_dir/analysis
-            from tcqa_data.analysis.run import analyze_after_evaluate
-
-            results["analysis"] = analyze_after_evaluate(prep_dir, scored, out_dir / "analysis", bootstrap,
-                                                         seed)
-        write_outputs(out_dir, results, samples)
-        results["output_dir"] = str(out_dir)
-    results["_samples"] = samples
-    return results
-
-
-# The metrics a task's `metric_list` may name, per output type (lm-eval's names).
-SUPPORTED_METRICS = {"multiple_choice": ("acc", "f1"), "generate_until": ("contains",)}
-
-
-def task_metric_names(spec: TaskSpec) -> list[str]:
-    """The metrics reported for a task: its `metric_list` in the lm_eval family, plus CogComp's
-    official pair for MC-TACO. Raises ConfigError for what this stage cannot compute."""
-    supported = SUPPORTED_METRICS.get(spec.output_type)
-    if supported is None:
-        raise ConfigError(f"task {spec.task!r}: output_type {spec.output_type!r} is not supported by "
-                          f"evaluate (supported: {sorted(SUPPORTED_METRICS)})")
-    declared = [str(m["metric"]) for m in spec.metric_list] or list(supported)
-    unknown = [m for m in declared if m not in supported]
-    if unknown:
-        raise ConfigError(f"task {spec.task!r}: metric(s) {unknown} in metric_list are not supported for "
-                          f"{spec.output_type} (supported: {list(supported)})")
-    if "f1" in declared and len(spec.choices()) != 2:
-        raise ConfigError(f"task {spec.task!r}: f1 is binary F1 and needs exactly 2 choices, "
-                          f"not {len(spec.choices())}")
-    names = [f"lm_eval/{m}" for m in declared]
-    if spec.output_type == "multiple_choice" and is_mc_taco(spec):
-        names += [M.OFFICIAL_STRICT_ACC, M.OFFICIAL_F1]
-    return names
-
-
-def _empty_task_entry(spec: TaskSpec) -> dict[str, Any]:
-    names = task_metric_names(spec)
-    empty = {"value": None, "ci95": [None, None]}
-    return {"subsets": {s: {"docs": 0, "groups": 0, "metrics": {n: dict(empty) for n in names}}
-                        for s in SUBSETS},
-            "clean_minus_full": {n: dict(empty) for n in names}}
+        run.write(run.output_dir(output))
+    return run.returned()

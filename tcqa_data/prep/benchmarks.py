@@ -10,6 +10,7 @@ import csv
 import json
 import os
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -137,32 +138,101 @@ def _read_json(path: Path) -> pa.Table:
 
 # ---- hub ------------------------------------------------------------------------------------
 def _load_hub(spec: TaskSpec, split: str) -> pa.Table:
+    """``split`` of ``spec``'s hub dataset (``dataset_path``, then ``dataset_aliases``), loaded with
+    ``datasets.load_dataset(path, dataset_name, split=split, **dataset_kwargs)``, as :func:`hub_table`
+    maps it. An unreachable hub is one ``TcqaError`` naming the ``--data-files`` form instead."""
     if not spec.dataset_path:
         raise TcqaError(f"task {spec.task!r} names no dataset_path; pass a local file with "
                         f"--data-files {spec.task}:{split}=PATH")
     import datasets
 
+    offline = bool(datasets.config.HF_HUB_OFFLINE)
+    if not offline:
+        # Asked once, without retries: datasets would retry each request for about 25 s, with a
+        # warning per retry, before saying the same.
+        problem = _hub_unreachable()
+        if problem:
+            raise TcqaError(_offline_message(spec, split, problem))
     errors: list[str] = []
     for path in (spec.dataset_path, *spec.dataset_aliases):
         try:
-            ds = datasets.load_dataset(path, spec.dataset_name, split=split)
-        except Exception as exc:  # noqa: BLE001 - any hub/network failure means "try local files"
-            errors.append(f"{path}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            ds = datasets.load_dataset(path, spec.dataset_name, split=split, **spec.dataset_kwargs)
+        except ConnectionError as exc:  # datasets: "Couldn't reach '<path>' on the Hub (<cause>)"
+            why = ("HF_HUB_OFFLINE is set and it is not in the datasets cache" if offline
+                   else f"the hub did not answer: {_first_line(exc)}")
+            raise TcqaError(_offline_message(spec, split, f"{path}: {why}")) from None
+        except Exception as exc:  # noqa: BLE001 - any other failure: try the next name, then report all
+            errors.append(f"{path}: {type(exc).__name__}: {_first_line(exc)}")
             continue
-        return ds.with_format("arrow")[:]
-    example = _example_path(spec, split)
+        return hub_table(spec, ds)
     raise TcqaError(
-        f"cannot load split {split!r} of task {spec.task!r} from the hub ({'; '.join(errors)}). "
-        f"Pass local files instead: --data-files {spec.task}:{split}={example}"
+        f"cannot load split {split!r} of task {spec.task!r} from the Hugging Face hub ({'; '.join(errors)}). "
+        f"Pass local files instead: --data-files {spec.task}:{split}={_example_path(spec, split)}"
     )
 
 
+def hub_table(spec: TaskSpec, ds: Any) -> pa.Table:
+    """A hub split (a ``datasets.Dataset``) as the table the local loaders give for the same rows.
+
+    Parquet keeps a ``ClassLabel`` column as its int codes. The label field (a bare-name
+    ``doc_to_target``) keeps ints, mapped through the class names into ``label_values`` when the
+    spec has them (MC-TACO: names ["no", "yes"] -> 0, 1, as its TSV's yes/no); any other
+    ``ClassLabel`` column becomes its class names, as the release files spell them (MC-TACO's
+    ``category``). A missing code (-1) becomes null, which :func:`check_fields` reports.
+    """
+    import datasets
+
+    table = ds.with_format("arrow")[:]
+    label = spec.label_field()
+    values = {k.lower(): int(v) for k, v in spec.label_values.items()}
+    for name, feature in ds.features.items():
+        if not isinstance(feature, datasets.ClassLabel) or name not in table.column_names:
+            continue
+        codes = table.column(name).to_pylist()
+        names = list(feature.names)
+        if name == label:
+            if not values:
+                continue
+            unknown = sorted({n for n in names if n.lower() not in values})
+            if unknown:
+                raise InputError(f"task {spec.task!r}: class names {unknown} of the label are not in "
+                                 f"label_values {sorted(values)}", field=name)
+            col = pa.array([None if c is None or c < 0 else values[names[c].lower()] for c in codes],
+                           type=pa.int64())
+        else:
+            col = pa.array([None if c is None or c < 0 else names[c] for c in codes], type=pa.string())
+        table = table.set_column(table.column_names.index(name), name, col)
+    return table
+
+
+@lru_cache(maxsize=1)
+def _hub_unreachable() -> str | None:
+    """Why the Hugging Face hub cannot be reached (no network, a proxy that refuses), or None."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import get_session
+
+    try:
+        get_session().head(constants.ENDPOINT, timeout=10)
+    except Exception as exc:  # noqa: BLE001 - requests' or httpx's connection and timeout errors
+        return f"{constants.ENDPOINT} is unreachable: {type(exc).__name__}"
+    return None
+
+
+def _offline_message(spec: TaskSpec, split: str, why: str) -> str:
+    return (f"cannot load split {split!r} of task {spec.task!r} from the Hugging Face hub ({why}). "
+            f"Without the hub, pass the split as a local file: --data-files {spec.task}:{split}="
+            f"{_example_path(spec, split)}")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc)
+    return text.splitlines()[0] if text else ""
+
+
 def _example_path(spec: TaskSpec, split: str) -> str:
-    if spec.task == "mc_taco":
+    if spec.task == "mc_taco":  # the release's file names (github.com/CogComp/MCTACO, dataset/)
         name = {"test": "test_9442.tsv", "validation": "dev_3783.tsv"}.get(split, f"{split}.tsv")
-        return f"../shared/data/mc_taco/{name}"
-    if spec.task == "squad_completion":
-        return f"../shared/data/based_squad/{split}.jsonl"
+        return f"PATH/{name}"
     return f"PATH/{split}.jsonl"
 
 

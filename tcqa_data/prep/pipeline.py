@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -129,7 +129,7 @@ def _index_summary(idx: Any, index_dir: str | os.PathLike) -> dict[str, Any]:
     return summary
 
 
-def _minhash_and_index_checks(idx: Any, index_dir: str | os.PathLike, rule: Rule, index_has_minhash: bool
+def _minhash_and_index_checks(idx: IndexEvidence, index_dir: str | os.PathLike, rule: Rule
                               ) -> tuple[bool, str, list[str]]:
     """Whether MinHash evidence is computed, how the reports describe it, and warnings for every report.
 
@@ -140,7 +140,7 @@ def _minhash_and_index_checks(idx: Any, index_dir: str | os.PathLike, rule: Rule
     if idx.manifest.get("counts", {}).get("docs", 0) == 0:
         warnings.append(f"the index {portable_path(index_dir)} holds 0 documents: nothing was searched, "
                         "so every doc below is reported clean")
-    if not index_has_minhash:
+    if not idx.has_minhash:
         return False, "off: the index has no MinHash section", warnings
     from tcqa_data.decontam.build.preflight import minhash_windows_problem
     from tcqa_data.decontam.minhash import MinHashParams
@@ -152,6 +152,37 @@ def _minhash_and_index_checks(idx: Any, index_dir: str | os.PathLike, rule: Rule
         raise TcqaError(f"rule {str(rule)!r} uses MinHash, which needs sentence windows: {problem}")
     warnings.append(f"MinHash evidence (minhash_sim) was left out: {problem}")
     return False, "off: MinHash windows cannot be cut here (see the warning)", warnings
+
+
+@dataclasses.dataclass
+class _Run:
+    """What every task and split of one ``decontaminate`` run is scored and written with."""
+
+    evidence: Any  # IndexEvidence or StreamEvidence, opened once
+    index_dir: str | os.PathLike  # as given (error messages name it); "stream" in stream mode
+    out: Path
+    rule: Rule
+    fixed_n: int | None  # None: "auto" (GPT-3's n per task)
+    max_corpus_freq: int | None
+    group_policy: str
+    use_minhash: bool  # MinHash evidence is computed (the index has it, and windows can be cut here)
+    config: dict[str, Any]  # the settings every report and the manifest record
+    quiet: bool
+    stream: bool = False  # the evidence is a corpus pass (--corpus), not an index
+    short_min_words: int | None = None  # stream mode: shorter queries of at least this many words whole
+    # known once the evidence is filled (after a stream's pass)
+    index_summary: dict[str, Any] = dataclasses.field(default_factory=dict)
+    fix_ref: Callable[[str | None], str | None] | None = None  # corpus doc refs as PREP_DIR records them
+
+
+@dataclasses.dataclass
+class _TaskJob:
+    """One task's splits, each as (docs, their queries, their role); ``source``: how lm-eval
+    resolved the task (None for built-in and YAML tasks)."""
+
+    task: TaskSpec | LmEvalTask
+    parts: list[tuple[BenchmarkSplit, list[str], str]]
+    source: dict[str, Any] | None = None
 
 
 def decontaminate(
@@ -202,64 +233,145 @@ def decontaminate(
     dataset streamed as one more corpus input (``index-corpus --hf-dataset``). There a query of
     ``short_min_words`` words up to n - 1 (shorter than n: no n-gram) is matched whole, as one
     word sequence (NeMo Curator's minimum, 8); None or 0 keeps index mode's "untestable".
+
+    Steps: the options checked; the evidence opened once (``IndexEvidence``, or ``StreamEvidence``)
+    and checked against the rule; the tasks resolved (all refusals before anything is written);
+    every task's splits loaded (a stream needs all queries before its one pass); then each split
+    scored and written in turn; ``prep_manifest.json`` last.
     """
     if isinstance(tasks, str):
         tasks = [t.strip() for t in tasks.split(",") if t.strip()]
     if not tasks:
         raise ConfigError("no tasks given; e.g. --tasks mc_taco,squad_completion")
+    parsed_rule, fixed_n = _check_options(rule, ngram, max_corpus_freq, group_policy)
+    stream = corpus is not None or hf_dataset is not None
+    if stream == (index_dir is not None):
+        raise ConfigError("give either an index folder (INDEX_DIR) or a corpus (--corpus, --hf-dataset), "
+                          "not both or neither")
+    if stream:
+        from tcqa_data.decontam.stream.table import StreamConfig
+
+        run = _open_stream_run(list(corpus or []), StreamConfig(
+            normalization=normalization or "janitor", anchors=parsed_rule.uses_alignment,
+            text_field=text_field, id_field=id_field, on_error=on_error, hf_dataset=hf_dataset,
+            hf_config=hf_config, hf_split=hf_split), out_dir, parsed_rule, fixed_n,
+            max_corpus_freq=max_corpus_freq, group_policy=group_policy, quiet=quiet,
+            short_min_words=short_min_words)
+    else:
+        run = _open_run(index_dir, out_dir, parsed_rule, fixed_n, normalization=normalization,
+                        max_corpus_freq=max_corpus_freq, group_policy=group_policy, quiet=quiet)
+    local = {k: dict(v) for k, v in (data_files or {}).items()}
+    for per_task in local.values():  # split names become folder names: refused before any write
+        for split_name in per_task:
+            check_name(split_name, "split name", "data_files (--data-files)")
+    own, lm_tasks = _resolve_tasks(tasks, local, {k: tuple(v) for k, v in (group_by or {}).items()},
+                                   lm_eval_include, lm_eval_include_defaults)
+    manifest_tasks: dict[str, Any] = {}
+    summary: dict[str, Any] = {"out_dir": str(run.out), "rule": str(parsed_rule),
+                               "warnings": run.config["warnings"], "tasks": {}}
+    jobs = list(_task_jobs(own, lm_tasks, local, splits))
+    if stream:  # every task's queries in one table, the corpus read once against it
+        _stream_pass(run, jobs, {"workers": workers, "engine": engine, "ray_address": ray_address,
+                                 "out": run.out})
+        if run.evidence.num_docs == 0:  # (config and summary hold this list: every report shows it)
+            run.config["warnings"].append("the corpus holds 0 documents: nothing was searched, so every doc "
+                                          "below is reported clean")
+    run.fix_ref = portable_ref(run.index_dir, run.evidence.manifest)
+    run.index_summary = _index_summary(run.evidence, run.index_dir)
+    for job in jobs:
+        manifest_tasks[job.task.task], summary["tasks"][job.task.task] = _process_task(job, run)
+    manifest = {
+        "format_version": tcqa_data.FORMAT_VERSION,
+        "tcqa_data_version": tcqa_data.__version__,
+        "index": run.index_summary,
+        **run.config,
+        "tasks": manifest_tasks,
+    }
+    write_json_atomic(run.out / "prep_manifest.json", manifest)
+    return summary
+
+
+def _check_options(rule: str, ngram: str | int, max_corpus_freq: int | None, group_policy: str
+                   ) -> tuple[Rule, int | None]:
+    """The parsed rule and the fixed n-gram size (None for "auto"); bad options refused."""
     if group_policy not in GROUP_POLICIES:
         raise ConfigError(f"unknown group policy {group_policy!r}; choose one of {GROUP_POLICIES}")
     if max_corpus_freq is not None and max_corpus_freq < 1:
         raise ConfigError("--max-corpus-freq must be >= 1")
     parsed_rule = Rule.parse(rule)
-    fixed_n: int | None = None
-    if str(ngram) != "auto":
-        try:
-            fixed_n = int(ngram)
-        except ValueError as exc:
-            raise ConfigError(f"--ngram must be an integer or 'auto', not {ngram!r}") from exc
-    stream = corpus is not None or hf_dataset is not None
-    if stream == (index_dir is not None):
-        raise ConfigError("give either an index folder (INDEX_DIR) or a corpus (--corpus, --hf-dataset), "
-                          "not both or neither")
-    idx: Any  # the evidence, opened once: every split reads it
-    if stream:
-        from tcqa_data.decontam.stream.evidence import MINHASH_REFUSAL, StreamEvidence
-        from tcqa_data.decontam.stream.table import StreamConfig
+    if str(ngram) == "auto":
+        return parsed_rule, None
+    try:
+        return parsed_rule, int(ngram)
+    except ValueError as exc:
+        raise ConfigError(f"--ngram must be an integer or 'auto', not {ngram!r}") from exc
 
-        if parsed_rule.uses_minhash:
-            raise ConfigError(f"rule {str(parsed_rule)!r}: {MINHASH_REFUSAL}")
-        idx = StreamEvidence.open(list(corpus or []), StreamConfig(
-            normalization=normalization or "janitor", anchors=parsed_rule.uses_alignment,
-            text_field=text_field, id_field=id_field, on_error=on_error, hf_dataset=hf_dataset,
-            hf_config=hf_config, hf_split=hf_split))
-        index_dir = "stream"
-    else:
-        idx = IndexEvidence.open(index_dir)
+
+def _open_run(index_dir: str | os.PathLike, out_dir: str | os.PathLike, rule: Rule, fixed_n: int | None,
+              *, normalization: str | None, max_corpus_freq: int | None, group_policy: str, quiet: bool
+              ) -> _Run:
+    """The index opened once (every split reads its evidence) and checked against the options: its
+    normalization, and the MinHash section and text store the rule's terms need."""
+    idx = IndexEvidence.open(index_dir)
     if normalization is not None and normalization != idx.normalization:
         raise IndexMismatchError(
             f"index {index_dir} was built with normalization {idx.normalization!r}, but "
             f"{normalization!r} was asked; rebuild the index or ask for {idx.normalization!r}")
-    index_has_minhash = idx.has_minhash
-    if parsed_rule.uses_minhash and not index_has_minhash:
-        raise IndexMismatchError(f"rule {str(parsed_rule)!r} uses MinHash, but index {index_dir} has no "
+    if rule.uses_minhash and not idx.has_minhash:
+        raise IndexMismatchError(f"rule {str(rule)!r} uses MinHash, but index {index_dir} has no "
                                  "MinHash section; rebuild it with MinHash or use an n-gram rule")
-    if parsed_rule.uses_alignment:
-        if not idx.has_text:
-            raise IndexMismatchError(f"rule {str(parsed_rule)!r} aligns against corpus text, but index "
-                                     f"{index_dir} has no text store; rebuild it with --text-store auto")
-    if stream:
-        minhash_ok, minhash_evidence, warnings = False, "off: stream mode (--corpus) computes no MinHash", []
-    else:
-        minhash_ok, minhash_evidence, warnings = _minhash_and_index_checks(idx, index_dir, parsed_rule,
-                                                                           index_has_minhash)
-    sizes = idx.ngram_sizes
-    out = Path(out_dir)
-    data_files = {k: dict(v) for k, v in (data_files or {}).items()}
-    for per_task in data_files.values():  # split names become folder names: refused before any write
-        for split_name in per_task:
-            check_name(split_name, "split name", "data_files (--data-files)")
-    group_by = {k: tuple(v) for k, v in (group_by or {}).items()}
+    if rule.uses_alignment and not idx.has_text:
+        raise IndexMismatchError(f"rule {str(rule)!r} aligns against corpus text, but index "
+                                 f"{index_dir} has no text store; rebuild it with --text-store auto")
+    use_minhash, minhash_evidence, warnings = _minhash_and_index_checks(idx, index_dir, rule)
+    config = _run_config(rule, group_policy, max_corpus_freq, idx.normalization, idx.has_minhash,
+                         minhash_evidence, warnings)
+    return _Run(idx, index_dir, Path(out_dir), rule, fixed_n, max_corpus_freq, group_policy, use_minhash,
+                config, quiet)
+
+
+def _open_stream_run(corpus: list[str], stream_config: Any, out_dir: str | os.PathLike, rule: Rule,
+                     fixed_n: int | None, *, max_corpus_freq: int | None, group_policy: str, quiet: bool,
+                     short_min_words: int | None) -> _Run:
+    """Stream mode's evidence (``StreamEvidence``, filled later by one corpus pass); a MinHash
+    term is refused (it needs every corpus window signed, which is what an index build does)."""
+    from tcqa_data.decontam.stream.evidence import MINHASH_REFUSAL, StreamEvidence
+
+    if rule.uses_minhash:
+        raise ConfigError(f"rule {str(rule)!r}: {MINHASH_REFUSAL}")
+    idx = StreamEvidence.open(corpus, stream_config)
+    config = _run_config(rule, group_policy, max_corpus_freq, idx.normalization, False,
+                         "off: stream mode (--corpus) computes no MinHash", [])
+    if short_min_words:
+        config["untestable_policy"] += (f"; in stream mode a query of {short_min_words} to n - 1 words is "
+                                        "matched whole (testable)")
+    return _Run(idx, "stream", Path(out_dir), rule, fixed_n, max_corpus_freq, group_policy, False, config,
+                quiet, stream=True, short_min_words=short_min_words)
+
+
+def _run_config(rule: Rule, group_policy: str, max_corpus_freq: int | None, normalization: str,
+                minhash_available: bool, minhash_evidence: Any, warnings: list[str]) -> dict[str, Any]:
+    """The settings every report and the manifest record."""
+    return {
+        "rule": str(rule),
+        "rule_help": "dirty if any '|'-separated clause holds; '&' joins terms of a clause",
+        "group_policy": group_policy,
+        "max_corpus_freq": max_corpus_freq,
+        "normalization": normalization,
+        "minhash_available": minhash_available,
+        "minhash_evidence": minhash_evidence,
+        "warnings": warnings,
+        "untestable_policy": "docs shorter than n words with no other rule term firing are kept in the "
+                             "clean split and reported as 'untestable'",
+    }
+
+
+def _resolve_tasks(tasks: Sequence[str], data_files: dict[str, dict[str, str | os.PathLike]],
+                   group_by: dict[str, tuple[str, ...]], lm_eval_include: Any, lm_eval_include_defaults: bool
+                   ) -> tuple[list[tuple[str, TaskSpec]], list[LmEvalTask]]:
+    """The built-in and YAML tasks (each with the name it was given as) and the tasks resolved
+    through lm-eval. Refused here, before anything is written: data files or ``group_by`` for
+    tasks not given, a task given twice."""
     own = [t for t in tasks if is_tcqa_task(t)]
     specs = [TaskSpec.resolve(t) for t in own]
     specs = [dataclasses.replace(s, group_by=group_by.pop(t, group_by.pop(s.task, s.group_by)))
@@ -282,126 +394,101 @@ def decontaminate(
     names = [s.task for s in specs] + [t.task for t in lm_tasks]
     if len(set(names)) != len(names):
         raise ConfigError(f"tasks {sorted({n for n in names if names.count(n) > 1})} are given twice")
+    return list(zip(own, specs, strict=True)), lm_tasks
 
-    def choose_n(task: str, queries: Iterable[str]) -> tuple[int, str]:
-        if fixed_n is None:
-            from tcqa_data.decontam.core.normalize import tokenize
 
-            n = auto_ngram([len(tokenize(q, idx.normalization)) for q in queries])
-            how = "auto (GPT-3: 5th percentile of query length in words, clamped to 8..13)"
-        else:
-            n, how = fixed_n, "fixed"
-        if n not in sizes and not stream:  # a stream matches every n the tasks need
-            raise IndexMismatchError(
-                f"task {task!r} needs {n}-grams ({how}), but index {index_dir} holds n-gram sizes "
-                f"{sizes}; rebuild the index with --ngram {n} or pass --ngram with one of {sizes}")
-        return n, how
-
-    config = {
-        "rule": str(parsed_rule),
-        "rule_help": "dirty if any '|'-separated clause holds; '&' joins terms of a clause",
-        "group_policy": group_policy,
-        "max_corpus_freq": max_corpus_freq,
-        "normalization": idx.normalization,
-        "minhash_available": index_has_minhash,
-        "minhash_evidence": minhash_evidence,
-        "warnings": warnings,
-        "untestable_policy": "docs shorter than n words with no other rule term firing are kept in the "
-                             "clean split and reported as 'untestable'" + (
-                                 f"; in stream mode a query of {short_min_words} to n - 1 words is matched "
-                                 "whole (testable)" if stream and short_min_words else ""),
-    }
-    manifest_tasks: dict[str, Any] = {}
-    summary: dict[str, Any] = {"out_dir": str(out), "rule": str(parsed_rule), "warnings": warnings,
-                               "tasks": {}}
-
-    def process_task(task: TaskSpec | LmEvalTask, parts: list[tuple[BenchmarkSplit, list[str], str]],
-                     source: dict[str, Any] | None = None) -> None:
-        """One task's splits (docs, their queries, their role): one n-gram size, the PREP_DIR files,
-        and the task's manifest and summary entries. ``source``: how lm-eval resolved the task."""
-        n, how = choose_n(task.task, (q for _, queries, _ in parts for q in queries))
-        # names were checked where they were read; resolve_inside also refuses a folder that a link
-        # leads out of --out
-        task_dir = resolve_inside(out, task.task, what="task folder")
-        if isinstance(task, TaskSpec):
-            write_text_atomic(task_dir / "task.yaml", task.to_yaml())
-        entry = manifest_tasks[task.task] = {"ngram": n, "ngram_choice": how, "splits": {},
-                                             "lm_eval_export": {}}
-        if source is not None:
-            entry["source"] = source
-        summary["tasks"][task.task] = {}
-        for b, queries, role in parts:
-            split_name = check_name(b.split, "split name", f"task {task.task!r}")
-            split_dir = resolve_inside(out, task.task, split_name, what="split folder")
-            # the split folder is written whole into a staging folder and then renamed into place:
-            # a failed run leaves the previous split folder as it was
-            with staged(split_dir) as stage:
-                counts, export = _process_split(
-                    task, b, queries, role, stage, evidence=idx, fix_ref=fix_ref, n=n,
-                    rule=parsed_rule, max_corpus_freq=max_corpus_freq, group_policy=group_policy,
-                    use_minhash=minhash_ok, config={**config, "ngram": n, "ngram_choice": how},
-                    index_summary=index_summary, quiet=quiet,
-                    short_min_words=short_min_words if stream else None)
-            entry["splits"][b.split] = counts
-            entry["lm_eval_export"][b.split] = export
-            summary["tasks"][task.task][b.split] = counts
-
-    # every task's splits are loaded first (a stream needs all queries before its one pass)
-    jobs: list[tuple[Any, list[tuple[BenchmarkSplit, list[str], str]], dict[str, Any] | None]] = []
-    for task_name, spec in zip(own, specs, strict=True):
-        local = data_files.get(task_name) or data_files.get(spec.task) or {}
-        role_of = {name: role for role, name in spec.splits().items()}
-        if local:
-            wanted = list(local)
-        else:
-            wanted = list(spec.splits().values())
-        if splits:
-            wanted = [s for s in wanted if s in splits]
-        if not wanted:
-            declared = list(spec.splits().values())
-            raise ConfigError(f"task {spec.task!r}: no split to process (declared {declared}, "
-                              f"local files {list(local)}, --splits {list(splits or [])})")
-        loaded: list[BenchmarkSplit] = [load_split(spec, s, local.get(s)) for s in wanted]
-        jobs.append((spec, [(b, [spec.decontamination_query(d) for d in b.docs()],
-                             role_of.get(b.split, "test")) for b in loaded], None))
+def _task_jobs(own: list[tuple[str, TaskSpec]], lm_tasks: list[LmEvalTask],
+               data_files: dict[str, dict[str, str | os.PathLike]], splits: Sequence[str] | None
+               ) -> Iterator[_TaskJob]:
+    """Each task's splits, loaded when its turn comes: built-in and YAML tasks first, then those
+    resolved through lm-eval."""
+    for name, spec in own:
+        yield _spec_job(spec, data_files.get(name) or data_files.get(spec.task) or {}, splits)
     for lt in lm_tasks:
-        if splits and lt.split not in splits:
-            raise ConfigError(f"lm-eval task {lt.task!r} evaluates split {lt.split!r}, which --splits "
-                              f"{list(splits)} leaves out")
-        b = BenchmarkSplit(task=lt.task, split=lt.split, source=lt.source, table=lt.table)
-        jobs.append((lt, [(b, lt.queries, lt.role)],
-                     {"lm_eval_task": lt.task, "requested_as": lt.requested_as, "query": lt.query_description,
-                      "group_by": list(lt.group_by)}))
-    if stream:  # every task's queries in one table, the corpus read once against it
-        _stream_pass(idx, jobs, choose_n, quiet, short_min_words,
-                     {"workers": workers, "engine": engine, "ray_address": ray_address, "out": out})
-        if idx.num_docs == 0:  # (config and summary hold this list: every report shows it)
-            warnings.append("the corpus holds 0 documents: nothing was searched, so every doc below "
-                            "is reported clean")
-    fix_ref = portable_ref(index_dir, idx.manifest)
-    index_summary = _index_summary(idx, index_dir)
-    for job in jobs:
-        process_task(*job)
-    manifest = {
-        "format_version": tcqa_data.FORMAT_VERSION,
-        "tcqa_data_version": tcqa_data.__version__,
-        "index": index_summary,
-        **config,
-        "tasks": manifest_tasks,
-    }
-    write_json_atomic(out / "prep_manifest.json", manifest)
-    return summary
+        yield _lm_eval_job(lt, splits)
 
 
-def _stream_pass(evidence: Any, jobs: Sequence[tuple[Any, list[tuple[Any, list[str], str]], Any]],
-                 choose_n: Callable[[str, Iterable[str]], tuple[int, str]], quiet: bool,
-                 short_min_words: int | None, run: dict[str, Any]) -> None:
-    """Fill a ``StreamEvidence`` with every query of ``jobs`` at each task's n (``fill_stream``)."""
+def _spec_job(spec: TaskSpec, local: dict[str, str | os.PathLike], splits: Sequence[str] | None) -> _TaskJob:
+    """A built-in or YAML task: its local files' splits, else its declared ones (from the hub),
+    those in ``splits`` only; each split's queries from the task's template."""
+    role_of = {name: role for role, name in spec.splits().items()}
+    wanted = list(local) if local else list(spec.splits().values())
+    if splits:
+        wanted = [s for s in wanted if s in splits]
+    if not wanted:
+        declared = list(spec.splits().values())
+        raise ConfigError(f"task {spec.task!r}: no split to process (declared {declared}, "
+                          f"local files {list(local)}, --splits {list(splits or [])})")
+    loaded = [load_split(spec, s, local.get(s)) for s in wanted]
+    return _TaskJob(spec, [(b, [spec.decontamination_query(d) for d in b.docs()],
+                            role_of.get(b.split, "test")) for b in loaded])
+
+
+def _lm_eval_job(lt: LmEvalTask, splits: Sequence[str] | None) -> _TaskJob:
+    """A task resolved through lm-eval: the split lm-eval evaluates, its docs and queries as lm-eval
+    gives them."""
+    if splits and lt.split not in splits:
+        raise ConfigError(f"lm-eval task {lt.task!r} evaluates split {lt.split!r}, which --splits "
+                          f"{list(splits)} leaves out")
+    b = BenchmarkSplit(task=lt.task, split=lt.split, source=lt.source, table=lt.table)
+    return _TaskJob(lt, [(b, lt.queries, lt.role)],
+                    {"lm_eval_task": lt.task, "requested_as": lt.requested_as, "query": lt.query_description,
+                     "group_by": list(lt.group_by)})
+
+
+def _choose_n(task: str, queries: Iterable[str], run: _Run) -> tuple[int, str]:
+    """The task's n-gram size and how it was chosen; refused unless the index holds it."""
+    if run.fixed_n is None:
+        from tcqa_data.decontam.core.normalize import tokenize
+
+        n = auto_ngram([len(tokenize(q, run.evidence.normalization)) for q in queries])
+        how = "auto (GPT-3: 5th percentile of query length in words, clamped to 8..13)"
+    else:
+        n, how = run.fixed_n, "fixed"
+    sizes = run.evidence.ngram_sizes
+    if n not in sizes and not run.stream:  # a stream matches every n the tasks need
+        raise IndexMismatchError(
+            f"task {task!r} needs {n}-grams ({how}), but index {run.index_dir} holds n-gram sizes "
+            f"{sizes}; rebuild the index with --ngram {n} or pass --ngram with one of {sizes}")
+    return n, how
+
+
+def _process_task(job: _TaskJob, run: _Run) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One task's splits at one n-gram size, its PREP_DIR files; returns its manifest entry and
+    its summary (split -> counts)."""
+    task = job.task
+    n, how = _choose_n(task.task, (q for _, queries, _ in job.parts for q in queries), run)
+    # names were checked where they were read; resolve_inside also refuses a folder that a link
+    # leads out of --out
+    task_dir = resolve_inside(run.out, task.task, what="task folder")
+    if isinstance(task, TaskSpec):
+        write_text_atomic(task_dir / "task.yaml", task.to_yaml())
+    entry: dict[str, Any] = {"ngram": n, "ngram_choice": how, "splits": {}, "lm_eval_export": {}}
+    if job.source is not None:
+        entry["source"] = job.source
+    summary: dict[str, Any] = {}
+    config = {**run.config, "ngram": n, "ngram_choice": how}
+    for b, queries, role in job.parts:
+        split_name = check_name(b.split, "split name", f"task {task.task!r}")
+        split_dir = resolve_inside(run.out, task.task, split_name, what="split folder")
+        # the split folder is written whole into a staging folder and then renamed into place:
+        # a failed run leaves the previous split folder as it was. The staging folder sits in
+        # --out itself, where no reader lists splits, should a killed run leave it behind
+        with staged(split_dir, within=run.out) as stage:
+            counts, export = _process_split(task, b, queries, role, stage, run, n, config)
+        entry["splits"][b.split] = counts
+        entry["lm_eval_export"][b.split] = export
+        summary[b.split] = counts
+    return entry, summary
+
+
+def _stream_pass(run: _Run, jobs: Sequence[_TaskJob], where: dict[str, Any]) -> None:
+    """Fill the run's ``StreamEvidence`` with every query of ``jobs`` at each task's n (``fill_stream``)."""
     groups = []
-    for task, parts, _ in jobs:
-        queries = [q for _, qs, _ in parts for q in qs]
-        groups.append((choose_n(task.task, queries)[0], queries))
-    fill_stream(evidence, groups, quiet=quiet, short_min_words=short_min_words, **run)
+    for job in jobs:
+        queries = [q for _, qs, _ in job.parts for q in qs]
+        groups.append((_choose_n(job.task.task, queries, run)[0], queries))
+    fill_stream(run.evidence, groups, quiet=run.quiet, short_min_words=run.short_min_words, **where)
 
 
 def fill_stream(evidence: Any, groups: Sequence[tuple[int, Sequence[str]]], *, quiet: bool,
@@ -438,18 +525,20 @@ def fill_stream(evidence: Any, groups: Sequence[tuple[int, Sequence[str]]], *, q
     return queries
 
 
+
 def _process_split(spec: TaskSpec | LmEvalTask, b: BenchmarkSplit, queries: list[str], role: str,
-                   split_dir: Path, *, evidence: Any, fix_ref: Callable[[str | None], str | None],
-                   n: int, rule: Rule, max_corpus_freq: int | None, group_policy: str,
-                   use_minhash: bool, config: dict[str, Any], index_summary: dict[str, Any],
-                   quiet: bool, short_min_words: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+                   split_dir: Path, run: _Run, n: int, config: dict[str, Any]
+                   ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One split: scored against the index, flagged by the rule, its files written; returns its
+    report counts and where its lm-eval export is."""
     import time
 
+    rule = run.rule
     docs = b.docs()
     fields = spec.query_fields()
     qdocs = [QueryDoc(q, {f: str(d[f]) for f in fields if d.get(f) is not None})
              for q, d in zip(queries, docs, strict=True)]
-    with progress_bar(quiet) as prog:
+    with progress_bar(run.quiet) as prog:
         t0 = time.perf_counter()
         task_id = prog.add_task(f"{spec.task}/{b.split}", total=len(qdocs), rate="")
         done = [0]
@@ -461,12 +550,13 @@ def _process_split(spec: TaskSpec | LmEvalTask, b: BenchmarkSplit, queries: list
                             rate=rate_text(done[0], time.perf_counter() - t0, "docs"))
 
         # alignment against corpus text (aligned_* columns) runs when the rule has an aligned term
-        cols = score_docs(qdocs, evidence, n, max_corpus_freq=max_corpus_freq, use_minhash=use_minhash,
-                          progress=step, align=rule.uses_alignment, short_min_words=short_min_words)
-    portable_doc_refs(cols, fix_ref)
+        cols = score_docs(qdocs, run.evidence, n, max_corpus_freq=run.max_corpus_freq,
+                          use_minhash=run.use_minhash, progress=step, align=rule.uses_alignment,
+                          short_min_words=run.short_min_words if run.stream else None)
+    portable_doc_refs(cols, run.fix_ref)
     gids = group_ids(spec, b.table)
     dirty_doc, fired = rule.evaluate(cols)
-    dirty = group_flags(dirty_doc, gids, group_policy)
+    dirty = group_flags(dirty_doc, gids, run.group_policy)
     status = doc_status(dirty, np.asarray(cols["testable"]), rule, cols["minhash_windows"],
                         cols.get("aligned_tested"))
     full = add_ids(b.table, gids)
@@ -483,7 +573,7 @@ def _process_split(spec: TaskSpec | LmEvalTask, b: BenchmarkSplit, queries: list
     elif (reason := exportable(spec.lm_task)) is None:
         export_lm_eval_task(spec, split_dir)
     counts = write_reports(spec, b.split, portable_path(b.source), full, contamination, split_dir,
-                           config=config, index_summary=index_summary)
+                           config=config, index_summary=run.index_summary)
     # where lm-eval finds the exported tasks (relative to PREP_DIR), for `lm_eval --include_path`
     if reason is None:
         # lm-eval runs the exported Python and renders the YAMLs' templates unsandboxed: their

@@ -37,6 +37,8 @@ class TaskSpec:
     dataset_path: str | None = None
     dataset_name: str | None = None
     dataset_aliases: tuple[str, ...] = ()
+    # Keyword arguments of datasets.load_dataset, as in lm-eval (MC-TACO: the hub's Parquet revision).
+    dataset_kwargs: dict[str, Any] = field(default_factory=dict)
     validation_split: str | None = None
     test_split: str | None = None
     doc_to_choice: tuple[str, ...] | None = None
@@ -78,7 +80,11 @@ class TaskSpec:
         unknown = sorted(set(raw) - known)
         if unknown:
             raise ConfigError(f"task spec{where} has unknown keys {unknown}; known keys: {sorted(known)}")
+        if not isinstance(raw.get("dataset_kwargs") or {}, dict):
+            raise ConfigError(f"task spec{where}: dataset_kwargs must be a mapping of "
+                              "datasets.load_dataset keyword arguments")
         kwargs = dict(raw)
+        kwargs["dataset_kwargs"] = dict(raw.get("dataset_kwargs") or {})
         for key in ("doc_to_choice", "dataset_aliases", "group_by", "tsv_columns", "attribution_fields",
                     "report_by"):
             if kwargs.get(key) is not None:

@@ -219,8 +219,6 @@ def build_index(
     out = local_output_dir(out_dir)  # object-storage URIs are refused with the reason
     work = out / "_work"
     mpath = out / ni.MANIFEST
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"{out}: exists and is not a folder")
     # resolve first: a typo in an input must not cost the existing index (--overwrite)
     resolved: list[CorpusInput] = resolve_inputs([os.fspath(p) for p in inputs]) if inputs else []
     # everything checkable before the first write (no _work/ left behind, nothing overwritten for nothing)

@@ -177,15 +177,12 @@ def map_shard(task: dict[str, Any], work_dir: str, cfg: dict[str, Any],
         with pq.ParquetWriter(tmp, pa.schema([("doc_ref", pa.string()), ("row", pa.int64())]),
                               compression="zstd") as pw:
 
-            def docs_with_ordinals() -> Iterator[tuple[int, str]]:
-                # One pass over the input feeds both indexes: the n-gram side here, the MinHash
-                # map (which pulls this generator) with shard-local ordinals.
+            def text_batches() -> Iterator[list[str]]:
+                # the docs' texts in batches, their refs written; the caller feeds the n-gram side
                 nonlocal text_bytes
                 for batch in batch_documents(docs, cfg.get("batch_chars", BATCH_CHARS)):
                     texts = [d.text for d in batch]
                     nbytes = sum(len(t) for t in texts)
-                    first = writer.docs
-                    writer.add_batch(texts)
                     pw.write_table(_docs_table([d.ref for d in batch],
                                                np.fromiter((d.row for d in batch), np.int64, len(batch))))
                     if content is not None:
@@ -193,6 +190,14 @@ def map_shard(task: dict[str, Any], work_dir: str, cfg: dict[str, Any],
                             content.update(t.encode("utf-8", "surrogatepass") + b"\0")
                     text_bytes += nbytes
                     report(nbytes, len(batch))
+                    yield texts
+
+            def docs_with_ordinals() -> Iterator[tuple[int, str]]:
+                # One pass over the input feeds both indexes: the n-gram side here, the MinHash
+                # map (which pulls this generator) with shard-local ordinals.
+                for texts in text_batches():
+                    first = writer.docs
+                    writer.add_batch(texts)
                     yield from zip(range(first, first + len(texts)), texts, strict=True)
 
             mh_summary = None
@@ -202,6 +207,8 @@ def map_shard(task: dict[str, Any], work_dir: str, cfg: dict[str, Any],
                 if _minhash_codepoints_ok(task, cfg, mh_params):
                     shard_dir, text_bytes = _map_minhash_jsonl(shard, cfg, mh_params, writer, pw, out, stats,
                                                                report, anchors)
+                elif _minhash_texts_ok(cfg, mh_params):
+                    shard_dir = _map_minhash_texts(text_batches(), mh_params, writer, out)
                 else:
                     shard_dir = mh.write_minhash_shard(docs_with_ordinals(), out, "0", mh_params)
                 meta = read_json(shard_dir / "shard.json")
@@ -297,6 +304,30 @@ def _map_minhash_jsonl(shard: InputShard, cfg: dict[str, Any], params: Any, writ
         chars += b.chars
         report(b.chars, len(b.rows))
     return mhw.close(), chars
+
+
+def _minhash_texts_ok(cfg: dict[str, Any], params: Any) -> bool:
+    """Whether the MinHash map of documents read as ``str`` runs on code points
+    (``_map_minhash_texts``): compiled ``punkt-fast`` windows, Janitor everywhere."""
+    from tcqa_data.decontam.minhash.feed import codepoints_supported
+
+    return cfg["normalization"] == "janitor" and codepoints_supported(params)
+
+
+def _map_minhash_texts(batches: Iterator[list[str]], params: Any, writer: nruns.RunWriter, out: Path) -> Path:
+    """The map of documents read as ``str`` with MinHash on code points: each batch copied into
+    code points once, cut into windows and normalized once (``ShardWriter.add_codepoints``), and
+    the n-gram side hashes those normalized bytes (``add_batch`` would normalize the texts again).
+    Returns the MinHash shard folder."""
+    from tcqa_data.decontam.minhash.shards import ShardWriter
+    from tcqa_data.decontam.minhash.windows import texts_codepoints
+
+    mhw = ShardWriter(out, "0", params)
+    for texts in batches:
+        first = writer.docs
+        data, doc_start = mhw.add_codepoints(np.arange(first, first + len(texts)), *texts_codepoints(texts))
+        writer.add_normalized(data, doc_start)
+    return mhw.close()
 
 
 def _map_shard_task(task: dict[str, Any], work_dir: str, cfg: dict[str, Any]) -> dict[str, Any]:

@@ -25,19 +25,49 @@ from dataclasses import dataclass
 import numpy as np
 
 DEFAULT_RULE = "any-ngram"
-_TERM_RE = re.compile(
-    r"^(?P<name>any-ngram|ngram-hits|ngram-fraction|longest|minhash|aligned-field|aligned)"
-    r"(?:\s*>=\s*(?P<value>[0-9]*\.?[0-9]+))?$"
+
+
+@dataclass(frozen=True)
+class TermKind:
+    """One rule term the parser accepts: its name, the per-doc score it thresholds, and how its
+    threshold is written (``placeholder`` in help; None: the term takes no threshold)."""
+
+    name: str
+    metric: str
+    placeholder: str | None
+    threshold: str  # "none", "count" (a positive integer) or "share" (0..1)
+
+
+# The parser's table: the regex, the metrics and the help (``rule_terms_help``) are all read from it.
+TERM_KINDS: tuple[TermKind, ...] = (
+    TermKind("any-ngram", "ngram_hits", None, "none"),
+    TermKind("ngram-hits", "ngram_hits", "K", "count"),
+    TermKind("ngram-fraction", "ngram_fraction", "X", "share"),
+    TermKind("longest", "longest_match", "L", "count"),
+    TermKind("minhash", "minhash_sim", "T", "share"),
+    TermKind("aligned", "aligned_share", "S", "share"),
+    TermKind("aligned-field", "aligned_field_share", "S", "share"),
 )
-_TERM_METRIC = {
-    "any-ngram": "ngram_hits",
-    "ngram-hits": "ngram_hits",
-    "ngram-fraction": "ngram_fraction",
-    "longest": "longest_match",
-    "minhash": "minhash_sim",
-    "aligned": "aligned_share",
-    "aligned-field": "aligned_field_share",
-}
+AND, OR = "&", "|"  # AND binds tighter than OR
+OPERATORS: tuple[tuple[str, str], ...] = ((AND, "and"), (OR, "or"))
+_KINDS = {k.name: k for k in TERM_KINDS}
+_TERM_METRIC = {k.name: k.metric for k in TERM_KINDS}
+# longest names first, so that "aligned-field" is not read as "aligned"
+_TERM_RE = re.compile(
+    r"^(?P<name>" + "|".join(re.escape(k.name) for k in sorted(TERM_KINDS, key=lambda k: -len(k.name)))
+    + r")(?:\s*>=\s*(?P<value>[0-9]*\.?[0-9]+))?$"
+)
+
+
+def term_syntax(kind: TermKind) -> str:
+    """How a term is written: ``any-ngram``, ``ngram-hits>=K``, ..."""
+    return kind.name if kind.placeholder is None else f"{kind.name}>={kind.placeholder}"
+
+
+def rule_terms_help() -> str:
+    """Every term and operator the parser accepts, for ``--rule`` help and parse errors."""
+    ops = " and ".join(f"{sym} ({word})" for sym, word in OPERATORS)
+    return f"{' | '.join(term_syntax(k) for k in TERM_KINDS)}, joined with {ops}"
 
 
 @dataclass(frozen=True)
@@ -58,9 +88,10 @@ class Term:
         return self.name.startswith("aligned")
 
     def __str__(self) -> str:
-        if self.name == "any-ngram":
-            return "any-ngram"
-        value = int(self.threshold) if self.name in ("longest", "ngram-hits") else self.threshold
+        kind = _KINDS[self.name].threshold
+        if kind == "none":
+            return self.name
+        value = int(self.threshold) if kind == "count" else self.threshold
         return f"{self.name}>={value}"
 
 
@@ -77,29 +108,28 @@ class Rule:
         if not text or not text.strip():
             raise ConfigError("empty --rule; e.g. 'any-ngram' or 'ngram-fraction>=0.5|minhash>=0.8'")
         clauses = []
-        for clause_text in text.split("|"):
+        for clause_text in text.split(OR):
             terms = []
-            for term_text in clause_text.split("&"):
+            for term_text in clause_text.split(AND):
                 t = term_text.strip().lower()
                 m = _TERM_RE.match(t)
-                if not m or (m["name"] == "any-ngram") != (m["value"] is None):
+                if not m or (_KINDS[m["name"]].placeholder is None) != (m["value"] is None):
                     raise ConfigError(
-                        f"cannot parse rule term {term_text.strip()!r} in {text!r}; terms are any-ngram, "
-                        "ngram-hits>=K, ngram-fraction>=X, longest>=L, minhash>=T, aligned>=S, "
-                        "aligned-field>=S joined by & (and) and | (or)")
+                        f"cannot parse rule term {term_text.strip()!r} in {text!r}; terms are "
+                        f"{rule_terms_help()}")
                 name = m["name"]
-                value = 1.0 if name == "any-ngram" else float(m["value"])
-                shares = ("ngram-fraction", "minhash", "aligned", "aligned-field")
-                if name in shares and not 0.0 <= value <= 1.0:
+                kind = _KINDS[name].threshold
+                value = 1.0 if kind == "none" else float(m["value"])
+                if kind == "share" and not 0.0 <= value <= 1.0:
                     raise ConfigError(f"rule term {t!r}: threshold must be in [0, 1]")
-                if name in ("longest", "ngram-hits") and (value != int(value) or value < 1):
+                if kind == "count" and (value != int(value) or value < 1):
                     raise ConfigError(f"rule term {t!r}: threshold must be a positive integer")
                 terms.append(Term(name, value))
             clauses.append(tuple(terms))
         return cls(tuple(clauses))
 
     def __str__(self) -> str:
-        return "|".join("&".join(str(t) for t in c) for c in self.clauses)
+        return OR.join(AND.join(str(t) for t in c) for c in self.clauses)
 
     @property
     def terms(self) -> list[Term]:

@@ -121,6 +121,12 @@ def codepoint_windows(cps: np.ndarray, doc_start: np.ndarray, params: MinHashPar
     return win_doc, data, nstart, ws, we
 
 
+def codepoints_supported(params: MinHashParams) -> bool:
+    """Whether windows with ``params`` are cut, normalized and signed on code points
+    (``codepoint_windows``): compiled ``punkt-fast`` windows, Janitor normalization."""
+    return params.sentence_splitter == "punkt-fast" and params.normalization == "janitor" and kernel.enabled()
+
+
 def window_signatures(texts: Sequence[str], params: MinHashParams
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(text index of each window, signatures, shingle counts)`` of every window of ``texts``
@@ -130,8 +136,7 @@ def window_signatures(texts: Sequence[str], params: MinHashParams
     signed; the ``str`` path encodes each text twice more, and looks up every char's byte offset);
     otherwise the ``str`` path (``windows.window_spans``, ``sketch.sign_spans``). Both give the
     same windows and signatures."""
-    if not (params.sentence_splitter == "punkt-fast" and params.normalization == "janitor"
-            and kernel.enabled()):
+    if not codepoints_supported(params):
         win_doc, starts, ends = window_spans(texts, params)
         return win_doc, *sign_spans(texts, win_doc, starts, ends, params)
     win_doc, data, _, ws, we = codepoint_windows(*texts_codepoints(texts), params)

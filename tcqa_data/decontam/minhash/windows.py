@@ -11,6 +11,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from tcqa_data import data as packaged_data
 from tcqa_data.decontam.minhash.params import MinHashParams
 from tcqa_data.errors import TcqaError
 
@@ -18,18 +19,32 @@ from tcqa_data.errors import TcqaError
 # Windows
 
 
+_NO_PUNKT = ("NLTK Punkt sentence tables (punkt_tab) were not found, neither on NLTK's search path "
+             "nor in this install of tcqa-data (tcqa_data/data/nltk_data, missing: reinstall tcqa-data). "
+             "Set NLTK_DATA to a folder that holds tokenizers/punkt_tab, or run "
+             "`python -m nltk.downloader punkt_tab`.")
+
+
 @lru_cache(maxsize=4)
 def _punkt(language: str = "english"):
+    import nltk.data
     from nltk.tokenize.punkt import PunktTokenizer
 
     try:
         return PunktTokenizer(language)
     except LookupError:
-        raise TcqaError(
-            "NLTK Punkt sentence tables (punkt_tab) were not found. Set NLTK_DATA to a folder that "
-            "holds tokenizers/punkt_tab (e.g. NLTK_DATA=../shared/data/nltk_data), or run "
-            "`python -m nltk.downloader punkt_tab`."
-        ) from None
+        pass
+    # NLTK found none of its own: the tables shipped with tcqa-data, searched last so that
+    # NLTK_DATA and ~/nltk_data still win. NLTK reads model files only under its search path.
+    shipped = packaged_data.nltk_data_root(language)
+    if shipped is None:
+        raise TcqaError(_NO_PUNKT) from None
+    if shipped not in nltk.data.path:
+        nltk.data.path.append(shipped)
+    try:
+        return PunktTokenizer(language)
+    except LookupError:
+        raise TcqaError(_NO_PUNKT) from None
 
 
 _PARAGRAPH_BREAK = re.compile(r"\n[^\S\n]*\n\s*")
@@ -79,7 +94,8 @@ def _tables(abbrevs, collocations, starters, ortho_context) -> tuple:
 
 
 def _nltk_data_dirs() -> list[str]:
-    """NLTK's data search path before any in-process change (``nltk.data.path``'s defaults)."""
+    """NLTK's data search path before any in-process change (``nltk.data.path``'s defaults), then
+    the folder of Punkt tables shipped with tcqa-data."""
     dirs = [os.path.expanduser(d) for d in os.environ.get("NLTK_DATA", "").split(os.pathsep) if d]
     if os.path.expanduser("~/") != "~/":
         dirs.append(os.path.expanduser("~/nltk_data"))
@@ -87,6 +103,9 @@ def _nltk_data_dirs() -> list[str]:
         dirs += [os.path.join(sys.prefix, "nltk_data"), os.path.join(sys.prefix, "share", "nltk_data"),
                  os.path.join(sys.prefix, "lib", "nltk_data"), "/usr/share/nltk_data",
                  "/usr/local/share/nltk_data", "/usr/lib/nltk_data", "/usr/local/lib/nltk_data"]
+    shipped = packaged_data.nltk_data_root()  # tcqa-data's own tables, last (as ``_punkt`` uses them)
+    if shipped is not None:
+        dirs.append(shipped)
     return dirs
 
 

@@ -1,0 +1,62 @@
+"""Evaluate, then analyze the same model pass: the orchestration above both stages.
+
+``tcqa-data evaluate`` runs this. The eval stage (``tcqa_data.eval.runner``) scores the model once and
+computes each task's clean / full / dirty table; the analysis stage (``tcqa_data.analysis``) reuses those
+tables, with their per-unit statistics and bootstrap resamples, for its sweeps, Llama 2 subsets and
+input vs input+label table; then one report holds the evaluation and the analysis summary. The eval
+stage imports nothing of the analysis (the analysis takes its metrics and tables from ``eval``): only
+this module knows that one follows the other.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tcqa_data.analysis.report import summary_blocks
+from tcqa_data.analysis.run import analyze_after_evaluate
+from tcqa_data.eval import metrics as M
+from tcqa_data.eval.models import LoadedModel
+from tcqa_data.eval.results import render_markdown
+from tcqa_data.eval.runner import run_evaluation
+from tcqa_data.report_render import Block
+
+
+def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | None = None,
+             clean_only: bool = False, device: str = "auto", dtype: str = "auto",
+             batch_size: int | str = "auto", output: str | Path | None = None,
+             limit_groups: int | None = None, *, gguf_file: str | None = None,
+             trust_remote_code: bool = False, split: str | None = None, bootstrap: int = M.BOOTSTRAP_SAMPLES,
+             seed: int = M.BOOTSTRAP_SEED, quiet: bool = False, write: bool = True,
+             packing: bool | None = None, sample_groups: int | None = None,
+             sample_seed: int = 0) -> dict[str, Any]:
+    """Score ``model`` on the prepared tasks in ``prep_dir`` (``tcqa_data.eval.runner.evaluate``'s
+    parameters), then analyze that pass into ``<output>/analysis/``.
+
+    Writes results.json, samples.jsonl, report.md and report.html to ``output`` (default
+    ``PREP_DIR/eval/<model>``): results.json keeps the analysis summary under ``analysis``, and both
+    reports end with it. No analysis with ``clean_only`` (the dirty docs have no outputs) or without
+    ``write``. Returns the results.json object with the per-doc samples under ``"_samples"``.
+    """
+    run = run_evaluation(prep_dir, model, tasks, clean_only, device, dtype, batch_size, limit_groups,
+                         gguf_file=gguf_file, trust_remote_code=trust_remote_code, split=split,
+                         bootstrap=bootstrap, seed=seed, quiet=quiet, packing=packing,
+                         sample_groups=sample_groups, sample_seed=sample_seed)
+    if write:
+        out_dir = run.output_dir(output)
+        if not clean_only:
+            run.results["analysis"] = analyze_after_evaluate(run.prep_dir, run.tasks, out_dir / "analysis",
+                                                             bootstrap, seed)
+        run.write(out_dir, report_extra(run.results))
+    return run.returned()
+
+
+def report_extra(results: dict[str, Any]) -> list[Block]:
+    """The blocks evaluate's reports carry after the evaluation's own: the analysis summary, if any."""
+    return summary_blocks(results["analysis"]) if results.get("analysis") else []
+
+
+def render_report(results: dict[str, Any]) -> str:
+    """The combined report as Markdown (report.md's text), from the results ``evaluate`` returned."""
+    clean = {k: v for k, v in results.items() if not k.startswith("_")}
+    return render_markdown(clean, report_extra(clean))
