@@ -101,6 +101,7 @@ from tcqa_data.cli import analyze as _analyze  # noqa: E402,F401
 from tcqa_data.cli import decontaminate as _decontaminate  # noqa: E402,F401
 from tcqa_data.cli import evaluate as _evaluate  # noqa: E402,F401
 from tcqa_data.cli import index as _index  # noqa: E402,F401
+from tcqa_data.cli import purify as _purify  # noqa: E402,F401
 
 
 def main() -> None:
