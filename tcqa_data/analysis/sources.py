@@ -33,6 +33,7 @@ from tcqa_data.eval.runner import (
     require_prep_dir,
 )
 from tcqa_data.io_utils import iter_jsonl_objects, read_json
+from tcqa_data.outputs import check_name
 from tcqa_data.prep.lm_eval_export import lm_eval_task_name
 
 # lm-eval's EvaluationTracker names per-task sample logs samples_<task>_<date_id>.jsonl, where
@@ -129,7 +130,11 @@ def from_evaluate(prep_dir: Path, eval_dir: Path, tasks: list[str] | None = None
     for task, entry in res.get("tasks", {}).items():
         if tasks and task not in tasks:
             continue
-        data = load_task(prep_dir, task, entry.get("split"))
+        # names read from results.json become PREP_DIR paths: refused unless plain folder names
+        where = str(eval_dir / "results.json")
+        split = entry.get("split")
+        data = load_task(prep_dir, check_name(task, "task name", where),
+                         None if split is None else check_name(split, "split name", where))
         by_id = _unique_by_doc_id(rows.get(task, []), path)
         if not by_id:
             raise TcqaError(f"{path}: no samples of task {task!r}, which results.json lists")
@@ -220,7 +225,7 @@ def lm_eval_sourced_tasks(prep_dir: Path) -> set[str]:
 
 def load_lm_eval_sourced(prep_dir: Path, task: str, split: str | None) -> TaskData:
     """The prepared docs of a task resolved through lm-eval (no TaskSpec: ``spec`` is None)."""
-    task_dir = prep_dir / task
+    task_dir = prep_dir / check_name(task, "task name", "prep_manifest.json or --task")
     present = sorted(p.parent.name for p in task_dir.glob("*/full.parquet"))
     if split is None and len(present) == 1:
         split = present[0]

@@ -52,6 +52,10 @@ def evaluate_cmd(
                                       "model type (hf, vllm, ...)."),
     model_args: str = typer.Option(None, "--model-args", help="With --backend lm-eval: lm-eval's "
                                    "--model_args (default pretrained=<--model>)."),
+    allow_modified_code: bool = typer.Option(
+        False, "--allow-modified-code",
+        help="With --backend lm-eval: run the exported Python and YAMLs even where they differ from "
+             "the sha256 that decontaminate recorded (lm-eval runs them unsandboxed)."),
 ) -> None:
     """Score a model on the full, clean and dirty splits (one pass) and print the comparison."""
     if backend == "lm-eval":
@@ -62,7 +66,7 @@ def evaluate_cmd(
             raise typer.BadParameter(f"{', '.join(given)} apply to the native backend only; lm-eval "
                                      "scores every doc of the full split", param_hint="--backend")
         _evaluate_with_lm_eval(prep_dir, model, lm_eval_model, model_args, tasks, split, output, batch_size,
-                               None if device == "auto" else device, quiet)
+                               None if device == "auto" else device, quiet, allow_modified_code)
         return
     if backend != "native":
         raise typer.BadParameter("use native or lm-eval", param_hint="--backend")
@@ -81,14 +85,15 @@ def evaluate_cmd(
 
 def _evaluate_with_lm_eval(prep_dir: Path, model: str, lm_eval_model: str, model_args: str | None,
                            tasks: str | None, split: str | None, output: Path | None, batch_size: str,
-                           device: str | None, quiet: bool) -> None:
+                           device: str | None, quiet: bool, allow_modified_code: bool = False) -> None:
     from tcqa_data.analysis.run import analyze
     from tcqa_data.errors import TcqaError
     from tcqa_data.eval.lm_eval_backend import run_lm_eval
 
     names = [t.strip() for t in tasks.split(",") if t.strip()] if tasks else None
     run = run_lm_eval(prep_dir, model_args or f"pretrained={model}", model=lm_eval_model, tasks=names,
-                      split=split, output=output, batch_size=_batch_size(batch_size), device=device)
+                      split=split, output=output, batch_size=_batch_size(batch_size), device=device,
+                      allow_modified_code=allow_modified_code)
     typer.echo(f"lm-eval wrote {run['output_dir']} ({', '.join(run['tasks'])})")
     try:
         analysis = analyze(prep_dir, run["output_dir"], tasks=names, split=split)

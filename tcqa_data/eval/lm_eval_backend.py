@@ -6,16 +6,26 @@ those with per-doc samples logged, and saves them as lm-eval's own CLI does (lm-
 ``EvaluationTracker``: ``<output>/<model>/results_<date>.json`` and ``samples_<task>_<date>.jsonl``),
 so ``tcqa-data analyze PREP_DIR --results <output>`` reads them like any ``lm_eval --log_samples``
 run. Any lm-eval model backend works (``hf``, ``vllm``, ...), with its own ``model_args``.
+
+lm-eval imports the exported Python (``tcqa_dataset.py``, copied ``!function`` helpers) and renders
+the YAMLs' templates without a sandbox, so the folder is code. ``prep_manifest.json`` records the
+sha256 of each exported code file, and a folder whose code differs (changed, missing or added) is
+refused unless the caller accepts it (``--allow-modified-code``).
 """
 
 from __future__ import annotations
 
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tcqa_data.errors import TcqaError
 from tcqa_data.io_utils import read_json
+from tcqa_data.outputs import check_name, code_changes, name_problem, relative_inside, safe_model_dirname
 
 # lm-eval's EvaluationTracker names the per-task sample logs so (under a folder per model).
 SAMPLES_GLOB = "samples_{task}_*.jsonl"
@@ -29,6 +39,7 @@ class ExportedTask:
     split: str
     lm_eval_task: str   # tcqa_<task>_<split>_full
     include_path: Path  # the folder lm-eval indexes
+    code_sha256: dict[str, str] | None = None  # as decontaminate exported it; None: not recorded
 
 
 def exported_full_tasks(prep_dir: str | Path, tasks: list[str] | None = None,
@@ -42,31 +53,80 @@ def exported_full_tasks(prep_dir: str | Path, tasks: list[str] | None = None,
     unknown = sorted(set(tasks or []) - set(listed))
     if unknown:
         raise TcqaError(f"task(s) {unknown} are not prepared in {prep_dir}; prepared: {sorted(listed)}")
+    from tcqa_data.prep.lm_eval_export import lm_eval_task_name
+
     out: list[ExportedTask] = []
     for task in sorted(tasks or listed):
+        check_name(task, "task name", str(path))
         for s, export in sorted((listed[task].get("lm_eval_export") or {}).items()):
             if split is not None and s != split:
                 continue
+            check_name(s, "split name", str(path))
             if not export.get("include_path"):
                 raise TcqaError(f"task {task!r} ({s}) has no exported lm-eval YAML: "
                                 f"{export.get('not_exported')}")
-            out.append(ExportedTask(task, s, export["tasks"]["full"], prep_dir / export["include_path"]))
+            # a manifest is a file anyone can edit: the folder lm-eval imports from must be PREP_DIR's own
+            include = relative_inside(prep_dir, export["include_path"],
+                                      f"{path}: include_path of task {task!r} ({s})")
+            full = (export.get("tasks") or {}).get("full")
+            if full != lm_eval_task_name(task, s, "full"):  # lm-eval names its samples file after it
+                raise TcqaError(f"{path}: task {task!r} ({s}) lists the exported task {full!r}, not "
+                                f"{lm_eval_task_name(task, s, 'full')!r}; re-run `tcqa-data decontaminate`")
+            out.append(ExportedTask(task, s, full, include, export.get("code_sha256")))
     if not out:
         raise TcqaError(f"{prep_dir} lists no exported lm-eval tasks"
                         + (f" for split {split!r}" if split else "") + "; re-run `tcqa-data decontaminate`")
     return out
 
 
+def check_exported_code(exported: list[ExportedTask]) -> None:
+    """Refuse exported folders whose code files differ from the sha256 prep_manifest.json records."""
+    for e in exported:
+        if e.code_sha256 is None:
+            raise TcqaError(f"prep_manifest.json records no checksums of the code exported for task "
+                            f"{e.task!r} ({e.split}) in {e.include_path} (prepared by an older tcqa-data); "
+                            "re-run `tcqa-data decontaminate`, or pass --allow-modified-code to run it as "
+                            "it is")
+        changes = code_changes(e.include_path, e.code_sha256)
+        if changes:
+            more = f" (and {len(changes) - 1} more)" if len(changes) > 1 else ""
+            raise TcqaError(f"{e.include_path}: {changes[0]}{more} since `tcqa-data decontaminate` "
+                            "exported it (prep_manifest.json records its sha256), and lm-eval would run it "
+                            "unsandboxed; re-run decontaminate, or pass --allow-modified-code if you "
+                            "changed it on purpose")
+
+
+@contextmanager
+def _private_bytecode() -> Iterator[None]:
+    """Compiled bytecode goes to a private folder while lm-eval runs: Python would otherwise load a
+    ``__pycache__/*.pyc`` beside a checked source file, whose code the checksums do not cover."""
+    before = sys.pycache_prefix
+    with tempfile.TemporaryDirectory(prefix="tcqa-pycache-") as tmp:
+        sys.pycache_prefix = tmp
+        try:
+            yield
+        finally:
+            sys.pycache_prefix = before
+
+
+def _model_folder(lm_eval_name: str | None) -> str:
+    """lm-eval's folder name for the model when it is one safe folder name, else ours: lm-eval keeps
+    ``..`` and leading dots (``pretrained=..`` would write beside the output folder, not in it)."""
+    name = str(lm_eval_name)
+    return name if name_problem(name) is None else safe_model_dirname(name)
+
+
 def run_lm_eval(prep_dir: str | Path, model_args: str, *, model: str = "hf", tasks: list[str] | None = None,
                 split: str | None = None, output: str | Path | None = None, batch_size: int | str = "auto",
-                device: str | None = None, limit: int | None = None, bootstrap_iters: int = 0
-                ) -> dict[str, Any]:
+                device: str | None = None, limit: int | None = None, bootstrap_iters: int = 0,
+                allow_modified_code: bool = False) -> dict[str, Any]:
     """Run lm-eval on the exported full YAMLs; return ``{"output_dir", "tasks", "results"}``.
 
     ``model``/``model_args`` are lm-eval's (``--model hf --model_args pretrained=...``). ``limit``
     is lm-eval's ``--limit`` (first N docs; the analysis then refuses partial question groups).
     ``bootstrap_iters`` is lm-eval's stderr bootstrap; 0 skips it (lm-eval's default of 100000 takes
     minutes for f1), since ``tcqa-data analyze`` gives every metric its interval.
+    ``allow_modified_code`` runs exported code that differs from what decontaminate wrote.
     """
     from tcqa_data.prep.lm_eval_tasks import import_lm_eval
 
@@ -76,14 +136,20 @@ def run_lm_eval(prep_dir: str | Path, model_args: str, *, model: str = "hf", tas
     from lm_eval.tasks import TaskManager
 
     exported = exported_full_tasks(prep_dir, tasks, split)
+    if not allow_modified_code:
+        check_exported_code(exported)
     out = Path(output) if output is not None else Path(prep_dir) / "eval" / "lm_eval"
     tracker = EvaluationTracker(output_path=str(out))
     include = sorted({str(e.include_path) for e in exported})
     manager = TaskManager(include_path=include, include_defaults=False)
     names = [e.lm_eval_task for e in exported]
-    results = lm_eval.simple_evaluate(model=model, model_args=model_args, tasks=names, task_manager=manager,
-                                      batch_size=batch_size, device=device, limit=limit, log_samples=True,
-                                      bootstrap_iters=bootstrap_iters, evaluation_tracker=tracker)
+    with _private_bytecode():
+        results = lm_eval.simple_evaluate(model=model, model_args=model_args, tasks=names,
+                                          task_manager=manager, batch_size=batch_size, device=device,
+                                          limit=limit, log_samples=True, bootstrap_iters=bootstrap_iters,
+                                          evaluation_tracker=tracker)
+    general = tracker.general_config_tracker
+    general.model_name_sanitized = _model_folder(general.model_name_sanitized)
     if results is None:  # a non-zero rank of a distributed run
         return {"output_dir": str(out), "tasks": names, "results": {}}
     samples = results.pop("samples")

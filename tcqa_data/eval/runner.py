@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import platform
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from tcqa_data.eval.scoring import (
     tok_encode_batch,
 )
 from tcqa_data.io_utils import read_json
+from tcqa_data.outputs import check_name, safe_model_dirname
 from tcqa_data.prep.taskspec import TaskSpec
 from tcqa_data.progress import note, progress_bar, progress_enabled, rate_text, stage
 
@@ -86,6 +86,9 @@ def pick_split(task_dir: Path, spec: TaskSpec, split: str | None) -> str:
 
 
 def load_task(prep_dir: Path, task: str, split: str | None = None) -> TaskData:
+    check_name(task, "task name", "the tasks asked for")  # a folder of PREP_DIR, never a path out of it
+    if split is not None:
+        check_name(split, "split name", "the split asked for")
     task_dir = prep_dir / task
     if not (task_dir / "task.yaml").is_file():
         raise TcqaError(f"task {task!r} is not in {prep_dir} (no {task}/task.yaml); "
@@ -356,8 +359,8 @@ def _upstream(manifest: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def default_output(prep_dir: Path, model_name: str) -> Path:
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", model_name).strip("_") or "model"
-    return prep_dir / "eval" / safe
+    # a model named ".." or "/abs/path" must still land in a folder of its own under PREP_DIR/eval
+    return prep_dir / "eval" / safe_model_dirname(model_name)
 
 
 def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | None = None,

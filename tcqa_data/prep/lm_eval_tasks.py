@@ -8,8 +8,11 @@ are the positions lm-eval gives them.
 
 The decontamination query follows lm-eval's definition: the configured
 ``doc_to_decontamination_query`` (a doc field, a callable, or a Jinja template) when
-``should_decontaminate`` is set, else ``doc_to_text``. A template is rendered with lm-eval's own
-``utils.apply_template`` and used as text. lm-eval 0.4.13's ``Task.doc_to_decontamination_query``
+``should_decontaminate`` is set, else ``doc_to_text``. A template is rendered as lm-eval's
+``utils.apply_template`` renders it, but in tcqa-data's sandbox (:mod:`tcqa_data.prep.templates`),
+and used as text. What lm-eval itself renders and runs while it loads a task (``doc_to_text`` on a
+first doc, ``process_docs`` and other ``!function`` helpers) runs unsandboxed: loading a task is
+running its code. lm-eval 0.4.13's ``Task.doc_to_decontamination_query``
 instead passes the rendered text through ``ast.literal_eval``, which raises ``SyntaxError`` on
 ordinary text (MC-TACO's first test query "How long was his mother ill? Durer's father ..."), so
 that method is not called for config-defined tasks.
@@ -29,6 +32,9 @@ from typing import Any
 import pyarrow as pa
 
 from tcqa_data.errors import ConfigError
+from tcqa_data.outputs import check_name
+from tcqa_data.prep.templates import ENV as TEMPLATE_ENV
+from tcqa_data.prep.templates import render
 
 INSTALL_HINT = "pip install 'tcqa-data[lm-eval]'"
 
@@ -115,6 +121,8 @@ def resolve_lm_eval_tasks(
             for task_name, task in _load(manager, name, paths).items():
                 if task_name in seen:
                     continue
+                # the name becomes a PREP_DIR folder: checked before any doc is read or written
+                check_name(task_name, "lm-eval task name", _origin(manager, task_name))
                 seen.add(task_name)
                 fields = group_by.get(task_name, group_by.get(name))
                 out.append(_prepare(task_name, task, name, fields))
@@ -172,6 +180,13 @@ def _load(manager: Any, name: str, include_paths: list[str]) -> dict[str, Any]:
     return tasks
 
 
+def _origin(manager: Any, task_name: str) -> str:
+    """Where lm-eval read a task's config, for errors: its YAML file, else lm-eval's task index."""
+    entry = manager.task_index.get(task_name)
+    path = getattr(entry, "yaml_path", None)
+    return f"lm-eval task YAML {path}" if path else "lm-eval's task index"
+
+
 def _unreadable_yamls(include_paths: list[str]) -> list[str]:
     """'file: error' for each YAML under the include paths that lm-eval's loader rejects.
 
@@ -222,8 +237,6 @@ def _is_config_defined(task: Any, method: str) -> bool:
 
 def decontamination_query(task: Any, doc: Mapping[str, Any]) -> str:
     """lm-eval's decontamination query for ``doc``, rendered as text (see the module docstring)."""
-    from lm_eval import utils
-
     cfg = task.config
     if not _is_config_defined(task, "doc_to_decontamination_query"):
         # a Python-class task defines its own query method; lm-eval's rule applies unchanged
@@ -240,7 +253,8 @@ def decontamination_query(task: Any, doc: Mapping[str, Any]) -> str:
         return _as_text(query(doc))
     if query in task.features:
         return _as_text(doc[query])
-    return utils.apply_template(query, dict(doc))
+    # lm-eval's apply_template, in the sandbox
+    return render(query, dict(doc), where=f"lm-eval task {task.config.task!r}: doc_to_decontamination_query")
 
 
 def _as_text(value: Any) -> str:
@@ -276,10 +290,9 @@ def template_fields(spec: Any, columns: Sequence[str]) -> list[str]:
     if spec in columns:
         return [spec]
     import jinja2.meta
-    from lm_eval import utils
 
     try:
-        names = jinja2.meta.find_undeclared_variables(utils.env.parse(spec))
+        names = jinja2.meta.find_undeclared_variables(TEMPLATE_ENV.parse(spec))
     except Exception:  # noqa: BLE001 - an unparsable template fails loudly when rendered, not here
         return []
     return sorted((n for n in names if n in columns), key=spec.find)
@@ -287,6 +300,7 @@ def template_fields(spec: Any, columns: Sequence[str]) -> list[str]:
 
 def _prepare(name: str, task: Any, requested_as: str, group_fields: Sequence[str] | None) -> LmEvalTask:
     split, role = eval_split(task, name)
+    check_name(split, "split name", f"lm-eval task {name!r}")  # a PREP_DIR folder name too
     docs = task.eval_docs
     if len(docs) == 0:
         raise ConfigError(f"lm-eval task {name!r}: split {split!r} has no docs; nothing to decontaminate")

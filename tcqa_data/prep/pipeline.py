@@ -25,6 +25,7 @@ from tcqa_data.decontam.detect.score import (
 )
 from tcqa_data.errors import ConfigError, IndexMismatchError, TcqaError
 from tcqa_data.io_utils import write_json_atomic, write_parquet_atomic, write_text_atomic
+from tcqa_data.outputs import check_name, code_digests, resolve_inside, staged
 from tcqa_data.prep.benchmarks import BenchmarkSplit, group_ids, load_split
 from tcqa_data.prep.lm_eval_export import export_lm_eval, export_lm_eval_task, exportable, lm_eval_task_name
 from tcqa_data.prep.report import write_reports
@@ -56,7 +57,7 @@ def parse_data_files(items: Iterable[str], tasks: Sequence[str]) -> dict[str, di
                               "under --lm-eval-include instead")
         if task not in tasks and not any(t.endswith((".yaml", ".yml")) for t in tasks):
             raise ConfigError(f"--data-files {item!r}: task {task!r} is not among --tasks {list(tasks)}")
-        out.setdefault(task, {})[split] = path
+        out.setdefault(task, {})[check_name(split, "split name", "--data-files")] = path
     return out
 
 
@@ -221,6 +222,9 @@ def decontaminate(
     index_summary = _index_summary(idx, index_dir)
     out = Path(out_dir)
     data_files = {k: dict(v) for k, v in (data_files or {}).items()}
+    for per_task in data_files.values():  # split names become folder names: refused before any write
+        for split_name in per_task:
+            check_name(split_name, "split name", "data_files (--data-files)")
     group_by = {k: tuple(v) for k, v in (group_by or {}).items()}
     own = [t for t in tasks if is_tcqa_task(t)]
     specs = [TaskSpec.resolve(t) for t in own]
@@ -280,19 +284,27 @@ def decontaminate(
         """One task's splits (docs, their queries, their role): one n-gram size, the PREP_DIR files,
         and the task's manifest and summary entries. ``source``: how lm-eval resolved the task."""
         n, how = choose_n(task.task, (q for _, queries, _ in parts for q in queries))
+        # names were checked where they were read; resolve_inside also refuses a folder that a link
+        # leads out of --out
+        task_dir = resolve_inside(out, task.task, what="task folder")
         if isinstance(task, TaskSpec):
-            write_text_atomic(out / task.task / "task.yaml", task.to_yaml())
+            write_text_atomic(task_dir / "task.yaml", task.to_yaml())
         entry = manifest_tasks[task.task] = {"ngram": n, "ngram_choice": how, "splits": {},
                                              "lm_eval_export": {}}
         if source is not None:
             entry["source"] = source
         summary["tasks"][task.task] = {}
         for b, queries, role in parts:
-            counts, export = _process_split(
-                task, b, queries, role, out / task.task / b.split, index_dir=str(index_dir), n=n,
-                rule=parsed_rule, max_corpus_freq=max_corpus_freq, group_policy=group_policy,
-                use_minhash=minhash_ok, config={**config, "ngram": n, "ngram_choice": how},
-                index_summary=index_summary, quiet=quiet)
+            split_name = check_name(b.split, "split name", f"task {task.task!r}")
+            split_dir = resolve_inside(out, task.task, split_name, what="split folder")
+            # the split folder is written whole into a staging folder and then renamed into place:
+            # a failed run leaves the previous split folder as it was
+            with staged(split_dir) as stage:
+                counts, export = _process_split(
+                    task, b, queries, role, stage, index_dir=str(index_dir), n=n,
+                    rule=parsed_rule, max_corpus_freq=max_corpus_freq, group_policy=group_policy,
+                    use_minhash=minhash_ok, config={**config, "ngram": n, "ngram_choice": how},
+                    index_summary=index_summary, quiet=quiet)
             entry["splits"][b.split] = counts
             entry["lm_eval_export"][b.split] = export
             summary["tasks"][task.task][b.split] = counts
@@ -380,8 +392,11 @@ def _process_split(spec: TaskSpec | LmEvalTask, b: BenchmarkSplit, queries: list
                            config=config, index_summary=index_summary)
     # where lm-eval finds the exported tasks (relative to PREP_DIR), for `lm_eval --include_path`
     if reason is None:
+        # lm-eval runs the exported Python and renders the YAMLs' templates unsandboxed: their
+        # sha256 lets `evaluate --backend lm-eval` refuse a folder whose code was changed since
         export = {"include_path": f"{spec.task}/{b.split}/lm_eval",
-                  "tasks": {w: lm_eval_task_name(spec.task, b.split, w) for w in ("clean", "full")}}
+                  "tasks": {w: lm_eval_task_name(spec.task, b.split, w) for w in ("clean", "full")},
+                  "code_sha256": code_digests(split_dir / "lm_eval")}
     else:
         export = {"include_path": None, "tasks": {}, "not_exported": reason}
     return counts, export

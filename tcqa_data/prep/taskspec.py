@@ -1,7 +1,8 @@
 """Declarative task specs in lm-eval's YAML vocabulary.
 
 A task spec says how a benchmark doc becomes a prompt, a target, a set of choices and a
-decontamination query. Templates are Jinja2, rendered the way lm-eval renders them.
+decontamination query. Templates are Jinja2, rendered the way lm-eval renders them, but in a sandbox
+(:mod:`tcqa_data.prep.templates`): a task YAML from elsewhere cannot run code through them.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ import jinja2.meta
 import yaml
 
 from tcqa_data.errors import ConfigError
+from tcqa_data.outputs import check_name
+from tcqa_data.prep.templates import ENV as _ENV
+from tcqa_data.prep.templates import render
 
 OUTPUT_TYPES = ("multiple_choice", "generate_until", "loglikelihood")
-
-_ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,12 @@ class TaskSpec:
             raise ConfigError(
                 f"task spec{where}: output_type {raw['output_type']!r} is not one of {OUTPUT_TYPES}"
             )
+        # the task and split names become PREP_DIR folder names: refused here, before anything is read
+        origin = f"task YAML {source}" if source else "a task spec"
+        check_name(raw["task"], "task name", origin)
+        for key in ("validation_split", "test_split"):
+            if raw.get(key) is not None:
+                check_name(raw[key], f"{key} name", origin)
         known = set(cls.__dataclass_fields__) - {"source"}
         unknown = sorted(set(raw) - known)
         if unknown:
@@ -166,7 +174,7 @@ class TaskSpec:
     def _render(self, template_name: str, doc: dict[str, Any]) -> str:
         template = self._templates()[template_name]
         try:
-            return _compiled(template).render(**doc)
+            return render(template, doc, where=f"task {self.task!r}: template {template_name}")
         except jinja2.UndefinedError as exc:
             raise ConfigError(
                 f"task {self.task!r}: template {template_name} ({template!r}) uses a field the doc "
@@ -235,13 +243,3 @@ def is_tcqa_task(name_or_path: str) -> bool:
 def builtin_task_names() -> list[str]:
     folder = resources.files("tcqa_data.prep") / "tasks"
     return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
-
-
-_COMPILED: dict[str, jinja2.Template] = {}
-
-
-def _compiled(template: str) -> jinja2.Template:
-    tpl = _COMPILED.get(template)
-    if tpl is None:
-        tpl = _COMPILED[template] = _ENV.from_string(template)
-    return tpl

@@ -1,0 +1,239 @@
+"""Output folders: the names joined into them, where they may lead, and how they are committed.
+
+Every stage writes folders whose names come from outside: task and split names from task YAMLs
+(ours or third-party lm-eval ones) and ``--data-files``, model names from ``--model``. This module
+is the one place that decides which names may become a folder, checks that a path built from them
+stays inside its output folder, and writes a folder whole or not at all (a staging folder beside it,
+then one rename). Single files are written atomically by :mod:`tcqa_data.io_utils`.
+
+It imports nothing from the stages, so every stage can use it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import hashlib
+import os
+import re
+import secrets
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path, PurePosixPath, PureWindowsPath
+
+from tcqa_data.errors import ConfigError, TcqaError
+
+# Most file systems take 255 bytes per name; longer names fail with an OSError deep in a write.
+MAX_NAME_BYTES = 255
+# Staging folders start with this, so a reader that lists an output folder can tell them apart
+# (a run killed before its commit leaves one behind; issue 30 cleans them up).
+STAGING_PREFIX = ".tcqa-staging-"
+_RETIRED_PREFIX = ".tcqa-retired-"
+
+
+def name_problem(name: object) -> str | None:
+    """Why ``name`` cannot be one folder name inside an output folder, or None when it can.
+
+    Refused: empty, ``.`` or ``..``, any path separator (``/`` or ``\\``, whatever the OS), a
+    drive or absolute path, NUL, and names past :data:`MAX_NAME_BYTES`.
+    """
+    if not isinstance(name, str):
+        return f"is a {type(name).__name__}, not a string"
+    if not name.strip():
+        return "is empty"
+    if "\x00" in name:
+        return "holds a NUL character"
+    win = PureWindowsPath(name)
+    if PurePosixPath(name).is_absolute() or win.is_absolute() or win.drive:
+        return "is an absolute path"
+    if "/" in name or "\\" in name or (os.altsep and os.altsep in name):
+        return "holds a path separator"
+    if name in (".", ".."):
+        return f"is {name!r}, which names a folder above or the folder itself"
+    if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        return f"is longer than {MAX_NAME_BYTES} bytes"
+    return None
+
+
+def check_name(name: object, kind: str, source: str) -> str:
+    """``name`` when it is a valid folder name, else a ConfigError naming it, its kind and its source.
+
+    ``kind``: "task name", "split name", ...; ``source``: where it came from, as the user would
+    recognise it ("--data-files", "task YAML my_task.yaml", "prep_manifest.json").
+    """
+    problem = name_problem(name)
+    if problem is not None:
+        raise ConfigError(f"{kind} {name!r} from {source} is not a valid folder name: it {problem}")
+    return name  # type: ignore[return-value]  # name_problem refused every non-str
+
+
+def resolve_inside(root: str | os.PathLike, *parts: str | os.PathLike, what: str = "path") -> Path:
+    """``root`` joined with ``parts``, after checking that it resolves to a path inside ``root``.
+
+    Resolving follows symlinks and ``..``, so neither an absolute part, a ``..`` nor a link that
+    points elsewhere can lead out. The returned path is the plain join (not the resolved one), so
+    the paths a stage prints or records do not change. Raises TcqaError naming ``what``.
+    """
+    root = Path(root)
+    joined = root.joinpath(*parts)
+    base = root.resolve()
+    target = joined.resolve()
+    if target != base and base not in target.parents:
+        rel = "/".join(os.fspath(p) for p in parts)
+        raise TcqaError(f"{what} {rel!r} leads outside the output folder {root} (to {target}); refused")
+    return joined
+
+
+def relative_inside(root: str | os.PathLike, relative: object, what: str) -> Path:
+    """A path read from a file (a manifest) that must be relative and inside ``root``: ``root / relative``.
+
+    Refused with a TcqaError naming ``what``: anything but a non-empty string, an absolute path, a
+    ``..`` part, and a path that resolves outside ``root`` (through a link).
+    """
+    if not isinstance(relative, str) or not relative.strip() or "\x00" in relative:
+        raise TcqaError(f"{what} is {relative!r}, not a relative path inside {root}")
+    posix, win = PurePosixPath(relative), PureWindowsPath(relative)
+    if posix.is_absolute() or win.is_absolute() or win.drive or ".." in posix.parts or ".." in win.parts:
+        raise TcqaError(f"{what} is {relative!r}: it must be a relative path inside {root}")
+    return resolve_inside(root, relative, what=what)
+
+
+def safe_model_dirname(model_name: str) -> str:
+    """A model name as one folder name: deterministic, never ``.``/``..``, never a path.
+
+    Runs of characters other than letters, digits, ``.``, ``_`` and ``-`` become ``_`` (so
+    ``org/name`` is ``org_name``, as evaluate has always named it); a name of dots only (``..``)
+    becomes ``model`` and an empty one too; a name past the length limit keeps its start plus a
+    digest of the whole name, so two long names stay apart.
+    """
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", model_name).strip("_")
+    if not safe.strip("."):  # "", ".", "..", "...": no name of its own, and "." or ".." would lead up
+        safe = "model"
+    if len(safe) > MAX_NAME_BYTES:  # only ASCII is left, so characters are bytes
+        digest = hashlib.sha256(model_name.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        safe = f"{safe[:MAX_NAME_BYTES - 17]}_{digest}"
+    return safe
+
+
+# ---- staging and commit ----------------------------------------------------------------------
+def staging_dir(final: str | os.PathLike) -> Path:
+    """A new empty folder beside ``final`` (same parent, so the commit is a rename on one file system).
+
+    Its name starts with :data:`STAGING_PREFIX` and is unique to this process and call.
+    """
+    final = Path(final)
+    if final.exists() and not final.is_dir():
+        raise TcqaError(f"{final} exists and is not a folder; move it away or choose another output")
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TcqaError(f"cannot create {final.parent}: {exc.strerror or exc}") from exc
+    stage = final.parent / f"{STAGING_PREFIX}{final.name}-{os.getpid()}-{secrets.token_hex(4)}"
+    stage.mkdir()
+    return stage
+
+
+_RENAME_EXCHANGE = 2  # linux/fs.h
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one atomic step (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
+    libc_name = ctypes.util.find_library("c")
+    if not libc_name:
+        return False
+    try:
+        libc = ctypes.CDLL(libc_name, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd = -100
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (22, 38, 95):  # EINVAL, ENOSYS, EOPNOTSUPP: the file system or kernel cannot exchange
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def commit_dir(stage: str | os.PathLike, final: str | os.PathLike) -> None:
+    """Make the finished folder ``stage`` visible as ``final``, replacing any previous ``final``.
+
+    With no previous folder this is one rename. Otherwise the two are exchanged in one atomic step
+    where the kernel can (Linux), and the previous folder, now at the staging name, is removed;
+    elsewhere the previous folder is renamed aside first, so a crash between the two renames leaves
+    it whole under a ``.tcqa-retired-`` name beside ``final``.
+    """
+    stage, final = Path(stage), Path(final)
+    if not final.exists() and not final.is_symlink():
+        os.rename(stage, final)
+        return
+    if not final.is_dir() or final.is_symlink():
+        raise TcqaError(f"{final} exists and is not a folder; move it away or choose another output")
+    if _exchange(stage, final):
+        shutil.rmtree(stage, ignore_errors=True)  # the previous output, now at the staging name
+        return
+    retired = final.parent / f"{_RETIRED_PREFIX}{final.name}-{os.getpid()}-{secrets.token_hex(4)}"
+    os.rename(final, retired)
+    os.rename(stage, final)
+    shutil.rmtree(retired, ignore_errors=True)
+
+
+@contextmanager
+def staged(final: str | os.PathLike) -> Iterator[Path]:
+    """Write a folder whole or not at all: yields a fresh staging folder beside ``final``; on a normal
+    exit it replaces ``final`` (:func:`commit_dir`); on any exception (Ctrl-C included) it is removed
+    and ``final`` stays exactly as it was.
+
+    Files inside are still written with :mod:`tcqa_data.io_utils` (atomic per file), so a reader
+    that opens a staging folder never sees a half-written file either.
+    """
+    stage = staging_dir(final)
+    try:
+        yield stage
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    try:
+        commit_dir(stage, final)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+
+
+# ---- code files a folder ships ---------------------------------------------------------------
+CODE_SUFFIXES = (".py", ".yaml", ".yml")
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def code_digests(folder: str | os.PathLike) -> dict[str, str]:
+    """sha256 of every code file under ``folder`` (Python, and YAML whose templates lm-eval renders),
+    keyed by its path relative to ``folder`` in POSIX form; ``__pycache__`` is left out."""
+    folder = Path(folder)
+    out = {}
+    for p in sorted(folder.rglob("*")):
+        if p.is_file() and p.suffix in CODE_SUFFIXES and "__pycache__" not in p.relative_to(folder).parts:
+            out[p.relative_to(folder).as_posix()] = file_sha256(p)
+    return out
+
+
+def code_changes(folder: str | os.PathLike, recorded: dict[str, str]) -> list[str]:
+    """How the code files under ``folder`` differ from ``recorded`` (:func:`code_digests`): one
+    phrase per file, naming it; empty when they match."""
+    now = code_digests(folder)
+    out = []
+    for name in sorted(recorded.keys() | now.keys()):
+        if name not in now:
+            out.append(f"{name} is missing")
+        elif name not in recorded:
+            out.append(f"{name} was added")
+        elif now[name] != recorded[name]:
+            out.append(f"{name} was modified")
+    return out
