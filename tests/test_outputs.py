@@ -49,7 +49,8 @@ def test_non_string_names_are_refused():
 def test_resolve_inside_returns_the_plain_join_and_refuses_what_leads_out(tmp_path):
     root = tmp_path / "out"
     (root / "task").mkdir(parents=True)
-    assert resolve_inside(root, "task", "test") == root / "task" / "test"  # not resolved: paths print as given
+    # not resolved: paths print as given
+    assert resolve_inside(root, "task", "test") == root / "task" / "test"
     assert resolve_inside(root) == root
     for parts in (("..", "x"), ("task", "..", "..", "x"), (str(tmp_path / "elsewhere"),)):
         with pytest.raises(TcqaError, match="leads outside the output folder"):

@@ -46,18 +46,20 @@ def decontaminate_cmd(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or summary."),
 ) -> None:
     """Score benchmark docs against INDEX_DIR, write clean/dirty splits, evidence and reports to --out."""
+    from tcqa_data.decontam.index_files import reading
     from tcqa_data.prep.lm_eval_tasks import parse_group_by
     from tcqa_data.prep.pipeline import decontaminate, parse_data_files
 
     task_list = [t.strip() for t in tasks.split(",") if t.strip()]
-    summary = decontaminate(
-        index_dir, task_list, out,
-        data_files=parse_data_files(data_files or [], task_list),
-        splits=[s.strip() for s in splits.split(",") if s.strip()] if splits else None,
-        rule=rule, ngram=ngram, max_corpus_freq=max_corpus_freq, group_policy=group_policy,
-        normalization=normalization, lm_eval_include=[str(p) for p in lm_eval_include or []],
-        group_by=parse_group_by(group_by or []), quiet=quiet,
-    )
+    with reading(index_dir):  # an index file damaged with its size kept: one line, found by a full check
+        summary = decontaminate(
+            index_dir, task_list, out,
+            data_files=parse_data_files(data_files or [], task_list),
+            splits=[s.strip() for s in splits.split(",") if s.strip()] if splits else None,
+            rule=rule, ngram=ngram, max_corpus_freq=max_corpus_freq, group_policy=group_policy,
+            normalization=normalization, lm_eval_include=[str(p) for p in lm_eval_include or []],
+            group_by=parse_group_by(group_by or []), quiet=quiet,
+        )
     for note in summary.get("warnings", []):  # shown even with --quiet; also at the top of every report
         warning(note)
     if quiet:

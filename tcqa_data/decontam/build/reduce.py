@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -303,15 +303,31 @@ def _reduce_minhash(stage: Path, all_inputs: list[dict], out: Path, maps: Path, 
             if k in ("n_windows", "n_docs", "n_windows_without_tokens", "storage")}
 
 
-def _commit(out: Path, manifest: dict, ns: list[int]) -> None:
-    """Move staged files into place, then write the manifest. Idempotent: rerun after a kill."""
+def _commit(out: Path, manifest: dict, ns: list[int], text_store: Callable[[Path], None],
+            base: dict | None) -> dict[str, Any]:
+    """Make the staged build the index, whole or not at all; returns the sealed manifest.
+
+    The next generation is assembled beside ``out`` (``outputs.next_generation_dir``): the staged
+    files moved in, on ``--append`` the previous generation's text store files linked in (hard
+    links: no copy, and the previous generation keeps its own), its manifest written, the text
+    store pass run on it (``text_store``), and the manifest sealed with every file's size and
+    checksum (``index_files.seal``). Only then is it swapped with ``out`` in one atomic step
+    (``outputs.commit_dir``), which also drops the previous generation and its ``_work``. Killed at
+    any point before the swap, ``out`` is still the previous generation, complete and readable;
+    every step is idempotent, so a rerun (``_work/commit.json``) finishes the same commit.
+    ``base``: the manifest of the generation this one extends (``--append``), else None.
+    """
+    from tcqa_data.decontam.index_files import seal
+    from tcqa_data.outputs import commit_dir, fault_point, link_or_copy, next_generation_dir
+
     work = out / "_work"
     stage = work / "stage"
-    (out / ni.MANIFEST).unlink(missing_ok=True)
+    nxt = next_generation_dir(out)
+    nxt.mkdir(exist_ok=True)
     for n in ns:
         src = stage / "ngrams" / f"n{n}"
         if src.is_dir():
-            dst = out / "ngrams" / f"n{n}"
+            dst = nxt / "ngrams" / f"n{n}"
             dst.mkdir(parents=True, exist_ok=True)
             for f in sorted(src.iterdir()):
                 if f.name.startswith(".") and f.name.endswith(".tmp"):
@@ -319,14 +335,47 @@ def _commit(out: Path, manifest: dict, ns: list[int]) -> None:
                     continue
                 os.replace(f, dst / f.name)
     if (stage / "docs.parquet").exists():
-        os.replace(stage / "docs.parquet", out / "docs.parquet")
+        os.replace(stage / "docs.parquet", nxt / "docs.parquet")
     if (stage / "minhash").is_dir():
-        if (out / "minhash").exists():
-            shutil.rmtree(out / "minhash")
-        os.replace(stage / "minhash", out / "minhash")
+        if (nxt / "minhash").exists():
+            shutil.rmtree(nxt / "minhash")
+        os.replace(stage / "minhash", nxt / "minhash")
     if (stage / STORE_DIR).is_dir():  # the maps' anchors, for the text store pass (it deletes them)
-        (out / STORE_DIR).mkdir(exist_ok=True)
+        (nxt / STORE_DIR).mkdir(exist_ok=True)
         for f in sorted((stage / STORE_DIR).iterdir()):
-            os.replace(f, out / STORE_DIR / f.name)
-    write_json_atomic(out / ni.MANIFEST, manifest)
-    shutil.rmtree(work, ignore_errors=True)
+            os.replace(f, nxt / STORE_DIR / f.name)
+    if base is not None and (out / STORE_DIR).is_dir():
+        # the pass keeps the previous inputs' files and writes only the new ones (and replaces
+        # files by rename, never in place, so the links leave the previous generation's bytes alone)
+        (nxt / STORE_DIR).mkdir(exist_ok=True)
+        for f in sorted((out / STORE_DIR).iterdir()):
+            if f.is_file() and not f.name.startswith(".") and not (nxt / STORE_DIR / f.name).exists():
+                link_or_copy(f, nxt / STORE_DIR / f.name)
+    write_json_atomic(nxt / ni.MANIFEST, manifest)  # the text store pass reads it
+    fault_point("index-staged")
+    text_store(nxt)
+    fault_point("index-text-store")
+    sealed = seal(manifest, nxt, reuse=(out, base) if base is not None else None)
+    write_json_atomic(nxt / ni.MANIFEST, sealed)
+    _fsync_tree(nxt)
+    fault_point("index-sealed")
+    commit_dir(nxt, out)
+    fault_point("index-committed")
+    return sealed
+
+
+def _fsync_tree(root: Path) -> None:
+    """Flush the next generation's files and folders to disk before the swap names it the index,
+    so a power loss cannot leave a committed index whose files are not all there."""
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fd = os.open(dirpath, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
