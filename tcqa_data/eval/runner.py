@@ -25,7 +25,7 @@ from tcqa_data.eval.scoring import (
     tok_encode_batch,
 )
 from tcqa_data.io_utils import read_json
-from tcqa_data.outputs import check_name, safe_model_dirname
+from tcqa_data.outputs import check_name, safe_model_dirname, staged_output
 from tcqa_data.prep.taskspec import TaskSpec
 from tcqa_data.progress import note, progress_bar, progress_enabled, rate_text, stage
 
@@ -480,12 +480,14 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
         from tcqa_data.eval.results import write_outputs
 
         out_dir = Path(output) if output is not None else default_output(prep_dir, lm.name)
-        if not clean_only:  # the contamination analysis of this pass, into out_dir/analysis
-            from tcqa_data.analysis.run import analyze_after_evaluate
+        # EVAL_DIR is written whole into a staging folder, then committed in one step (one writer)
+        with staged_output(out_dir, "evaluate") as staging:
+            if not clean_only:  # the contamination analysis of this pass, into out_dir/analysis
+                from tcqa_data.analysis.run import analyze_after_evaluate
 
-            results["analysis"] = analyze_after_evaluate(prep_dir, scored, out_dir / "analysis", bootstrap,
-                                                         seed)
-        write_outputs(out_dir, results, samples)
+                results["analysis"] = analyze_after_evaluate(prep_dir, scored, staging / "analysis",
+                                                             bootstrap, seed, results_dir=out_dir)
+            write_outputs(staging, results, samples)
         results["output_dir"] = str(out_dir)
     results["_samples"] = samples
     return results

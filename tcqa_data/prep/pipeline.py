@@ -25,12 +25,12 @@ from tcqa_data.decontam.detect.score import (
 )
 from tcqa_data.errors import ConfigError, IndexMismatchError, TcqaError
 from tcqa_data.io_utils import write_json_atomic, write_parquet_atomic, write_text_atomic
-from tcqa_data.outputs import check_name, code_digests, resolve_inside, staged
+from tcqa_data.outputs import check_name, code_digests, resolve_inside, staged, writes_output
 from tcqa_data.prep.benchmarks import BenchmarkSplit, group_ids, load_split
 from tcqa_data.prep.lm_eval_export import export_lm_eval, export_lm_eval_task, exportable, lm_eval_task_name
 from tcqa_data.prep.report import write_reports
 from tcqa_data.prep.splits import GROUP_POLICIES, add_ids, check_invariants, group_flags, split_table
-from tcqa_data.prep.taskspec import TaskSpec, is_tcqa_task
+from tcqa_data.prep.taskspec import TaskSpec, is_task_yaml_path, is_tcqa_task
 from tcqa_data.progress import progress_bar, rate_text
 
 if TYPE_CHECKING:
@@ -154,6 +154,7 @@ def _minhash_and_index_checks(idx: Any, index_dir: str | os.PathLike, rule: Rule
     return False, "off: MinHash windows cannot be cut here (see the warning)", warnings
 
 
+@writes_output("out_dir", "decontaminate")  # PREP_DIR is committed whole or not at all
 def decontaminate(
     index_dir: str | os.PathLike,
     tasks: Sequence[str] | str,
@@ -309,6 +310,15 @@ def decontaminate(
             entry["lm_eval_export"][b.split] = export
             summary["tasks"][task.task][b.split] = counts
 
+    for task_name, spec in zip(own, specs, strict=True):
+        declared = list(spec.splits().values())
+        if not is_task_yaml_path(task_name) and declared:
+            # a built-in task has fixed splits: a misspelled one (tset) is refused before any file
+            # is read (a task YAML of your own keeps free names)
+            for s in data_files.get(task_name) or data_files.get(spec.task) or {}:
+                if s not in declared:
+                    raise ConfigError(f"task {spec.task!r} has no split {s!r} (--data-files "
+                                      f"{task_name}:{s}=...); its splits are {declared}")
     for task_name, spec in zip(own, specs, strict=True):
         local = data_files.get(task_name) or data_files.get(spec.task) or {}
         role_of = {name: role for role, name in spec.splits().items()}
