@@ -142,6 +142,16 @@ def check_output_dir(out: Path) -> None:
         raise TcqaError(f"cannot write the output folder {out}: permission denied{where}")
 
 
+def check_apart(out: str | os.PathLike, other: str | os.PathLike, what: str, option: str) -> None:
+    """The output folder ``out`` is not ``other`` (an input folder: an index, a PREP_DIR), does not
+    lie inside it and does not hold it: committing ``out`` whole would change or swap it away."""
+    target, folder = Path(os.path.realpath(out)), Path(os.path.realpath(other))
+    if target == folder or folder in target.parents or target in folder.parents:
+        how = "is" if target == folder else "lies inside" if folder in target.parents else "holds"
+        raise ConfigError(f"the output folder {out} {how} the {what} {other}; choose a {option} "
+                          f"outside it")
+
+
 # ---- staging and commit ----------------------------------------------------------------------
 def staging_dir(final: str | os.PathLike) -> Path:
     """A new empty folder beside ``final`` (same parent, so the commit is a rename on one file system).

@@ -179,6 +179,9 @@ MANIFEST_DAMAGE = {
     "hash seed edited": lambda p: p.write_text(json.dumps(
         dict(json.loads(p.read_text()), hash=dict(json.loads(p.read_text())["hash"], seed=5)))),
     "a folder": lambda p: (p.unlink(), p.mkdir()),
+    "its checksum removed, num_buckets edited": lambda p: p.write_text(json.dumps(
+        {**{k: v for k, v in json.loads(p.read_text()).items() if k != "manifest_xxh3"}, "num_buckets": 16})),
+    "an object without the fields": lambda p: p.write_text('{"kind": "tcqa-ngram-index"}'),
 }
 
 

@@ -118,6 +118,11 @@ def test_bad_task_data_and_output_paths_are_one_line(index_a, bench, tmp_path, m
         code, err = cli(["evaluate", tmp_path, "--model", "none", "--output", out], monkeypatch, capsys)
         assert_one_line_error(code, err, str(a_file))
     assert not (tmp_path / "p").exists()
+    before = snapshot(index_a)
+    for out in (index_a, index_a / "prep", index_a.parent):  # PREP_DIR is committed whole
+        code, err = cli(_prep_args(index_a, out, bench["mc40"]), monkeypatch, capsys)
+        assert_one_line_error(code, err, "the index", "outside it")
+    assert snapshot(index_a) == before
     if os.geteuid() != 0:  # root writes anywhere
         ro = tmp_path / "ro"
         ro.mkdir()

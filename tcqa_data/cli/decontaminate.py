@@ -47,9 +47,11 @@ def decontaminate_cmd(
 ) -> None:
     """Score benchmark docs against INDEX_DIR, write clean/dirty splits, evidence and reports to --out."""
     from tcqa_data.decontam.index_files import reading
+    from tcqa_data.outputs import check_apart
     from tcqa_data.prep.lm_eval_tasks import parse_group_by
     from tcqa_data.prep.pipeline import decontaminate, parse_data_files
 
+    check_apart(out, index_dir, "index", "--out")  # PREP_DIR is committed whole: never over the index
     task_list = [t.strip() for t in tasks.split(",") if t.strip()]
     with reading(index_dir):  # an index file damaged with its size kept: one line, found by a full check
         summary = decontaminate(

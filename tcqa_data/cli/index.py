@@ -120,6 +120,13 @@ def index_info(
                                      "only the files' presence and sizes are checked."),
 ) -> None:
     """Describe an index: parameters, inputs, counts, skipped records."""
+    from tcqa_data.decontam.index_files import reading
+
+    with reading(index_dir):  # a file damaged with its size kept: one line, found by a full check
+        _show_index(index_dir, as_json=as_json, quiet=quiet, verify=verify)
+
+
+def _show_index(index_dir: Path, *, as_json: bool, quiet: bool, verify: bool) -> None:
     from tcqa_data.decontam.build import index_info as load
     from tcqa_data.decontam.index_files import SEAL_KEY
 

@@ -6,7 +6,8 @@ gets ``files`` (every file of the index but the manifest, with its size and xxh3
 (:func:`open_manifest`: the n-gram, MinHash and text store readers, ``index-info``,
 ``decontaminate``, ``index-corpus --append``) checks that the manifest parses, is an object and
 matches its own checksum, and that every file it names is there with its size, and no other file
-(cheap: one ``stat`` per file). ``index-info --verify`` checks every file's checksum too
+(cheap: one ``stat`` per file), and the checksum of every small file (``ALWAYS_CHECKED_BYTES``:
+the JSON records, small arrays). ``index-info --verify`` checks every file's checksum too
 (:func:`verify_files`). Any damage is one :class:`DamagedIndexError` naming the file and the
 command that repairs it, never a traceback or a silently wrong answer (an edited hash seed or
 bucket count would otherwise find nothing).
@@ -34,6 +35,7 @@ FILES_KEY = "files"
 SEAL_KEY = "manifest_xxh3"
 WORK_DIR = "_work"  # a build or append in progress: not part of the index
 _CHUNK = 1 << 22
+ALWAYS_CHECKED_BYTES = 64 << 10  # files up to this size are checksummed at every open
 
 
 class DamagedIndexError(TcqaError):
@@ -135,17 +137,49 @@ def read_manifest(root: Path) -> dict[str, Any]:
         raise _damaged(root, f"{path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
     if not isinstance(manifest, dict):
         raise _damaged(root, f"{path} holds a JSON {type(manifest).__name__}, not an object")
+    if FILES_KEY in manifest and SEAL_KEY not in manifest:
+        raise _damaged(root, f"{path} lists its files but has no checksum of itself (it was edited)")
     if SEAL_KEY in manifest:
         if manifest[SEAL_KEY] != manifest_checksum(manifest):
             raise _damaged(root, f"{path} does not match its own checksum (it was edited or damaged)")
         if not isinstance(manifest.get(FILES_KEY), dict):
             raise _damaged(root, f"{path} has no file list")
+    problem = _shape_problem(manifest)
+    if problem is not None:  # an unsealed (older) manifest is read on its word: its shape at least
+        raise _damaged(root, f"{path} {problem}")
     return manifest
 
 
+# What every reader takes from a manifest without asking (key -> accepted types).
+_REQUIRED: dict[str, tuple[type, ...]] = {
+    "kind": (str,), "format_version": (int,), "normalization": (str,), "ngram_sizes": (list,),
+    "hash": (dict,), "num_buckets": (int,), "provenance_docs": (int,), "inputs": (list,),
+    "counts": (dict,),
+}
+
+
+def _shape_problem(manifest: dict[str, Any]) -> str | None:
+    for key, types in _REQUIRED.items():
+        if key not in manifest:
+            return f"lacks {key!r}"
+        if not isinstance(manifest[key], types) or isinstance(manifest[key], bool):
+            return f"has {key!r} of type {type(manifest[key]).__name__}"
+    if not all(isinstance(n, int) and n > 0 for n in manifest["ngram_sizes"]):
+        return "has n-gram sizes that are not positive integers"
+    if not isinstance(manifest["hash"].get("name"), str) or not isinstance(manifest["hash"].get("seed"), int):
+        return "has no hash name and seed"
+    for i, e in enumerate(manifest["inputs"]):
+        if not isinstance(e, dict) or not all(k in e for k in ("path", "sha256", "docs", "doc_offset")):
+            return f"has input #{i + 1} without path, sha256, docs and doc_offset"
+    if not isinstance(manifest["counts"].get("docs"), int):
+        return "has no doc count"
+    return None
+
+
 def check_files(root: Path, manifest: dict[str, Any], *, verify: bool = False, workers: int = 4) -> None:
-    """Every file the sealed ``manifest`` names is at ``root`` with its size (and, with ``verify``,
-    its checksum), and no other file is there. DamagedIndexError naming the first file that is not.
+    """Every file the sealed ``manifest`` names is at ``root`` with its size, and no other file is
+    there; files up to ``ALWAYS_CHECKED_BYTES`` (with ``verify``: every file) match their checksum.
+    DamagedIndexError naming the first file that is not.
     An unsealed (older) manifest is not checked."""
     records = manifest.get(FILES_KEY)
     if SEAL_KEY not in manifest or not isinstance(records, dict):
@@ -168,9 +202,9 @@ def check_files(root: Path, manifest: dict[str, Any], *, verify: bool = False, w
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
         raise _damaged(root, f"{root / missing[0]} is missing{more}")
-    if not verify:
-        return
-    names = sorted(records)
+    # small files (the JSON records, small arrays and headers) are checksummed at every open: a few
+    # ms for a large index, and a changed byte there would change what every lookup means
+    names = sorted(r for r in records if verify or int(records[r].get("size", 0)) <= ALWAYS_CHECKED_BYTES)
     with ThreadPoolExecutor(max(1, workers)) as pool:
         for rel, digest in zip(names, pool.map(lambda r: checksum_file(root / r), names), strict=True):
             if digest != records[rel].get("xxh3"):
@@ -226,6 +260,12 @@ def reading(root: str | os.PathLike) -> Iterator[None]:
             open_manifest(root, verify=True)
         except TcqaError as found:
             raise found from exc
+        name = getattr(exc, "filename", None)
+        if isinstance(exc, OSError) and name and Path(os.path.abspath(name)).is_relative_to(
+                Path(os.path.abspath(root))):
+            # an index without checksums (written before them) that names a file it lacks
+            raise DamagedIndexError(f"{name}: {exc.strerror or exc}: the index {root} is damaged or "
+                                    f"incomplete; {repair_hint(Path(root))}") from exc
         raise
 
 
