@@ -384,3 +384,22 @@ def test_a_folder_that_is_not_an_index_is_never_replaced(corpus, tmp_path, monke
         code, err = cli(["index-corpus", corpus["a"], "--out", out, *CLI_BUILD, *extra], monkeypatch, capsys)
         assert_one_line_error(code, err, "notes.txt", "new or empty folder")
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+
+
+def test_two_builds_into_one_index_the_second_is_refused_at_once(corpus, index_a, index_ab, tmp_path):
+    out = tmp_path / "idx"
+    shutil.copytree(index_a, out)
+    args = ["index-corpus", corpus["b"], "--out", out, "--append", *CLI_BUILD]
+    first = spawn(args)
+    deadline = time.time() + 120
+    while not (out / "_work").exists() and time.time() < deadline and first.poll() is None:
+        time.sleep(0.01)
+    second = run_cli(args)
+    overlapped = first.poll() is None  # the first still ran when the second had finished
+    first.communicate(timeout=300)
+    assert first.returncode == 0
+    if overlapped or second.returncode != 0:
+        assert second.returncode == 2 and f"pid {first.pid}" in second.stderr, second.stderr
+        assert "Traceback" not in second.stderr
+    assert snapshot(out) == snapshot(index_ab)
+    assert not (out / "_work").exists()
