@@ -319,6 +319,8 @@ def test_files_no_reader_takes_are_listed_and_warned(corpus, tmp_path, monkeypat
         assert code == 0, err
         for name in others:
             assert f"Warning: {folder / name} was not indexed" in err
+        summary = err.strip().splitlines()[-1]
+        assert summary.startswith("indexed ") and "not indexed (4 file(s) no reader takes)" in summary
         m = json.loads((out / "manifest.json").read_text())
         assert sorted(Path(s["path"]).name for s in m["skipped_inputs"]) == sorted(others)
         assert [Path(e["path"]).name for e in m["inputs"]] == ["a.jsonl"]
@@ -334,7 +336,8 @@ def test_append_of_a_changed_file_is_refused(corpus, tmp_path, monkeypatch, caps
     grown.write_text("".join(lines[:8]), encoding="utf-8")  # grew in place
     code, err = cli(["index-corpus", grown, "--out", out, "--append", "--no-minhash", "--num-buckets", "8",
                      "--workers", "1"], monkeypatch, capsys)
-    assert_one_line_error(code, err, str(grown), "other content", "--overwrite")
+    assert_one_line_error(code, err, str(grown), "other content", "--overwrite", "now)")
+    assert "{" not in err
     assert snapshot(out) == before
 
 

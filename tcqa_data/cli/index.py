@@ -105,6 +105,10 @@ def index_corpus(
         msg = f"indexed {c['docs']:,} docs from {c['inputs']} input(s) into {out}: {grams}"
     if skipped:
         msg += "; skipped " + ", ".join(f"{k} {v:,}" for k, v in sorted(skipped.items()))
+    unread = [s["path"] for s in manifest.get("skipped_inputs", [])
+              if s["reason"].startswith("no reader takes")]
+    if unread:
+        msg += f"; not indexed ({len(unread)} file(s) no reader takes): " + ", ".join(unread)
     typer.echo(msg, err=True)
 
 

@@ -349,7 +349,7 @@ def _build_locked(out: Path, resolved: list[CorpusInput], skipped_files: list[di
                 # indexing it again would hold its old documents twice, under one path
                 raise IndexMismatchError(
                     f"{c.path}: this path is in the index {out} with other content (it changed after "
-                    "it was indexed: sha256 {prev['sha256'][:12]} then, {s[:12]} now); an index "
+                    f"it was indexed: sha256 {prev['sha256'][:12]} then, {s[:12]} now); an index "
                     "holds each input once: rebuild with --overwrite, or give the new content "
                     "another file name")
             if s in seen:
