@@ -384,6 +384,19 @@ def test_analyze_killed_or_failed_leaves_the_previous_analysis(prep, eval_dir, t
                             capture_output=True)
     assert killed.returncode == -signal.SIGKILL
     assert snapshot(out) == before
+    import random
+    import time
+
+    rng = random.Random(30)
+    for _ in range(2):  # killed at seeded random times: the previous folder or the complete new one
+        proc = subprocess.Popen([*args, "--bootstrap", "60"], env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.5, 6.0))
+        proc.kill()
+        proc.wait()
+        now = snapshot(out)
+        assert now == before or (sorted(now) == sorted(before)
+                                 and json.loads(now["analysis.json"])["bootstrap"]["samples"] == 60)
     assert subprocess.run([*args, "--bootstrap", "60"], env=env, capture_output=True).returncode == 0
     assert json.loads((out / "analysis.json").read_text())["bootstrap"]["samples"] == 60
     assert sorted(p.name for p in tmp_path.iterdir()) == [".a.tcqa-lock", "a"]
