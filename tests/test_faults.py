@@ -406,3 +406,24 @@ def test_two_builds_into_one_index_the_second_is_refused_at_once(corpus, index_a
         assert "Traceback" not in second.stderr
     assert snapshot(out) == snapshot(index_ab)
     assert not (out / "_work").exists()
+
+
+def test_a_rerun_with_another_text_store_mode_is_a_new_sealed_generation(corpus, tmp_path, monkeypatch,
+                                                                          capsys):
+    from tcqa_data.decontam.textstore.store import TextStore
+
+    out = tmp_path / "idx"
+    build_index([str(corpus["a"])], out, minhash=False, text_store="none", **BUILD)
+    assert not (out / "textstore").exists()
+    before = snapshot(out)
+    killed = run_cli(["index-corpus", corpus["a"], "--out", out, "--no-minhash", *CLI_BUILD],
+                     env={"TCQA_FAULT_AT": "index-sealed"})
+    assert killed.returncode == -signal.SIGKILL and snapshot(out) == before
+    code, err = cli(["index-corpus", corpus["a"], "--out", out, "--no-minhash", "--text-store", "copy",
+                     *CLI_BUILD], monkeypatch, capsys)
+    assert code == 0, err
+    assert json.loads((out / "textstore" / "meta.json").read_text())["mode"] == "copy"
+    code, err = cli(["index-info", out, "--verify"], monkeypatch, capsys)
+    assert code == 0 and "verified" in err
+    assert TextStore.open(out).texts([0])[0] == json.loads(corpus["a"].read_text().splitlines()[0])["text"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".idx.tcqa-lock", "idx"]

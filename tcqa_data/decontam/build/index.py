@@ -52,7 +52,7 @@ from tcqa_data.decontam.build.map import (
     sha256_file,
 )
 from tcqa_data.decontam.build.preflight import check_build, check_output_apart
-from tcqa_data.decontam.build.reduce import _commit, _reduce
+from tcqa_data.decontam.build.reduce import _commit, _reduce, _regenerate
 from tcqa_data.decontam.core.hashing import HASH_NAME
 from tcqa_data.decontam.core.map_files import MAP_FORMAT
 from tcqa_data.decontam.core.normalize import check_scheme
@@ -377,6 +377,10 @@ def _build_locked(out: Path, resolved: list[CorpusInput], skipped_files: list[di
                         # an index written before sealed generations: a text store pass cut short
                         # is finished now
                         finish_store(out)
+                    elif text_store != "none" and _store_mode(out) != text_store:
+                        # another --text-store mode: the store is redone as a new generation (a
+                        # store that is there is kept for "none": it costs a reader nothing)
+                        return _regenerate(out, old_manifest, finish_store)
                     return old_manifest  # same inputs, same parameters: already built
                 raise IndexMismatchError(
                     f"{out}: an index of other inputs exists; pass --append to add inputs "
@@ -462,6 +466,14 @@ def _build_locked(out: Path, resolved: list[CorpusInput], skipped_files: list[di
         return _commit(out, manifest, ns, finish_store, old_manifest)
     finally:
         close_engine()
+
+
+def _store_mode(out: Path) -> str:
+    """The ``--text-store`` mode the index's store was built with ("none" without a store)."""
+    from tcqa_data.decontam.textstore.store import META, STORE_DIR
+
+    meta = out / STORE_DIR / META
+    return str(read_json(meta).get("mode", "auto")) if meta.is_file() else "none"
 
 
 def _finish_text_store(out: Path, mode: str, hf_dataset: str | None, hf_config: str | None,

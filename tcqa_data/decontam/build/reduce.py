@@ -364,3 +364,25 @@ def _commit(out: Path, manifest: dict, ns: list[int], text_store: Callable[[Path
     commit_dir(nxt, out)
     fault_point("index-committed")
     return sealed
+
+
+def _regenerate(out: Path, manifest: dict, text_store: Callable[[Path], None]) -> dict[str, Any]:
+    """The index as it is with its text store redone (a rerun that asks for another
+    ``--text-store`` mode), as a new generation: every file hard-linked beside it, the text store
+    pass run there (it replaces files by rename, so the links leave the current generation's bytes
+    alone), sealed, then swapped in like any commit. Killed before the swap, the index is as it was
+    and the leftover is removed by the next run."""
+    from tcqa_data.decontam.index_files import FILES_KEY, SEAL_KEY, seal
+    from tcqa_data.outputs import commit_dir, fault_point, link_or_copy, next_generation_dir
+
+    nxt = next_generation_dir(out)
+    shutil.rmtree(nxt, ignore_errors=True)
+    shutil.copytree(out, nxt, copy_function=link_or_copy, ignore=shutil.ignore_patterns("_work"))
+    bare = {k: v for k, v in manifest.items() if k not in (FILES_KEY, SEAL_KEY)}
+    write_json_atomic(nxt / ni.MANIFEST, bare)  # the text store pass reads it
+    text_store(nxt)
+    sealed = seal(bare, nxt, reuse=(out, manifest))
+    write_json_atomic(nxt / ni.MANIFEST, sealed)
+    fault_point("index-sealed")
+    commit_dir(nxt, out)
+    return sealed
