@@ -265,6 +265,8 @@ def remove_stale_staging(final: str | os.PathLike, keep: Path | None = None) -> 
     for name in names:
         p = final.parent / name
         if own.match(name) and p != keep:
+            if name.startswith(_RETIRED_PREFIX) and not final.exists():
+                continue  # a commit without the exchange died between its renames: the only copy
             shutil.rmtree(p, ignore_errors=True)
 
 
