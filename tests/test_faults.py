@@ -243,7 +243,7 @@ def test_append_killed_at_random_times_is_the_previous_or_the_new_one(corpus, in
     assert run_cli([a if a is not None else probe for a in args]).returncode == 0
     took = time.time() - t0
     rng = random.Random(30)
-    for i in range(3):
+    for i in range(5):
         out = tmp_path / f"idx{i}"
         shutil.copytree(index_a, out)
         proc = spawn([a if a is not None else out for a in args])
@@ -253,6 +253,21 @@ def test_append_killed_at_random_times_is_the_previous_or_the_new_one(corpus, in
         assert snapshot(out) in (before, after)
         assert run_cli([a if a is not None else out for a in args]).returncode == 0
         assert snapshot(out) == after
+
+
+def test_fresh_build_killed_at_random_times_resumes_byte_identical(corpus, index_a, tmp_path):
+    ref = snapshot(index_a)
+    rng = random.Random(32)
+    for i in range(4):
+        out = tmp_path / f"idx{i}"
+        args = ["index-corpus", corpus["a"], "--out", out, *CLI_BUILD]
+        proc = spawn(args)
+        time.sleep(rng.uniform(0.3, 2.5))
+        proc.kill()
+        proc.communicate()
+        assert not (out / "manifest.json").exists() or snapshot(out) == ref  # no index, or the whole one
+        assert run_cli(args).returncode == 0
+        assert snapshot(out) == ref
 
 
 @pytest.mark.parametrize("point", ["index-text-store", "index-sealed"])

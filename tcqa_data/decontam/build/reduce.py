@@ -22,6 +22,7 @@ from tcqa_data.decontam.textstore.store import STORE_DIR, _key
 from tcqa_data.engines import Engine, run_tasks
 from tcqa_data.errors import TcqaError
 from tcqa_data.io_utils import atomic_path, write_json_atomic
+from tcqa_data.outputs import commit_dir, fault_point, link_or_copy, next_generation_dir
 from tcqa_data.progress import progress_bar, rate_text
 
 KIND = "tcqa-ngram-index"
@@ -167,7 +168,8 @@ def _reduce(out: Path, work: Path, params: dict, cfg: dict, ns: list[int], entri
 def _stage_map_anchors(dst: Path, all_inputs: list[dict], maps: Path) -> None:
     """The maps' text-store anchors of each new input (``textstore.anchors.map_anchor_batches``),
     moved next to the index's text store by ``_commit``; an input whose maps did not all winnow
-    (another reader) gets none. Idempotent: files moved by a killed run are not looked for again."""
+    (another reader) gets none. Hard links, not moves: the map folders stay whole, so a run killed
+    after this step (the reduce's stage is redone, the finished maps reused) finds them again."""
     for e in all_inputs:
         if e.get("_old") or not e.get("shard_anchors"):
             continue
@@ -177,7 +179,7 @@ def _stage_map_anchors(dst: Path, all_inputs: list[dict], maps: Path) -> None:
             for name in (MAP_HASHES, MAP_COUNTS):
                 target = dst / staged_anchor_file(key, i, name)
                 if not target.is_file():
-                    os.replace(maps / shard / name, target)
+                    link_or_copy(maps / shard / name, target)
         write_json_atomic(dst / f"{key}.map.json", {"shard_docs": [int(n) for n in e["shard_docs"]],
                                                      "map_format": MAP_FORMAT})
 
@@ -318,7 +320,6 @@ def _commit(out: Path, manifest: dict, ns: list[int], text_store: Callable[[Path
     ``base``: the manifest of the generation this one extends (``--append``), else None.
     """
     from tcqa_data.decontam.index_files import seal
-    from tcqa_data.outputs import commit_dir, fault_point, link_or_copy, next_generation_dir
 
     work = out / "_work"
     stage = work / "stage"
@@ -373,7 +374,6 @@ def _regenerate(out: Path, manifest: dict, text_store: Callable[[Path], None]) -
     alone), sealed, then swapped in like any commit. Killed before the swap, the index is as it was
     and the leftover is removed by the next run."""
     from tcqa_data.decontam.index_files import FILES_KEY, SEAL_KEY, seal
-    from tcqa_data.outputs import commit_dir, fault_point, link_or_copy, next_generation_dir
 
     nxt = next_generation_dir(out)
     shutil.rmtree(nxt, ignore_errors=True)
