@@ -44,10 +44,11 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
                          sample_groups=sample_groups, sample_seed=sample_seed)
     if write:
         out_dir = run.output_dir(output)
-        if not clean_only:
-            run.results["analysis"] = analyze_after_evaluate(run.prep_dir, run.tasks, out_dir / "analysis",
-                                                             bootstrap, seed)
-        run.write(out_dir, report_extra(run.results))
+        with run.committing(out_dir) as stage:
+            if not clean_only:
+                run.results["analysis"] = analyze_after_evaluate(run.prep_dir, run.tasks, stage / "analysis",
+                                                                 bootstrap, seed, results_dir=out_dir)
+            run.write(stage, report_extra(run.results))
     return run.returned()
 
 

@@ -66,21 +66,29 @@ def decontaminate_cmd(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or summary."),
 ) -> None:
     """Score benchmark docs against INDEX_DIR (or stream --corpus); write splits, evidence, reports."""
+    from contextlib import nullcontext
+
+    from tcqa_data.decontam.index_files import reading
+    from tcqa_data.outputs import check_apart
     from tcqa_data.prep.lm_eval_tasks import parse_group_by
     from tcqa_data.prep.pipeline import decontaminate, parse_data_files
 
+    if index_dir is not None:
+        check_apart(out, index_dir, "index", "--out")  # PREP_DIR is committed whole: never over the index
     task_list = comma_list(tasks) or []
-    summary = decontaminate(
-        index_dir, task_list, out,
-        data_files=parse_data_files(data_files or [], task_list),
-        splits=comma_list(splits),
-        rule=rule, ngram=ngram, max_corpus_freq=max_corpus_freq, group_policy=group_policy,
-        normalization=normalization, lm_eval_include=[str(p) for p in lm_eval_include or []],
-        group_by=parse_group_by(group_by or []), quiet=quiet,
-        corpus=corpus or None, text_field=text_field, id_field=id_field, on_error=on_error, workers=workers,
-        engine=engine, ray_address=ray_address, hf_dataset=hf_dataset, hf_config=hf_config, hf_split=hf_split,
-        short_min_words=short_min_words or None,
-    )
+    # an index file damaged with its size kept: one line, found by a full check
+    with reading(index_dir) if index_dir is not None else nullcontext():
+        summary = decontaminate(
+            index_dir, task_list, out,
+            data_files=parse_data_files(data_files or [], task_list),
+            splits=comma_list(splits),
+            rule=rule, ngram=ngram, max_corpus_freq=max_corpus_freq, group_policy=group_policy,
+            normalization=normalization, lm_eval_include=[str(p) for p in lm_eval_include or []],
+            group_by=parse_group_by(group_by or []), quiet=quiet,
+            corpus=corpus or None, text_field=text_field, id_field=id_field, on_error=on_error,
+            workers=workers, engine=engine, ray_address=ray_address, hf_dataset=hf_dataset,
+            hf_config=hf_config, hf_split=hf_split, short_min_words=short_min_words or None,
+        )
     for note in summary.get("warnings", []):  # shown even with --quiet; also at the top of every report
         warning(note)
     if quiet:

@@ -21,12 +21,12 @@ from tcqa_data.decontam.detect.rules import DEFAULT_RULE, Rule, doc_status
 from tcqa_data.decontam.detect.score import QueryDoc, auto_ngram, score_docs
 from tcqa_data.errors import ConfigError, IndexMismatchError, TcqaError
 from tcqa_data.io_utils import write_json_atomic, write_parquet_atomic, write_text_atomic
-from tcqa_data.outputs import check_name, code_digests, resolve_inside, staged
+from tcqa_data.outputs import check_name, code_digests, resolve_inside, writes_output
 from tcqa_data.prep.benchmarks import BenchmarkSplit, group_ids, load_split
 from tcqa_data.prep.lm_eval_export import export_lm_eval, export_lm_eval_task, exportable, lm_eval_task_name
 from tcqa_data.prep.report import write_reports
 from tcqa_data.prep.splits import GROUP_POLICIES, add_ids, check_invariants, group_flags, split_table
-from tcqa_data.prep.taskspec import TaskSpec, is_tcqa_task
+from tcqa_data.prep.taskspec import TaskSpec, is_task_yaml_path, is_tcqa_task
 from tcqa_data.progress import progress_bar, rate_text
 
 if TYPE_CHECKING:
@@ -185,6 +185,7 @@ class _TaskJob:
     source: dict[str, Any] | None = None
 
 
+@writes_output("out_dir", "decontaminate")  # PREP_DIR is committed whole or not at all
 def decontaminate(
     index_dir: str | os.PathLike | None,
     tasks: Sequence[str] | str,
@@ -391,6 +392,15 @@ def _resolve_tasks(tasks: Sequence[str], data_files: dict[str, dict[str, str | o
                                          include_defaults=lm_eval_include_defaults)
     elif group_by:
         raise ConfigError(f"--group-by names task(s) {sorted(group_by)} that are not among {list(tasks)}")
+    for task_name, spec in zip(own, specs, strict=True):
+        declared = list(spec.splits().values())
+        if not is_task_yaml_path(task_name) and declared:
+            # a built-in task has fixed splits: a misspelled one (tset) is refused before any file
+            # is read (a task YAML of your own keeps free names)
+            for split in data_files.get(task_name) or data_files.get(spec.task) or {}:
+                if split not in declared:
+                    raise ConfigError(f"task {spec.task!r} has no split {split!r} (--data-files "
+                                      f"{task_name}:{split}=...); its splits are {declared}")
     names = [s.task for s in specs] + [t.task for t in lm_tasks]
     if len(set(names)) != len(names):
         raise ConfigError(f"tasks {sorted({n for n in names if names.count(n) > 1})} are given twice")
@@ -470,12 +480,9 @@ def _process_task(job: _TaskJob, run: _Run) -> tuple[dict[str, Any], dict[str, A
     config = {**run.config, "ngram": n, "ngram_choice": how}
     for b, queries, role in job.parts:
         split_name = check_name(b.split, "split name", f"task {task.task!r}")
+        # (the whole PREP_DIR is staged and committed at once: ``writes_output``)
         split_dir = resolve_inside(run.out, task.task, split_name, what="split folder")
-        # the split folder is written whole into a staging folder and then renamed into place:
-        # a failed run leaves the previous split folder as it was. The staging folder sits in
-        # --out itself, where no reader lists splits, should a killed run leave it behind
-        with staged(split_dir, within=run.out) as stage:
-            counts, export = _process_split(task, b, queries, role, stage, run, n, config)
+        counts, export = _process_split(task, b, queries, role, split_dir, run, n, config)
         entry["splits"][b.split] = counts
         entry["lm_eval_export"][b.split] = export
         summary[b.split] = counts

@@ -27,7 +27,7 @@ from tcqa_data.decontam.readers.documents import SkipStats, batch_documents, ite
 from tcqa_data.decontam.readers.hf_stream import iter_hf_documents
 from tcqa_data.decontam.readers.inputs import CorpusInput, InputShard
 from tcqa_data.decontam.readers.jsonl_batches import iter_normalized_batches, normalized_batches_supported
-from tcqa_data.engines import Engine
+from tcqa_data.engines import Engine, quiet_worker
 from tcqa_data.io_utils import atomic_path, read_json, write_json_atomic, write_npy_atomic
 from tcqa_data.progress import progress_bar, rate_text
 
@@ -69,6 +69,7 @@ _progress_q = None  # set in pool workers by the initializer
 def _init_worker(q) -> None:
     global _progress_q
     _progress_q = q
+    quiet_worker()  # Ctrl-C: the parent answers it, once
     gc.enable()  # forked from a build that paused it (build._pause_cyclic_gc)
     _fixed_mmap_threshold()
 

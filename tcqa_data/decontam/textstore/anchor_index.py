@@ -14,6 +14,7 @@ import numpy as np
 
 from tcqa_data.decontam.core import packed
 from tcqa_data.decontam.core.arrays import sorted_unique
+from tcqa_data.decontam.index_files import open_manifest
 from tcqa_data.decontam.textstore.anchors import _LOW32, ANCHOR_K, ANCHOR_MAX_DF, ANCHOR_MIN_SHARED
 from tcqa_data.decontam.textstore.store import META, STORE_DIR, _entry_id, _id_key, _key, merged_covers
 from tcqa_data.io_utils import load_npy, read_json
@@ -42,7 +43,7 @@ class AnchorIndex:
 
     def __init__(self, index_dir: str | os.PathLike) -> None:
         root = Path(index_dir)
-        manifest = read_json(root / "manifest.json")
+        manifest = open_manifest(root)
         meta = read_json(root / STORE_DIR / META)
         self.scheme = manifest["normalization"]
         self.seed = int(manifest["hash"]["seed"])
