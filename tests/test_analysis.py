@@ -376,7 +376,7 @@ def test_analyze_killed_or_failed_leaves_the_previous_analysis(prep, eval_dir, t
     from test_faults import snapshot
 
     out = tmp_path / "a"
-    args = [sys.executable, "-m", "tcqa_data", "analyze", str(prep), "--results", str(eval_dir), "--output",
+    args = [sys.executable, "-m", "tcqa_data", "analyze", str(prep), "--results", str(eval_dir), "--out",
             str(out), "-q"]
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
     assert subprocess.run([*args, "--bootstrap", "50"], env=env, capture_output=True).returncode == 0

@@ -208,7 +208,7 @@ def test_evaluate_killed_before_its_commit_leaves_the_previous_output(full_run, 
     before = snapshot(out)
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]), TCQA_FAULT_AT="output-commit")
     args = ["evaluate", str(prep), "--model", str(tiny_model), "--device", "cpu", "--batch-size", "3",
-            "--tasks", "mc_taco", "--output", str(out), "-q"]
+            "--tasks", "mc_taco", "--out", str(out), "-q"]
     killed = subprocess.run([sys.executable, "-m", "tcqa_data", *args], env=env, capture_output=True,
                             text=True)
     assert killed.returncode == -signal.SIGKILL, killed.stderr

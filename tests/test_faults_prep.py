@@ -115,7 +115,7 @@ def test_bad_task_data_and_output_paths_are_one_line(index_a, bench, tmp_path, m
     for out in (a_file, a_file / "sub"):
         code, err = cli(_prep_args(index_a, out, bench["mc40"]), monkeypatch, capsys)
         assert_one_line_error(code, err, str(a_file))
-        code, err = cli(["evaluate", tmp_path, "--model", "none", "--output", out], monkeypatch, capsys)
+        code, err = cli(["evaluate", tmp_path, "--model", "none", "--out", out], monkeypatch, capsys)
         assert_one_line_error(code, err, str(a_file))
     assert not (tmp_path / "p").exists()
     before = snapshot(index_a)

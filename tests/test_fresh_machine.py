@@ -220,7 +220,7 @@ def test_quick_start_steps_in_a_fresh_checkout(tmp_path, mc_taco_test, squad_val
 
     # 3. evaluate a tiny sample (a tiny random model: the steps, not the scores)
     proc = tcqa("evaluate", "prep", "--model", str(tiny_model), "--device", "cpu", "--sample-groups", "4",
-                "--output", "eval", "--quiet")
+                "--out", "eval", "--quiet")
     assert proc.returncode == 0, proc.stderr
     results = (checkout / "eval" / "results.json").read_text()
     assert '"mc_taco"' in results and '"squad_completion"' in results
