@@ -371,31 +371,54 @@ def output_lock(final: str | os.PathLike, command: str) -> Iterator[None]:
 
     A second writer is refused at once with a TcqaError naming the holder's pid; the lock goes
     with the process (a killed writer holds nothing). Readers take no lock: what they read is
-    only ever a committed folder. The lock file stays (removing it would race a next writer).
+    only ever a committed folder. The holder removes the lock file when it is done, so a run
+    leaves nothing beside its output (a killed one leaves the file, which the next run takes and
+    removes); a writer that opened the file just before its holder removed it sees another file at
+    the path, or none, and opens the path again.
     """
     final = Path(final)
     path = lock_path(final)
-    try:
-        final.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    except OSError as exc:
-        raise TcqaError(f"cannot write beside {final} (the lock file {path}): "
-                        f"{exc.strerror or exc}") from None
-    try:
+    # folders made here for the lock file, removed again if the run leaves them empty (refused)
+    created = [p for p in (final.parent, *final.parent.parents) if not p.exists()]
+    while True:
+        try:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise TcqaError(f"cannot write beside {final} (the lock file {path}): "
+                            f"{exc.strerror or exc}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
+            holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise
-            holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
             raise TcqaError(f"{final} is being written by another tcqa-data process (pid {holder}, "
                             f"lock {path}); wait for it to finish or stop it, then run {command} "
                             "again") from None
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(path))
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # the previous holder removed this file after we opened it: take the new one
+    try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield
     finally:
+        try:
+            os.unlink(path)  # while still held: a waiting writer then finds no file, or a new one
+        except FileNotFoundError:
+            pass
         os.close(fd)  # releases the lock
+        for folder in created:  # deepest first
+            try:
+                folder.rmdir()
+            except OSError:
+                break  # not empty: the output (or another writer's) is there
 
 
 # ---- code files a folder ships ---------------------------------------------------------------

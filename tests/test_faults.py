@@ -231,7 +231,7 @@ def test_append_killed_at_a_commit_point_keeps_the_previous_generation(corpus, i
     assert again.returncode == 0, again.stderr
     assert snapshot(out) == snapshot(index_ab)
     assert run_cli(["index-info", out, "--verify", "-q"]).returncode == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".idx.tcqa-lock", "idx"]  # no leftovers
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]  # no leftovers
 
 
 def test_append_killed_at_random_times_is_the_previous_or_the_new_one(corpus, index_a, index_ab, tmp_path):
@@ -441,4 +441,4 @@ def test_a_rerun_with_another_text_store_mode_is_a_new_sealed_generation(corpus,
     code, err = cli(["index-info", out, "--verify"], monkeypatch, capsys)
     assert code == 0 and "verified" in err
     assert TextStore.open(out).texts([0])[0] == json.loads(corpus["a"].read_text().splitlines()[0])["text"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".idx.tcqa-lock", "idx"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]

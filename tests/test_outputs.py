@@ -203,7 +203,7 @@ def test_staged_output_commits_whole_keeps_what_it_did_not_write_and_fails_clean
     with staged_output(out, "cmd") as stage:
         (stage / "task.txt").write_text("new")
     assert (out / "task.txt").read_text() == "new" and (out / "eval" / "kept.txt").read_text() == "kept"
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".prep.tcqa-lock", "prep"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prep"]
 
 
 def test_stale_staging_of_this_output_only_is_removed(tmp_path):

@@ -117,6 +117,8 @@ def _index_summary(idx: Any, index_dir: str | os.PathLike) -> dict[str, Any]:
     for key, value in sorted(idx.manifest.items()):
         if key == "build":  # timestamps and durations: would make reruns differ byte-wise
             continue
+        if key in ("files", "manifest_xxh3"):  # the index's own integrity record (index-info --verify)
+            continue
         if key in ("inputs", "skipped_inputs"):
             value = [{**e, "path": portable_path(e["path"])} for e in value]
             for e in value:
