@@ -197,7 +197,8 @@ class LocalEngine(Engine):
         if self._pool is None:
             # The pool lives as long as the engine, so map and reduce share warm workers.
             self._pool = cf.ProcessPoolExecutor(self.workers,
-                                                mp_context=multiprocessing.get_context("spawn"))
+                                                mp_context=multiprocessing.get_context("spawn"),
+                                                initializer=quiet_worker)
         futures = {self._pool.submit(fn, **kwargs): i for i, kwargs in enumerate(calls)}
         try:
             for fut in cf.as_completed(futures):
@@ -214,6 +215,11 @@ class LocalEngine(Engine):
                     _raise_task_failure(desc, i, exc)
                 if on_done is not None:
                     on_done(i, results[i])
+        except BaseException:
+            if self._pool is not None:  # Ctrl-C or a failed task: the workers' results are not wanted
+                stop_pool(self._pool, kill=True)
+                self._pool = None
+            raise
         finally:
             for fut in futures:
                 fut.cancel()  # no-op for finished tasks; stops queued ones after a failure
@@ -223,6 +229,27 @@ class LocalEngine(Engine):
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+
+
+def quiet_worker() -> None:
+    """Initializer of every local worker process: Ctrl-C reaches the whole process group, and only
+    the parent should answer it (one line, then it stops the workers: :func:`stop_pool`), not each
+    worker with a KeyboardInterrupt traceback."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def stop_pool(pool: cf.ProcessPoolExecutor, *, kill: bool) -> None:
+    """Shut a local pool down. ``kill`` (Ctrl-C or an error): terminate its workers rather than wait
+    for their running tasks, whose results nobody will read (a rerun redoes them)."""
+    # the executor keeps no public handle on its processes
+    procs = list((getattr(pool, "_processes", None) or {}).values()) if kill else []
+    pool.shutdown(wait=not kill, cancel_futures=True)
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        proc.join(10)
 
 
 def _split_address(address: str) -> tuple[str, int]:

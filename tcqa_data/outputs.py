@@ -13,16 +13,23 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
+import fcntl
+import functools
 import hashlib
+import inspect
 import os
 import re
 import secrets
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import Any, TypeVar
 
 from tcqa_data.errors import ConfigError, TcqaError
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 # Most file systems take 255 bytes per name; longer names fail with an OSError deep in a write.
 MAX_NAME_BYTES = 255
@@ -116,6 +123,35 @@ def safe_model_dirname(model_name: str) -> str:
     return safe
 
 
+def _nearest_existing(path: Path) -> Path:
+    p = path.absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def check_output_dir(out: Path) -> None:
+    """``out`` is a folder or can be created as one, and is writable; checked without writing."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"{out}: exists and is not a folder")
+    anchor = _nearest_existing(out)
+    if not anchor.is_dir():
+        raise ConfigError(f"{out}: cannot create it, {anchor} is a file")
+    if not os.access(anchor, os.W_OK | os.X_OK):
+        where = "" if anchor == out.absolute() else f" ({anchor}, where it would be created, is not writable)"
+        raise TcqaError(f"cannot write the output folder {out}: permission denied{where}")
+
+
+def check_apart(out: str | os.PathLike, other: str | os.PathLike, what: str, option: str) -> None:
+    """The output folder ``out`` is not ``other`` (an input folder: an index, a PREP_DIR), does not
+    lie inside it and does not hold it: committing ``out`` whole would change or swap it away."""
+    target, folder = Path(os.path.realpath(out)), Path(os.path.realpath(other))
+    if target == folder or folder in target.parents or target in folder.parents:
+        how = "is" if target == folder else "lies inside" if folder in target.parents else "holds"
+        raise ConfigError(f"the output folder {out} {how} the {what} {other}; choose a {option} "
+                          f"outside it")
+
+
 # ---- staging and commit ----------------------------------------------------------------------
 def staging_dir(final: str | os.PathLike, within: str | os.PathLike | None = None) -> Path:
     """A new empty folder for the files of ``final``, in ``within`` (default: beside ``final``).
@@ -134,8 +170,14 @@ def staging_dir(final: str | os.PathLike, within: str | os.PathLike | None = Non
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise TcqaError(f"cannot create {final.parent}: {exc.strerror or exc}") from exc
+    if final.is_dir() and not os.access(final, os.W_OK | os.X_OK):
+        raise TcqaError(f"cannot write the output folder {final}: permission denied")
     stage = parent / f"{STAGING_PREFIX}{final.name}-{os.getpid()}-{secrets.token_hex(4)}"
-    stage.mkdir()
+    try:
+        stage.mkdir()
+    except OSError as exc:
+        raise TcqaError(f"cannot write the output folder {final}: {exc.strerror or exc} in "
+                        f"{parent}, where it is staged before it is committed") from None
     return stage
 
 
@@ -176,6 +218,7 @@ def commit_dir(stage: str | os.PathLike, final: str | os.PathLike) -> None:
     if not final.is_dir() or final.is_symlink():
         raise TcqaError(f"{final} exists and is not a folder; move it away or choose another output")
     if _exchange(stage, final):
+        fault_point("exchanged")
         shutil.rmtree(stage, ignore_errors=True)  # the previous output, now at the staging name
         return
     retired = stage.parent / f"{_RETIRED_PREFIX}{final.name}-{os.getpid()}-{secrets.token_hex(4)}"
@@ -204,6 +247,178 @@ def staged(final: str | os.PathLike, within: str | os.PathLike | None = None) ->
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
+
+
+def next_generation_dir(final: str | os.PathLike) -> Path:
+    """Where a resumable writer (``index-corpus``) assembles the next whole version of ``final``
+    before :func:`commit_dir` swaps it in: beside it, under a fixed name, so a run killed before
+    the commit finds it again."""
+    final = Path(final)
+    return final.parent / f"{STAGING_PREFIX}{final.name}.next"
+
+
+def remove_stale_staging(final: str | os.PathLike, keep: Path | None = None) -> None:
+    """Remove what killed writers of ``final`` left beside it (staging and retired folders), but
+    ``keep``. Only under :func:`output_lock`: with the lock held, no other writer is running."""
+    final = Path(final)
+    own = re.compile(rf"^(?:{re.escape(STAGING_PREFIX)}|{re.escape(_RETIRED_PREFIX)})"
+                     rf"{re.escape(final.name)}(?:-\d+-[0-9a-f]{{8}}|\.next)$")
+    try:
+        names = os.listdir(final.parent)
+    except OSError:
+        return
+    for name in names:
+        p = final.parent / name
+        if own.match(name) and p != keep:
+            if name.startswith(_RETIRED_PREFIX) and not final.exists():
+                continue  # a commit without the exchange died between its renames: the only copy
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def carry_over(previous: str | os.PathLike, stage: str | os.PathLike) -> None:
+    """Link into ``stage`` every entry of the ``previous`` output folder that the new run did not
+    write (a PREP_DIR's ``eval/`` results, another task's folder): the commit then replaces the
+    folder whole while keeping them, as writing into it in place always did. Files are hard links
+    (no copy; writers replace files by rename, so the two folders never share a change)."""
+    previous, stage = Path(previous), Path(stage)
+    if not previous.is_dir():
+        return
+    for entry in sorted(previous.iterdir()):
+        dst = stage / entry.name
+        if dst.exists() or dst.is_symlink() or entry.name.startswith((STAGING_PREFIX, _RETIRED_PREFIX)):
+            continue
+        if entry.is_symlink():
+            os.symlink(os.readlink(entry), dst)
+        elif entry.is_dir():
+            shutil.copytree(entry, dst, symlinks=True, copy_function=link_or_copy)
+        else:
+            link_or_copy(entry, dst)
+
+
+def link_or_copy(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """``dst`` as a hard link of ``src`` (no copy), or a copy where the file system has none."""
+    try:
+        os.link(src, dst)
+    except OSError:  # a file system without hard links, or another device
+        shutil.copy2(src, dst)
+
+
+@contextmanager
+def staged_output(final: str | os.PathLike, command: str) -> Iterator[Path]:
+    """A whole output folder, one writer at a time: the lock of ``final`` (:func:`output_lock`),
+    leftovers of killed writers removed, a fresh staging folder to write into; on a normal exit
+    the entries of the previous ``final`` that the block did not write are carried over
+    (:func:`carry_over`) and the staging folder replaces ``final`` in one step (:func:`commit_dir`).
+    On any exception or a kill, ``final`` stays exactly as it was."""
+    final = Path(final)
+    if final.is_symlink():  # the commit swaps folders: the link's target is the output
+        final = final.resolve()
+    check_output_dir(final)  # a file, or a folder that cannot be written: one line, before any work
+    with output_lock(final, command):
+        remove_stale_staging(final)
+        with staged(final) as stage:
+            yield stage
+            carry_over(final, stage)
+            fault_point("output-commit")
+
+
+def writes_output(arg: str, command: str, result_key: str = "out_dir") -> Callable[[F], F]:
+    """Decorate a stage function whose argument ``arg`` names its output folder: it runs with a
+    staging folder in its place, inside :func:`staged_output`, so its folder is committed whole or
+    not at all; ``result[result_key]`` (the returned summary's folder) names the final folder."""
+    def wrap(fn: F) -> F:
+        sig = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            bound = sig.bind(*args, **kwargs)
+            final = Path(bound.arguments[arg])
+            with staged_output(final, command) as stage:
+                bound.arguments[arg] = stage
+                result = fn(*bound.args, **bound.kwargs)
+            if isinstance(result, dict) and result_key in result:
+                result[result_key] = str(final)
+            return result
+
+        return run  # type: ignore[return-value]
+
+    return wrap
+
+
+FAULT_ENV = "TCQA_FAULT_AT"
+
+
+def fault_point(name: str) -> None:
+    """A named point of a commit where the fault-injection tests kill this process (SIGKILL, as a
+    crash or ``kill -9`` would) when ``TCQA_FAULT_AT`` names it; nothing otherwise."""
+    if name in os.environ.get(FAULT_ENV, "").split(","):
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+# ---- one writer at a time --------------------------------------------------------------------
+def lock_path(final: str | os.PathLike) -> Path:
+    """The lock file of output ``final``: beside it, not in it, because a commit swaps the folder
+    (a lock inside would be swapped away with the old folder)."""
+    final = Path(final)
+    return final.parent / f".{final.name}.tcqa-lock"
+
+
+@contextmanager
+def output_lock(final: str | os.PathLike, command: str) -> Iterator[None]:
+    """Hold the advisory lock of output ``final`` (``fcntl.flock``) while the block writes it.
+
+    A second writer is refused at once with a TcqaError naming the holder's pid; the lock goes
+    with the process (a killed writer holds nothing). Readers take no lock: what they read is
+    only ever a committed folder. The holder removes the lock file when it is done, so a run
+    leaves nothing beside its output (a killed one leaves the file, which the next run takes and
+    removes); a writer that opened the file just before its holder removed it sees another file at
+    the path, or none, and opens the path again.
+    """
+    final = Path(final)
+    path = lock_path(final)
+    # folders made here for the lock file, removed again if the run leaves them empty (refused)
+    created = [p for p in (final.parent, *final.parent.parents) if not p.exists()]
+    while True:
+        try:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise TcqaError(f"cannot write beside {final} (the lock file {path}): "
+                            f"{exc.strerror or exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            raise TcqaError(f"{final} is being written by another tcqa-data process (pid {holder}, "
+                            f"lock {path}); wait for it to finish or stop it, then run {command} "
+                            "again") from None
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(path))
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # the previous holder removed this file after we opened it: take the new one
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        try:
+            os.unlink(path)  # while still held: a waiting writer then finds no file, or a new one
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # releases the lock
+        for folder in created:  # deepest first
+            try:
+                folder.rmdir()
+            except OSError:
+                break  # not empty: the output (or another writer's) is there
 
 
 # ---- code files a folder ships ---------------------------------------------------------------

@@ -47,13 +47,14 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
                          memorization=memorization, memorization_only=memorization_only)
     if write:
         out_dir = run.output_dir(output)
-        if memorization_only:
-            why = "--memorization-only: no task metric to analyze"
-            run.results["analysis"] = {"skipped": {t.data.task: why for t in run.tasks}}
-        elif not clean_only:
-            run.results["analysis"] = analyze_after_evaluate(run.prep_dir, run.tasks, out_dir / "analysis",
-                                                             bootstrap, seed)
-        run.write(out_dir, report_extra(run.results))
+        with run.committing(out_dir) as stage:
+            if memorization_only:
+                why = "--memorization-only: no task metric to analyze"
+                run.results["analysis"] = {"skipped": {t.data.task: why for t in run.tasks}}
+            elif not clean_only:
+                run.results["analysis"] = analyze_after_evaluate(run.prep_dir, run.tasks, stage / "analysis",
+                                                                 bootstrap, seed, results_dir=out_dir)
+            run.write(stage, report_extra(run.results))
     return run.returned()
 
 

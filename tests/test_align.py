@@ -15,6 +15,7 @@ from tcqa_data.decontam.detect.align import AlignParams, align_tokens, contamina
 from tcqa_data.decontam.detect.evidence import IndexEvidence
 from tcqa_data.decontam.detect.rules import Rule
 from tcqa_data.decontam.detect.score import QueryDoc, score_docs
+from tcqa_data.decontam.index_files import reseal
 from tcqa_data.decontam.textstore.build import build_text_store
 from tcqa_data.decontam.textstore.store import TextStore, has_text_store
 from tcqa_data.errors import ConfigError, IndexMismatchError, TcqaError
@@ -86,8 +87,16 @@ def test_rerun_completes_an_interrupted_text_store_and_append_keeps_entries(wiki
     _write_jsonl(a, docs[:6])
     _write_jsonl(b, docs[6:], gzip.open)
     idx = tmp_path / "idx"
-    build_index([str(a)], idx, minhash=False, quiet=True, workers=1)
-    (idx / "textstore" / "meta.json").unlink()  # as if killed during the text store pass
+    import tcqa_data.decontam.build.index as build_mod
+
+    def interrupted(*args) -> None:
+        raise KeyboardInterrupt  # stopped during the text store pass, which runs before the commit
+
+    with monkeypatch.context() as m:
+        m.setattr(build_mod, "_finish_text_store", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            build_index([str(a)], idx, minhash=False, quiet=True, workers=1)
+    assert not (idx / "manifest.json").exists()  # nothing committed: no index that looks complete
     build_index([str(a)], idx, minhash=False, quiet=True, workers=1)
     first = json.loads((idx / "textstore" / "meta.json").read_text())
     build_index([str(b)], idx, minhash=False, quiet=True, workers=1, append=True)
@@ -311,6 +320,7 @@ def test_anchor_tables_are_packed_and_version2_stores_still_read(edited_index, t
     rec["anchors"] = names
     meta["version"] = 2
     (old / "textstore" / "meta.json").write_text(json.dumps(meta))
+    reseal(old)  # an older store written in on purpose: the manifest records it
     own_docs = [i for i in range(0, len(docs), 5) if len(docs[i]["text"].split()) > 60]
     queries = [" ".join(docs[i]["text"].split()[40:52]) for i in own_docs]
     queries.append("nothing like this is in the corpus")

@@ -363,3 +363,41 @@ def test_input_vs_input_plus_label(prep, eval_dir, wiki_index, tmp_path):
         res["tasks"]["mc_taco"]["rule"]["table"]["subsets"]["dirty"]["groups"]
     # without the index the table is skipped with the reason, the rest still runs
     assert "skipped" in analyze(prep, eval_dir, write=False)["tasks"]["mc_taco"]["labels"]
+
+
+def test_analyze_killed_or_failed_leaves_the_previous_analysis(prep, eval_dir, tmp_path):
+    """The analysis folder is committed whole (outputs.staged_output): a run killed just before its
+    commit (SIGKILL at the hook) leaves the previous folder byte for byte; the rerun replaces it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from test_faults import snapshot
+
+    out = tmp_path / "a"
+    args = [sys.executable, "-m", "tcqa_data", "analyze", str(prep), "--results", str(eval_dir), "--out",
+            str(out), "-q"]
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    assert subprocess.run([*args, "--bootstrap", "50"], env=env, capture_output=True).returncode == 0
+    before = snapshot(out)
+    killed = subprocess.run([*args, "--bootstrap", "60"], env=dict(env, TCQA_FAULT_AT="output-commit"),
+                            capture_output=True)
+    assert killed.returncode == -signal.SIGKILL
+    assert snapshot(out) == before
+    import random
+    import time
+
+    rng = random.Random(30)
+    for _ in range(2):  # killed at seeded random times: the previous folder or the complete new one
+        proc = subprocess.Popen([*args, "--bootstrap", "60"], env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.5, 6.0))
+        proc.kill()
+        proc.wait()
+        now = snapshot(out)
+        assert now == before or (sorted(now) == sorted(before)
+                                 and json.loads(now["analysis.json"])["bootstrap"]["samples"] == 60)
+    assert subprocess.run([*args, "--bootstrap", "60"], env=env, capture_output=True).returncode == 0
+    assert json.loads((out / "analysis.json").read_text())["bootstrap"]["samples"] == 60
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a"]

@@ -21,10 +21,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Every command, and the shared option names it must accept (a new command needs an entry here).
 SHARED: dict[str, set[str]] = {
-    "index-corpus": {"--out", "-q", "--quiet", "--workers", "--engine", "--ngram", "--normalization"},
+    "index-corpus": {"--out", "-q", "--quiet", "--workers", "--engine", "--ngram", "--normalization",
+                     "--text-field", "--id-field", "--on-error"},
     "index-info": {"-q", "--quiet"},
     "decontaminate": {"--out", "--tasks", "--splits", "-q", "--quiet", "--data-files", "--rule", "--ngram",
-                      "--normalization"},
+                      "--normalization", "--workers", "--engine", "--text-field", "--id-field", "--on-error"},
+    "purify": {"--out", "--tasks", "--splits", "-q", "--quiet", "--data-files", "--rule", "--ngram",
+               "--workers", "--engine", "--text-field", "--id-field", "--on-error"},
     "evaluate": {"--out", "--tasks", "--splits", "-q", "--quiet", "--sample-seed"},
     "analyze": {"--out", "--tasks", "--splits", "-q", "--quiet", "--index", "--bootstrap-seed"},
     "score mc_taco": {"--predictions", "--data"},
@@ -153,7 +156,9 @@ def _invocations(text: str) -> list[tuple[str, list[str]]]:
             except ValueError:
                 words = rest.split()
             path = f"{m[1]} {m[2]}" if m[2] else m[1]
-            out.append((path, [w.split("=")[0] for w in words if w.startswith("-") and w != "-"]))
+            # an option ends where its value (=) or the prose's quoting and punctuation begins
+            out.append((path, [w.split("=")[0].rstrip("`'\".,;:)") for w in words
+                               if w.startswith("-") and w != "-"]))
     return out
 
 

@@ -330,6 +330,7 @@ def index_files(index: Path) -> dict[str, bytes]:
             m = json.loads(p.read_text())
             for key in TIMING_FIELDS:
                 m["build"].pop(key)
+            m.pop("manifest_xxh3")  # the manifest's own checksum covers the times too
             files[rel] = json.dumps(m, sort_keys=True).encode()
         else:
             files[rel] = p.read_bytes()

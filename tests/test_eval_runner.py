@@ -189,3 +189,27 @@ def test_bad_models_and_devices(prep, tiny_model, tmp_path):
     if not torch.cuda.is_available():
         with pytest.raises(TcqaError, match="CUDA is not available"):
             evaluate(prep, str(tiny_model), device="cuda", quiet=True, write=False)
+
+
+def test_evaluate_killed_before_its_commit_leaves_the_previous_output(full_run, prep, tiny_model, tmp_path):
+    """EVAL_DIR (results, samples, reports, analysis/) is committed whole: a run killed at the commit
+    hook leaves the previous folder byte for byte, and no staging folder is seen as the output."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from test_faults import snapshot
+
+    _, previous = full_run
+    out = tmp_path / "eval"
+    shutil.copytree(previous, out)
+    before = snapshot(out)
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]), TCQA_FAULT_AT="output-commit")
+    args = ["evaluate", str(prep), "--model", str(tiny_model), "--device", "cpu", "--batch-size", "3",
+            "--tasks", "mc_taco", "--out", str(out), "-q"]
+    killed = subprocess.run([sys.executable, "-m", "tcqa_data", *args], env=env, capture_output=True,
+                            text=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert snapshot(out) == before

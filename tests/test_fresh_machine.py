@@ -35,8 +35,11 @@ PUNKT_FILES = ("abbrev_types.txt", "collocations.tab", "sent_starters.txt", "ort
 
 def _fresh_env(tmp: Path, **extra: str) -> dict[str, str]:
     """The environment of a new user: no NLTK_DATA, an empty home and hub cache, the hub off."""
+    # other test modules switch the hub off for their process (HF_DATASETS_OFFLINE ...): a new user
+    # has none of that
     env = {k: v for k, v in os.environ.items()
-           if k not in ("NLTK_DATA", "PYTHONPATH", "HF_HOME", "HF_DATASETS_CACHE", "HF_HUB_CACHE")}
+           if k not in ("NLTK_DATA", "PYTHONPATH", "HF_HOME", "HF_DATASETS_CACHE", "HF_HUB_CACHE",
+                        "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")}
     (tmp / "home").mkdir(exist_ok=True)
     env.update(HOME=str(tmp / "home"), HF_HOME=str(tmp / "hf"), HF_HUB_OFFLINE="1", **extra)
     return env
@@ -217,7 +220,7 @@ def test_quick_start_steps_in_a_fresh_checkout(tmp_path, mc_taco_test, squad_val
 
     # 3. evaluate a tiny sample (a tiny random model: the steps, not the scores)
     proc = tcqa("evaluate", "prep", "--model", str(tiny_model), "--device", "cpu", "--sample-groups", "4",
-                "--output", "eval", "--quiet")
+                "--out", "eval", "--quiet")
     assert proc.returncode == 0, proc.stderr
     results = (checkout / "eval" / "results.json").read_text()
     assert '"mc_taco"' in results and '"squad_completion"' in results

@@ -183,6 +183,7 @@ def test_compiled_jsonl_reader_writes_the_same_index(wiki_sample, tmp_path, monk
         if f.name == ni.MANIFEST:
             a, b = (json.loads(x) for x in (a, b))
             a.pop("build"), b.pop("build")
+            a.pop("manifest_xxh3"), b.pop("manifest_xxh3")  # it covers the build times too
             counts = {"blank_line": 1, "empty_text": 3, "invalid_json": 1, "non_string_text": 1}
             assert a["inputs"][0]["skipped"]["counts"] == counts
         assert a == b, f

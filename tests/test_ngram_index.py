@@ -12,6 +12,7 @@ import pytest
 from tcqa_data.decontam.build import build_index
 from tcqa_data.decontam.core.hashing import batch_ngram_hashes, ngram_hashes, token_ngram_hashes
 from tcqa_data.decontam.core.normalize import tokenize
+from tcqa_data.decontam.index_files import reseal
 from tcqa_data.decontam.ngrams import index as ni
 from tcqa_data.decontam.ngrams import merge as nmerge
 from tcqa_data.decontam.ngrams import reduce as nred
@@ -289,6 +290,8 @@ def _as_int64_docs(root, n, buckets):
             d = np.load(p).astype(np.int64)
             d[d == ni.DOC_NONE] = -1
             np.save(p, d)
+    if (root / "manifest.json").exists():
+        reseal(root)  # rewritten on purpose: its manifest records the files as they are now
 
 
 def test_int64_provenance_read(built, tmp_path):
@@ -432,6 +435,8 @@ def _write_v1(src_root, dst_root, texts, sizes, nb):
     m = json.loads((src_root / "manifest.json").read_text())
     m["format_version"] = 1
     del m["ngram_storage"]
+    for key in ("files", "manifest_xxh3"):  # format 1 predates sealed manifests
+        m.pop(key, None)
     for n in sizes:
         for c in m["counts"]["ngrams"].values():
             for k in ("false_positive_rate", "max_cell_keys", "max_cell_false_positive_rate"):

@@ -171,3 +171,60 @@ def test_code_digests_name_every_changed_missing_or_added_file(tmp_path):
     (d / "helper.py").write_text("import os\n")
     assert code_changes(d, recorded) == ["helper.py was added", "task.yaml is missing",
                                          "tcqa_dataset.py was modified"]
+
+
+# ---- one writer, whole folders (issue 30) ------------------------------------------------------
+def test_a_second_writer_is_refused_with_the_holders_pid_until_it_lets_go(tmp_path):
+    from tcqa_data.outputs import output_lock
+
+    out = tmp_path / "out"
+    with output_lock(out, "cmd"):
+        holder = rf"being written by another tcqa-data process \(pid {os.getpid()}"
+        with pytest.raises(TcqaError, match=holder):
+            with output_lock(out, "cmd"):
+                pass
+    with output_lock(out, "cmd"):  # released
+        pass
+    assert not out.exists()  # the lock lives beside the folder, never in it
+
+
+def test_staged_output_commits_whole_keeps_what_it_did_not_write_and_fails_clean(tmp_path):
+    from tcqa_data.outputs import staged_output
+
+    out = tmp_path / "prep"
+    (out / "eval").mkdir(parents=True)
+    (out / "eval" / "kept.txt").write_text("kept")
+    (out / "task.txt").write_text("old")
+    with pytest.raises(RuntimeError):
+        with staged_output(out, "cmd") as stage:
+            (stage / "task.txt").write_text("half")
+            raise RuntimeError("failed midway")
+    assert (out / "task.txt").read_text() == "old"
+    with staged_output(out, "cmd") as stage:
+        (stage / "task.txt").write_text("new")
+    assert (out / "task.txt").read_text() == "new" and (out / "eval" / "kept.txt").read_text() == "kept"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prep"]
+
+
+def test_stale_staging_of_this_output_only_is_removed(tmp_path):
+    from tcqa_data.outputs import STAGING_PREFIX, next_generation_dir, remove_stale_staging
+
+    out = tmp_path / "idx"
+    stale = [tmp_path / f"{STAGING_PREFIX}idx-123-0123abcd", next_generation_dir(out)]
+    others = [tmp_path / f"{STAGING_PREFIX}idx-2-456-0123abcd", tmp_path / "idx-123-0123abcd"]
+    for p in stale + others:
+        p.mkdir()
+    remove_stale_staging(out, keep=None)
+    assert [p.exists() for p in stale] == [False, False]
+    assert all(p.exists() for p in others)  # idx-2's staging is not idx's
+
+
+def test_an_output_apart_from_what_it_reads(tmp_path):
+    from tcqa_data.outputs import check_apart
+
+    index = tmp_path / "idx"
+    index.mkdir()
+    for out in (index, index / "prep", tmp_path):
+        with pytest.raises(TcqaError, match="outside it"):
+            check_apart(out, index, "index", "--out")
+    check_apart(tmp_path / "prep", index, "index", "--out")

@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from tcqa_data.decontam.index_files import reseal
 from tcqa_data.errors import ConfigError, IndexMismatchError, InputError
 from tcqa_data.prep.pipeline import decontaminate, parse_data_files
 
@@ -283,6 +284,7 @@ def test_auto_ngram_and_index_mismatch(wiki_index, mc_taco_dev, tmp_path):
     manifest = json.loads((small / "manifest.json").read_text())
     manifest["hash"]["name"] = "some-older-hash-v0"
     (small / "manifest.json").write_text(json.dumps(manifest))
+    reseal(small)  # as that hash's tcqa-data would have sealed it (an unsealed edit is damage)
     with pytest.raises(IndexMismatchError, match="some-older-hash-v0"):
         decontaminate(small, "mc_taco", tmp_path / "x", data_files=files, ngram=8, quiet=True)
 

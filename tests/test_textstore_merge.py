@@ -16,6 +16,7 @@ import pytest
 from tcqa_data.decontam.build import build_index
 from tcqa_data.decontam.core import packed
 from tcqa_data.decontam.core.hashing import batch_ngram_hashes
+from tcqa_data.decontam.index_files import reseal
 from tcqa_data.decontam.textstore import anchor_index as ts_index
 from tcqa_data.decontam.textstore import anchor_merge as ts_merge
 from tcqa_data.decontam.textstore import anchors as ts_anchors
@@ -209,9 +210,11 @@ def test_a_merged_table_of_other_inputs_is_recomputed_from_text(inputs, queries,
     build_index(kept, idx, minhash=False, quiet=True, workers=1, text_store="none")
     build_index(kept, fresh, minhash=False, quiet=True, workers=1)
     shutil.copytree(old / STORE_DIR, idx / STORE_DIR)
+    reseal(idx)  # the stale store put in on purpose (an unsealed copy is an extra-files error)
     assert ts_index.AnchorIndex(idx).runs == []  # never the wrong docs
     reads = _count_reads(monkeypatch)
     build_text_store(idx)
+    reseal(idx)
     assert sorted(reads) == [inputs[0].name, inputs[2].name]
     assert _tiers(idx, queries) == _tiers(fresh, queries)
     assert np.array_equal(_merged_entries(idx), _merged_entries(fresh))

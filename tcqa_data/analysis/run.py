@@ -294,20 +294,23 @@ def analyze(prep_dir: str | Path, results: str | Path, output: str | Path | None
         analysis["skipped_samples"] = skipped
     if write:
         from tcqa_data.analysis.report import write_analysis
+        from tcqa_data.outputs import staged_output
 
         base = results if results.is_dir() else results.parent
         out = Path(output) if output is not None else base / "analysis"
-        write_analysis(out, analysis)
+        with staged_output(out, "analyze") as stage:  # whole or not at all, one writer at a time
+            write_analysis(stage, analysis)
         analysis["output_dir"] = str(out)
     return analysis
 
 
 def analyze_after_evaluate(prep_dir: Path, evaluated: list[EvaluatedTask], out_dir: Path, bootstrap: int,
-                           seed: int) -> dict[str, Any]:
+                           seed: int, results_dir: Path | None = None) -> dict[str, Any]:
     """The analysis of the model pass just made (``runner.run_evaluation``'s tasks: docs, per-doc outputs
-    and each table with its statistics and resamples, reused here) into ``out_dir``; returns a short
-    summary for results.json (``tcqa_data.workflow.evaluate`` calls it). A task without contamination
-    scores is skipped with the reason; an analysis error is reported there instead of losing the pass."""
+    and each table with its statistics and resamples, reused here) into ``out_dir`` (``results_dir``:
+    the evaluate folder it belongs to); returns a short summary for results.json
+    (``tcqa_data.workflow.evaluate`` calls it). A task without contamination scores is skipped with
+    the reason; an analysis error is reported there instead of losing the pass."""
     from tcqa_data.analysis.report import write_analysis
 
     splits = [ScoredSplit(t.data, t.per_doc, {"kind": "tcqa-evaluate (in process)"}, evaluated=t.table)
@@ -318,7 +321,8 @@ def analyze_after_evaluate(prep_dir: Path, evaluated: list[EvaluatedTask], out_d
         return {"skipped": skipped}
     try:
         analysis = analyze_scored(usable, prep_dir, bootstrap=bootstrap, seed=seed)
-        analysis["results"] = str(out_dir.parent)
+        # the evaluate folder it will be committed as (out_dir may lie in its staging folder)
+        analysis["results"] = str(results_dir if results_dir is not None else out_dir.parent)
         write_analysis(out_dir, analysis)
     except TcqaError as exc:
         return {"error": str(exc), "skipped": skipped}

@@ -5,6 +5,7 @@ Each stage's commands live in their own module and register on ``app``.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any, TypeVar
 
@@ -101,14 +102,46 @@ from tcqa_data.cli import analyze as _analyze  # noqa: E402,F401
 from tcqa_data.cli import decontaminate as _decontaminate  # noqa: E402,F401
 from tcqa_data.cli import evaluate as _evaluate  # noqa: E402,F401
 from tcqa_data.cli import index as _index  # noqa: E402,F401
+from tcqa_data.cli import purify as _purify  # noqa: E402,F401
+
+INTERRUPTED = "interrupted; rerun the same command to resume"
+
+
+def _on_sigint(signum: int, frame: object) -> None:
+    """Ctrl-C: one line, the worker processes stopped, exit status 130, at once.
+
+    Raising KeyboardInterrupt instead would reach the command only where Python happens to run
+    the handler: raised inside a finalizer (numba's, pyarrow's) it is printed as a traceback and
+    swallowed, and the command carries on. Exiting at once is safe because every output is
+    committed whole (a staging folder, then one rename or exchange): an interrupted command leaves
+    the previous output as it was, like a kill -9, and its rerun resumes or redoes it."""
+    sys.stdout.flush()
+    sys.stderr.write(f"\n{INTERRUPTED}\n")
+    sys.stderr.flush()
+    mp = sys.modules.get("multiprocessing")
+    if mp is not None:  # pool workers ignore SIGINT (engines.quiet_worker): stop them quietly
+        children = mp.active_children()
+        for child in children:
+            child.terminate()
+        for child in children:
+            child.join(5)
+    os._exit(130)
 
 
 def main() -> None:
     """The ``tcqa-data`` entry point and its single error handler: an error the user can act on is
     one ``Error: ...`` line on stderr (exit 2), no traceback. Usage errors from the option parser
-    come out in the same style (``rich_markup_mode=None`` above: click's plain ``Error: ...``)."""
+    come out in the same style (``rich_markup_mode=None`` above: click's plain ``Error: ...``).
+    Ctrl-C is one line and exit status 130 (``_on_sigint``)."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _on_sigint)
     try:
         app()
     except TcqaError as exc:
         error(str(exc))
         sys.exit(2)
+    except KeyboardInterrupt:
+        typer.echo(INTERRUPTED, err=True)
+        sys.exit(130)

@@ -13,7 +13,21 @@ from tcqa_data.decontam.detect.rules import DEFAULT_RULE, rule_terms_help
 
 @app.command("decontaminate")
 def decontaminate_cmd(
-    index_dir: Path = typer.Argument(..., help="Index folder written by `tcqa-data index-corpus`."),
+    index_dir: Optional[Path] = typer.Argument(  # noqa: UP045
+        None, help="Index folder written by `tcqa-data index-corpus` (or --corpus instead)."),
+    corpus: Optional[list[str]] = typer.Option(  # noqa: UP045
+        None, "--corpus",
+        help="Stream mode, no index: corpus files, globs or folders (as index-corpus takes them), read "
+             "once against all tasks' n-grams; repeatable."),
+    hf_dataset: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--hf-dataset", help="Stream mode: this Hugging Face dataset too (or alone: no --corpus)."),
+    hf_config: Optional[str] = typer.Option(None, "--hf-config", help="Its config name."),  # noqa: UP045
+    hf_split: str = typer.Option("train", "--hf-split", help="Its split."),
+    text_field: str = typer.Option("text", "--text-field", help="With --corpus: the document text field."),
+    id_field: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--id-field", help="With --corpus: field used as doc ref (default: file:line)."),
+    on_error: str = typer.Option("raise", "--on-error",
+                                 help="With --corpus: raise: stop at a bad record; skip: count it."),
     tasks: str = typer.Option("mc_taco,squad_completion", "--tasks",
                               help="Comma-separated built-in task names, task YAML paths, or lm-eval "
                                    "task, group or tag names (needs the lm-eval extra)."),
@@ -42,21 +56,39 @@ def decontaminate_cmd(
         None, "--group-by",
         help="Docs of TASK with equal FIELD values form one question group, kept whole in clean and dirty: "
              "TASK:FIELD[,FIELD...]; repeatable (default: each doc is its own group)."),
+    workers: int = typer.Option(1, "--workers", help="With --corpus: local processes reading its shards."),
+    engine: str = typer.Option("local", "--engine", help="local: --workers processes here; ray: Ray tasks."),
+    ray_address: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--ray-address", help="With --engine ray: auto, HOST:PORT or ray://HOST:PORT (default local)."),
+    short_min_words: int = typer.Option(
+        8, "--short-min-words",
+        help="With --corpus: a query of this many words up to n-1 is matched whole (0: as an index)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or summary."),
 ) -> None:
-    """Score benchmark docs against INDEX_DIR, write clean/dirty splits, evidence and reports to --out."""
+    """Score benchmark docs against INDEX_DIR (or stream --corpus); write splits, evidence, reports."""
+    from contextlib import nullcontext
+
+    from tcqa_data.decontam.index_files import reading
+    from tcqa_data.outputs import check_apart
     from tcqa_data.prep.lm_eval_tasks import parse_group_by
     from tcqa_data.prep.pipeline import decontaminate, parse_data_files
 
+    if index_dir is not None:
+        check_apart(out, index_dir, "index", "--out")  # PREP_DIR is committed whole: never over the index
     task_list = comma_list(tasks) or []
-    summary = decontaminate(
-        index_dir, task_list, out,
-        data_files=parse_data_files(data_files or [], task_list),
-        splits=comma_list(splits),
-        rule=rule, ngram=ngram, max_corpus_freq=max_corpus_freq, group_policy=group_policy,
-        normalization=normalization, lm_eval_include=[str(p) for p in lm_eval_include or []],
-        group_by=parse_group_by(group_by or []), quiet=quiet,
-    )
+    # an index file damaged with its size kept: one line, found by a full check
+    with reading(index_dir) if index_dir is not None else nullcontext():
+        summary = decontaminate(
+            index_dir, task_list, out,
+            data_files=parse_data_files(data_files or [], task_list),
+            splits=comma_list(splits),
+            rule=rule, ngram=ngram, max_corpus_freq=max_corpus_freq, group_policy=group_policy,
+            normalization=normalization, lm_eval_include=[str(p) for p in lm_eval_include or []],
+            group_by=parse_group_by(group_by or []), quiet=quiet,
+            corpus=corpus or None, text_field=text_field, id_field=id_field, on_error=on_error,
+            workers=workers, engine=engine, ray_address=ray_address, hf_dataset=hf_dataset,
+            hf_config=hf_config, hf_split=hf_split, short_min_words=short_min_words or None,
+        )
     for note in summary.get("warnings", []):  # shown even with --quiet; also at the top of every report
         warning(note)
     if quiet:

@@ -67,11 +67,15 @@ def index_corpus(
 ) -> None:
     """Index a training corpus: n-gram hashes (exact matches) and MinHash windows (near-duplicates)."""
     from tcqa_data.decontam.build import build_index
-    from tcqa_data.decontam.ngrams.index import MANIFEST
-    from tcqa_data.io_utils import read_json
+    from tcqa_data.decontam.index_files import MANIFEST, read_manifest
+    from tcqa_data.errors import TcqaError
 
-    manifest_path = out / MANIFEST
-    before = read_json(manifest_path) if manifest_path.is_file() and not overwrite else None
+    before = None
+    if (out / MANIFEST).is_file() and not overwrite:
+        try:
+            before = read_manifest(out)
+        except TcqaError:
+            pass  # build_index says what is wrong with it
     inputs = list(corpus or [])
     if not inputs and not demo and not hf_dataset:
         raise ConfigError("no corpus to index: name files, globs or folders, --hf-dataset NAME, or --demo "
@@ -89,6 +93,10 @@ def index_corpus(
         ngram_dir_bits=ngram_dir_bits,
     )
     c = manifest["counts"]
+    if manifest != before:
+        for s in manifest.get("skipped_inputs", []):
+            if s["reason"].startswith("no reader takes"):
+                warning(f"{s['path']} was not indexed: {s['reason']}")
     if c["docs"] == 0:
         warning(f"the index {out} holds 0 documents (every record was empty or skipped): decontaminating "
                 "against it would report every benchmark doc clean")
@@ -108,6 +116,10 @@ def index_corpus(
         msg = f"indexed {c['docs']:,} docs from {c['inputs']} input(s) into {out}: {grams}"
     if skipped:
         msg += "; skipped " + ", ".join(f"{k} {v:,}" for k, v in sorted(skipped.items()))
+    unread = [s["path"] for s in manifest.get("skipped_inputs", [])
+              if s["reason"].startswith("no reader takes")]
+    if unread:
+        msg += f"; not indexed ({len(unread)} file(s) no reader takes): " + ", ".join(unread)
     typer.echo(msg, err=True)
 
 
@@ -118,11 +130,26 @@ def index_info(
     quiet: bool = typer.Option(False, "--quiet", "-q",
                                help="Print nothing; the exit status says whether INDEX_DIR is a "
                                     "complete index."),
+    verify: bool = typer.Option(False, "--verify",
+                                help="Check every file's checksum (reads the whole index); without it "
+                                     "only the files' presence and sizes are checked."),
 ) -> None:
     """Describe an index: parameters, inputs, counts, skipped records."""
-    from tcqa_data.decontam.build import index_info as load
+    from tcqa_data.decontam.index_files import reading
 
-    m = load(index_dir)
+    with reading(index_dir):  # a file damaged with its size kept: one line, found by a full check
+        _show_index(index_dir, as_json=as_json, quiet=quiet, verify=verify)
+
+
+def _show_index(index_dir: Path, *, as_json: bool, quiet: bool, verify: bool) -> None:
+    from tcqa_data.decontam.build import index_info as load
+    from tcqa_data.decontam.index_files import SEAL_KEY
+
+    m = load(index_dir, verify=verify)
+    if verify and not quiet:
+        typer.echo(f"verified: every file of {index_dir} matches its size and checksum"
+                   if SEAL_KEY in m else f"{index_dir} records no checksums (written by an older "
+                   "tcqa-data): nothing to verify; rebuild it to add them", err=True)
     if quiet:
         return
     if as_json:

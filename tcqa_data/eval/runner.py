@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import platform
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from tcqa_data.eval.scoring import (
     tok_encode_batch,
 )
 from tcqa_data.eval.tables import TaskTable, empty_table, task_metric_names, task_table
-from tcqa_data.outputs import safe_model_dirname
+from tcqa_data.outputs import safe_model_dirname, staged_output
 from tcqa_data.prep.prepared import (
     TaskData,
     available_tasks,
@@ -244,13 +245,21 @@ class Evaluation:
             return Path(output)
         return default_output(self.prep_dir, self.results["model"]["name"])
 
-    def write(self, out_dir: Path, extra: Sequence[Block] = ()) -> None:
-        """results.json, samples.jsonl, report.md and report.html (``extra`` blocks after the evaluation's
-        own in both reports); ``results["output_dir"]`` names the folder afterwards."""
+    @contextmanager
+    def committing(self, out_dir: Path) -> Iterator[Path]:
+        """EVAL_DIR written whole: yields a staging folder to write into, committed as ``out_dir`` in
+        one step at the end (one writer at a time; a failed or killed run leaves the previous folder
+        as it was); ``results["output_dir"]`` names ``out_dir`` afterwards."""
+        with staged_output(out_dir, "evaluate") as stage:
+            yield stage
+        self.results["output_dir"] = str(out_dir)
+
+    def write(self, folder: Path, extra: Sequence[Block] = ()) -> None:
+        """results.json, samples.jsonl, report.md and report.html into ``folder`` (``extra`` blocks after
+        the evaluation's own in both reports)."""
         from tcqa_data.eval.results import write_outputs
 
-        write_outputs(out_dir, self.results, self.samples, extra)
-        self.results["output_dir"] = str(out_dir)
+        write_outputs(folder, self.results, self.samples, extra)
 
     def returned(self) -> dict[str, Any]:
         """What ``evaluate`` returns: the results.json object, the per-doc samples under ``"_samples"``."""
@@ -409,5 +418,6 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
                          sample_groups=sample_groups, sample_seed=sample_seed,
                          memorization=memorization, memorization_only=memorization_only)
     if write:
-        run.write(run.output_dir(output))
+        with run.committing(run.output_dir(output)) as stage:
+            run.write(stage)
     return run.returned()

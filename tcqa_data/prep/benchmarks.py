@@ -65,6 +65,12 @@ def load_split(spec: TaskSpec, split: str, data_file: str | os.PathLike | None =
 # ---- local files ----------------------------------------------------------------------------
 def read_local(path: Path, spec: TaskSpec) -> pa.Table:
     """Read a TSV (columns from the spec's ``tsv_columns``, no header), JSONL/JSON or Parquet file."""
+    if path.is_dir():
+        raise InputError("is a folder; --data-files takes a data file (TSV, JSONL or Parquet)",
+                         path=str(path))
+    if path.exists() and not path.is_file():
+        raise InputError("is not a regular file (a FIFO, socket or device); give a data file",
+                         path=str(path))
     if not path.is_file():
         raise InputError("data file not found", path=str(path))
     suffix = path.suffix.lower()
@@ -266,9 +272,11 @@ def normalize_labels(spec: TaskSpec, table: pa.Table, source: str) -> pa.Table:
     if field is None or field not in table.column_names:
         return table
     col = table.column(field)
-    if pa.types.is_integer(col.type):
-        return table.set_column(table.column_names.index(field), field, col.cast(pa.int64()))
     names = {k.lower(): int(v) for k, v in spec.label_values.items()}
+    if pa.types.is_integer(col.type):
+        out_col = col.cast(pa.int64())
+        _check_label_values(spec, out_col.to_pylist(), col.to_pylist(), source, field)
+        return table.set_column(table.column_names.index(field), field, out_col)
     out: list[int] = []
     for i, v in enumerate(col.to_pylist()):
         if isinstance(v, bool):
@@ -282,7 +290,23 @@ def normalize_labels(spec: TaskSpec, table: pa.Table, source: str) -> pa.Table:
         else:
             raise InputError(f"label {v!r} is not an int, 1/0 or one of {sorted(names)}",
                              path=source, line=i + 1, field=field)
+    _check_label_values(spec, out, col.to_pylist(), source, field)
     return table.set_column(table.column_names.index(field), field, pa.array(out, type=pa.int64()))
+
+
+def _check_label_values(spec: TaskSpec, labels: list[int | None], raw: list[Any], source: str,
+                        field: str) -> None:
+    """A task that names its labels (``label_values``; MC-TACO: yes/no) takes only those: any other
+    value (2, -1) would pass here and fail much later in a metric (scikit-learn's "multiclass")."""
+    if not spec.label_values:
+        return
+    allowed = sorted(set(int(v) for v in spec.label_values.values()))
+    for i, (v, r) in enumerate(zip(labels, raw, strict=True)):
+        if v not in allowed:
+            named = ", ".join(f"{k} ({int(n)})"
+                              for k, n in sorted(spec.label_values.items(), key=lambda x: x[1]))
+            raise InputError(f"row {i + 1}: label {r!r} is not one of task {spec.task!r}'s labels: "
+                             f"{named}", path=source, line=i + 1, field=field)
 
 
 def group_ids(spec: TaskSpec, table: pa.Table) -> list[int]:

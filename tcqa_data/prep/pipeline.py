@@ -21,12 +21,12 @@ from tcqa_data.decontam.detect.rules import DEFAULT_RULE, Rule, doc_status
 from tcqa_data.decontam.detect.score import QueryDoc, auto_ngram, score_docs
 from tcqa_data.errors import ConfigError, IndexMismatchError, TcqaError
 from tcqa_data.io_utils import write_json_atomic, write_parquet_atomic, write_text_atomic
-from tcqa_data.outputs import check_name, code_digests, resolve_inside, staged
+from tcqa_data.outputs import check_name, code_digests, resolve_inside, writes_output
 from tcqa_data.prep.benchmarks import BenchmarkSplit, group_ids, load_split
 from tcqa_data.prep.lm_eval_export import export_lm_eval, export_lm_eval_task, exportable, lm_eval_task_name
 from tcqa_data.prep.report import write_reports
 from tcqa_data.prep.splits import GROUP_POLICIES, add_ids, check_invariants, group_flags, split_table
-from tcqa_data.prep.taskspec import TaskSpec, is_tcqa_task
+from tcqa_data.prep.taskspec import TaskSpec, is_task_yaml_path, is_tcqa_task
 from tcqa_data.progress import progress_bar, rate_text
 
 if TYPE_CHECKING:
@@ -117,6 +117,8 @@ def _index_summary(idx: Any, index_dir: str | os.PathLike) -> dict[str, Any]:
     for key, value in sorted(idx.manifest.items()):
         if key == "build":  # timestamps and durations: would make reruns differ byte-wise
             continue
+        if key in ("files", "manifest_xxh3"):  # the index's own integrity record (index-info --verify)
+            continue
         if key in ("inputs", "skipped_inputs"):
             value = [{**e, "path": portable_path(e["path"])} for e in value]
             for e in value:
@@ -158,8 +160,8 @@ def _minhash_and_index_checks(idx: IndexEvidence, index_dir: str | os.PathLike, 
 class _Run:
     """What every task and split of one ``decontaminate`` run is scored and written with."""
 
-    evidence: IndexEvidence  # the index, opened once
-    index_dir: str | os.PathLike  # as given (error messages name it)
+    evidence: Any  # IndexEvidence or StreamEvidence, opened once
+    index_dir: str | os.PathLike  # as given (error messages name it); "stream" in stream mode
     out: Path
     rule: Rule
     fixed_n: int | None  # None: "auto" (GPT-3's n per task)
@@ -167,9 +169,12 @@ class _Run:
     group_policy: str
     use_minhash: bool  # MinHash evidence is computed (the index has it, and windows can be cut here)
     config: dict[str, Any]  # the settings every report and the manifest record
-    index_summary: dict[str, Any]
-    fix_ref: Callable[[str | None], str | None]  # corpus doc refs as PREP_DIR records them
     quiet: bool
+    stream: bool = False  # the evidence is a corpus pass (--corpus), not an index
+    short_min_words: int | None = None  # stream mode: shorter queries of at least this many words whole
+    # known once the evidence is filled (after a stream's pass)
+    index_summary: dict[str, Any] = dataclasses.field(default_factory=dict)
+    fix_ref: Callable[[str | None], str | None] | None = None  # corpus doc refs as PREP_DIR records them
 
 
 @dataclasses.dataclass
@@ -182,8 +187,9 @@ class _TaskJob:
     source: dict[str, Any] | None = None
 
 
+@writes_output("out_dir", "decontaminate")  # PREP_DIR is committed whole or not at all
 def decontaminate(
-    index_dir: str | os.PathLike,
+    index_dir: str | os.PathLike | None,
     tasks: Sequence[str] | str,
     out_dir: str | os.PathLike,
     *,
@@ -198,6 +204,17 @@ def decontaminate(
     group_by: Mapping[str, Sequence[str]] | None = None,
     lm_eval_include_defaults: bool = True,
     quiet: bool = False,
+    corpus: Sequence[str] | None = None,
+    text_field: str = "text",
+    id_field: str | None = None,
+    on_error: str = "raise",
+    workers: int = 1,
+    short_min_words: int | None = 8,
+    engine: str = "local",
+    ray_address: str | None = None,
+    hf_dataset: str | None = None,
+    hf_config: str | None = None,
+    hf_split: str = "train",
 ) -> dict[str, Any]:
     """Score every doc of ``tasks`` against the index, write PREP_DIR, return the summary.
 
@@ -211,17 +228,41 @@ def decontaminate(
     that form its question groups (any task; default: each doc is its own group).
     ``lm_eval_include_defaults=False`` skips indexing lm-eval's shipped tasks.
 
-    Steps: the options checked; the index opened once (``IndexEvidence``) and checked against the
-    rule; the tasks resolved (all refusals before anything is written); then each task's splits
-    loaded, scored and written in turn; ``prep_manifest.json`` last.
+    Stream mode: ``corpus`` (``index-corpus`` input specs, with ``text_field``, ``id_field`` and
+    ``on_error`` as there) in place of ``index_dir``: every task's queries go into one table and
+    the corpus is read once against it (``decontam/stream``), its shards on ``workers`` local
+    processes (``engine="ray"``: Ray tasks, ``ray_address`` as ``index-corpus`` takes it); the
+    PREP_DIR is the index mode's. ``hf_dataset`` (``hf_config``, ``hf_split``): a Hugging Face
+    dataset streamed as one more corpus input (``index-corpus --hf-dataset``). There a query of
+    ``short_min_words`` words up to n - 1 (shorter than n: no n-gram) is matched whole, as one
+    word sequence (NeMo Curator's minimum, 8); None or 0 keeps index mode's "untestable".
+
+    Steps: the options checked; the evidence opened once (``IndexEvidence``, or ``StreamEvidence``)
+    and checked against the rule; the tasks resolved (all refusals before anything is written);
+    every task's splits loaded (a stream needs all queries before its one pass); then each split
+    scored and written in turn; ``prep_manifest.json`` last.
     """
     if isinstance(tasks, str):
         tasks = [t.strip() for t in tasks.split(",") if t.strip()]
     if not tasks:
         raise ConfigError("no tasks given; e.g. --tasks mc_taco,squad_completion")
     parsed_rule, fixed_n = _check_options(rule, ngram, max_corpus_freq, group_policy)
-    run = _open_run(index_dir, out_dir, parsed_rule, fixed_n, normalization=normalization,
-                    max_corpus_freq=max_corpus_freq, group_policy=group_policy, quiet=quiet)
+    stream = corpus is not None or hf_dataset is not None
+    if stream == (index_dir is not None):
+        raise ConfigError("give either an index folder (INDEX_DIR) or a corpus (--corpus, --hf-dataset), "
+                          "not both or neither")
+    if stream:
+        from tcqa_data.decontam.stream.table import StreamConfig
+
+        run = _open_stream_run(list(corpus or []), StreamConfig(
+            normalization=normalization or "janitor", anchors=parsed_rule.uses_alignment,
+            text_field=text_field, id_field=id_field, on_error=on_error, hf_dataset=hf_dataset,
+            hf_config=hf_config, hf_split=hf_split), out_dir, parsed_rule, fixed_n,
+            max_corpus_freq=max_corpus_freq, group_policy=group_policy, quiet=quiet,
+            short_min_words=short_min_words)
+    else:
+        run = _open_run(index_dir, out_dir, parsed_rule, fixed_n, normalization=normalization,
+                        max_corpus_freq=max_corpus_freq, group_policy=group_policy, quiet=quiet)
     local = {k: dict(v) for k, v in (data_files or {}).items()}
     for per_task in local.values():  # split names become folder names: refused before any write
         for split_name in per_task:
@@ -231,7 +272,16 @@ def decontaminate(
     manifest_tasks: dict[str, Any] = {}
     summary: dict[str, Any] = {"out_dir": str(run.out), "rule": str(parsed_rule),
                                "warnings": run.config["warnings"], "tasks": {}}
-    for job in _task_jobs(own, lm_tasks, local, splits):
+    jobs = list(_task_jobs(own, lm_tasks, local, splits))
+    if stream:  # every task's queries in one table, the corpus read once against it
+        _stream_pass(run, jobs, {"workers": workers, "engine": engine, "ray_address": ray_address,
+                                 "out": run.out})
+        if run.evidence.num_docs == 0:  # (config and summary hold this list: every report shows it)
+            run.config["warnings"].append("the corpus holds 0 documents: nothing was searched, so every doc "
+                                          "below is reported clean")
+    run.fix_ref = portable_ref(run.index_dir, run.evidence.manifest)
+    run.index_summary = _index_summary(run.evidence, run.index_dir)
+    for job in jobs:
         manifest_tasks[job.task.task], summary["tasks"][job.task.task] = _process_task(job, run)
     manifest = {
         "format_version": tcqa_data.FORMAT_VERSION,
@@ -277,20 +327,46 @@ def _open_run(index_dir: str | os.PathLike, out_dir: str | os.PathLike, rule: Ru
         raise IndexMismatchError(f"rule {str(rule)!r} aligns against corpus text, but index "
                                  f"{index_dir} has no text store; rebuild it with --text-store auto")
     use_minhash, minhash_evidence, warnings = _minhash_and_index_checks(idx, index_dir, rule)
-    config = {
+    config = _run_config(rule, group_policy, max_corpus_freq, idx.normalization, idx.has_minhash,
+                         minhash_evidence, warnings)
+    return _Run(idx, index_dir, Path(out_dir), rule, fixed_n, max_corpus_freq, group_policy, use_minhash,
+                config, quiet)
+
+
+def _open_stream_run(corpus: list[str], stream_config: Any, out_dir: str | os.PathLike, rule: Rule,
+                     fixed_n: int | None, *, max_corpus_freq: int | None, group_policy: str, quiet: bool,
+                     short_min_words: int | None) -> _Run:
+    """Stream mode's evidence (``StreamEvidence``, filled later by one corpus pass); a MinHash
+    term is refused (it needs every corpus window signed, which is what an index build does)."""
+    from tcqa_data.decontam.stream.evidence import MINHASH_REFUSAL, StreamEvidence
+
+    if rule.uses_minhash:
+        raise ConfigError(f"rule {str(rule)!r}: {MINHASH_REFUSAL}")
+    idx = StreamEvidence.open(corpus, stream_config)
+    config = _run_config(rule, group_policy, max_corpus_freq, idx.normalization, False,
+                         "off: stream mode (--corpus) computes no MinHash", [])
+    if short_min_words:
+        config["untestable_policy"] += (f"; in stream mode a query of {short_min_words} to n - 1 words is "
+                                        "matched whole (testable)")
+    return _Run(idx, "stream", Path(out_dir), rule, fixed_n, max_corpus_freq, group_policy, False, config,
+                quiet, stream=True, short_min_words=short_min_words)
+
+
+def _run_config(rule: Rule, group_policy: str, max_corpus_freq: int | None, normalization: str,
+                minhash_available: bool, minhash_evidence: Any, warnings: list[str]) -> dict[str, Any]:
+    """The settings every report and the manifest record."""
+    return {
         "rule": str(rule),
         "rule_help": "dirty if any '|'-separated clause holds; '&' joins terms of a clause",
         "group_policy": group_policy,
         "max_corpus_freq": max_corpus_freq,
-        "normalization": idx.normalization,
-        "minhash_available": idx.has_minhash,
+        "normalization": normalization,
+        "minhash_available": minhash_available,
         "minhash_evidence": minhash_evidence,
         "warnings": warnings,
         "untestable_policy": "docs shorter than n words with no other rule term firing are kept in the "
                              "clean split and reported as 'untestable'",
     }
-    return _Run(idx, index_dir, Path(out_dir), rule, fixed_n, max_corpus_freq, group_policy, use_minhash,
-                config, _index_summary(idx, index_dir), portable_ref(index_dir, idx.manifest), quiet)
 
 
 def _resolve_tasks(tasks: Sequence[str], data_files: dict[str, dict[str, str | os.PathLike]],
@@ -318,6 +394,15 @@ def _resolve_tasks(tasks: Sequence[str], data_files: dict[str, dict[str, str | o
                                          include_defaults=lm_eval_include_defaults)
     elif group_by:
         raise ConfigError(f"--group-by names task(s) {sorted(group_by)} that are not among {list(tasks)}")
+    for task_name, spec in zip(own, specs, strict=True):
+        declared = list(spec.splits().values())
+        if not is_task_yaml_path(task_name) and declared:
+            # a built-in task has fixed splits: a misspelled one (tset) is refused before any file
+            # is read (a task YAML of your own keeps free names)
+            for split in data_files.get(task_name) or data_files.get(spec.task) or {}:
+                if split not in declared:
+                    raise ConfigError(f"task {spec.task!r} has no split {split!r} (--data-files "
+                                      f"{task_name}:{split}=...); its splits are {declared}")
     names = [s.task for s in specs] + [t.task for t in lm_tasks]
     if len(set(names)) != len(names):
         raise ConfigError(f"tasks {sorted({n for n in names if names.count(n) > 1})} are given twice")
@@ -373,7 +458,7 @@ def _choose_n(task: str, queries: Iterable[str], run: _Run) -> tuple[int, str]:
     else:
         n, how = run.fixed_n, "fixed"
     sizes = run.evidence.ngram_sizes
-    if n not in sizes:
+    if n not in sizes and not run.stream:  # a stream matches every n the tasks need
         raise IndexMismatchError(
             f"task {task!r} needs {n}-grams ({how}), but index {run.index_dir} holds n-gram sizes "
             f"{sizes}; rebuild the index with --ngram {n} or pass --ngram with one of {sizes}")
@@ -397,16 +482,57 @@ def _process_task(job: _TaskJob, run: _Run) -> tuple[dict[str, Any], dict[str, A
     config = {**run.config, "ngram": n, "ngram_choice": how}
     for b, queries, role in job.parts:
         split_name = check_name(b.split, "split name", f"task {task.task!r}")
+        # (the whole PREP_DIR is staged and committed at once: ``writes_output``)
         split_dir = resolve_inside(run.out, task.task, split_name, what="split folder")
-        # the split folder is written whole into a staging folder and then renamed into place:
-        # a failed run leaves the previous split folder as it was. The staging folder sits in
-        # --out itself, where no reader lists splits, should a killed run leave it behind
-        with staged(split_dir, within=run.out) as stage:
-            counts, export = _process_split(task, b, queries, role, stage, run, n, config)
+        counts, export = _process_split(task, b, queries, role, split_dir, run, n, config)
         entry["splits"][b.split] = counts
         entry["lm_eval_export"][b.split] = export
         summary[b.split] = counts
     return entry, summary
+
+
+def _stream_pass(run: _Run, jobs: Sequence[_TaskJob], where: dict[str, Any]) -> None:
+    """Fill the run's ``StreamEvidence`` with every query of ``jobs`` at each task's n (``fill_stream``)."""
+    groups = []
+    for job in jobs:
+        queries = [q for _, qs, _ in job.parts for q in qs]
+        groups.append((_choose_n(job.task.task, queries, run)[0], queries))
+    fill_stream(run.evidence, groups, quiet=run.quiet, short_min_words=run.short_min_words, **where)
+
+
+def fill_stream(evidence: Any, groups: Sequence[tuple[int, Sequence[str]]], *, quiet: bool,
+                short_min_words: int | None, workers: int = 1, engine: str = "local",
+                ray_address: str | None = None, out: str | os.PathLike | None = None) -> list[str]:
+    """One corpus pass of a ``StreamEvidence`` against each group's queries at its n, those of
+    ``short_min_words`` up to n - 1 words whole; returns the table's queries (distinct, sorted: a
+    query's number in the table is its place here). ``workers``, ``engine``, ``ray_address``: where
+    the shards run (``engines.make_engine``); on Ray their files go beside ``out``."""
+    from contextlib import nullcontext
+
+    from tcqa_data.decontam.core.normalize import tokenize
+    from tcqa_data.engines import make_engine
+
+    queries = sorted({q for _, qs in groups for q in qs})
+    number = {q: i for i, q in enumerate(queries)}
+    whole: dict[int, set[int]] = {}
+    for n, qs in groups:
+        for q in set(qs) if short_min_words else ():
+            m = len(tokenize(q, evidence.normalization))
+            if short_min_words <= m < n:
+                whole.setdefault(m, set()).add(number[q])
+    eng = make_engine(engine, workers, ray_address) if engine != "local" else None
+    work_dir = None
+    if eng is not None and out is not None:
+        work_dir = Path(out).resolve().parent
+        work_dir.mkdir(parents=True, exist_ok=True)
+    with eng if eng is not None else nullcontext(), progress_bar(quiet, bytes_mode=True) as prog:
+        bar = prog.add_task("stream corpus", total=sum(i.size for i in evidence.inputs), rate="")
+        evidence.fill(queries, sorted({n for n, _ in groups}), workers=workers, engine=eng,
+                      work_dir=None if work_dir is None else str(work_dir),
+                      whole={m: sorted(v) for m, v in whole.items()},
+                      progress=lambda nbytes, ndocs: prog.update(bar, advance=nbytes))
+    return queries
+
 
 
 def _process_split(spec: TaskSpec | LmEvalTask, b: BenchmarkSplit, queries: list[str], role: str,
@@ -434,7 +560,8 @@ def _process_split(spec: TaskSpec | LmEvalTask, b: BenchmarkSplit, queries: list
 
         # alignment against corpus text (aligned_* columns) runs when the rule has an aligned term
         cols = score_docs(qdocs, run.evidence, n, max_corpus_freq=run.max_corpus_freq,
-                          use_minhash=run.use_minhash, progress=step, align=rule.uses_alignment)
+                          use_minhash=run.use_minhash, progress=step, align=rule.uses_alignment,
+                          short_min_words=run.short_min_words if run.stream else None)
     portable_doc_refs(cols, run.fix_ref)
     gids = group_ids(spec, b.table)
     dirty_doc, fired = rule.evaluate(cols)

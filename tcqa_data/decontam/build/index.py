@@ -9,13 +9,19 @@ Work directory ``INDEX_DIR/_work`` (removed when the build completes)::
     stage/                     reduce output (ngrams/, docs.parquet, minhash/)
     commit.json                the final manifest, written before the staged files move in
 
+Each build or ``--append`` writes a new generation: the commit assembles it beside the index
+(``.tcqa-staging-<name>.next``), runs the text store pass on it, seals its manifest with every
+file's size and checksum (``index_files``) and swaps it with the index folder in one atomic step
+(``reduce._commit``). One writer at a time: ``outputs.output_lock``.
+
 Doc ordinals follow the order of inputs (the first build's sorted by path, then each
 ``--append``'s new inputs after the indexed ones, sorted by path) and the order of documents in
 each input, so they never depend on workers or sharding. Existing ordinals never move (the
 MinHash merge relies on that too), so appending inputs that sort after the indexed ones (new
 shards) is byte-identical to a full rebuild; otherwise only the doc ordinals differ.
-A kill -9 at any point leaves either the old complete index or no manifest; a rerun with the
-same parameters reuses finished map shards, and finishes an interrupted commit.
+A kill -9 at any point leaves the previous generation as it was (or, for a first build, no
+manifest); a rerun with the same parameters reuses finished map shards, and finishes an
+interrupted commit.
 
 The map side (``map_shard``, the pool/engine loop) is in ``build/map.py``, the reduce and commit
 in ``build/reduce.py``, the checks before anything is written in ``build/preflight.py``.
@@ -45,8 +51,8 @@ from tcqa_data.decontam.build.map import (
     _shard_key,
     sha256_file,
 )
-from tcqa_data.decontam.build.preflight import check_build
-from tcqa_data.decontam.build.reduce import _commit, _reduce
+from tcqa_data.decontam.build.preflight import check_build, check_output_apart
+from tcqa_data.decontam.build.reduce import _commit, _reduce, _regenerate
 from tcqa_data.decontam.core.hashing import HASH_NAME
 from tcqa_data.decontam.core.map_files import MAP_FORMAT
 from tcqa_data.decontam.core.normalize import check_scheme
@@ -55,9 +61,10 @@ from tcqa_data.decontam.ngrams import reduce as nred
 from tcqa_data.decontam.ngrams import runs as nruns
 from tcqa_data.decontam.readers.documents import SkipStats
 from tcqa_data.decontam.readers.inputs import CorpusInput, resolve_inputs, split_input
-from tcqa_data.engines import Engine, check_writable_dir, local_output_dir, make_engine, run_tasks
+from tcqa_data.engines import Engine, check_writable_dir, local_output_dir, make_engine, run_tasks, stop_pool
 from tcqa_data.errors import ConfigError, IndexMismatchError
 from tcqa_data.io_utils import read_json, write_json_atomic
+from tcqa_data.outputs import output_lock
 
 # Uncompressed JSONL / Parquet inputs are cut into shards of this size so one big file still
 # uses every worker. A fixed constant: sharding never changes the output anyway.
@@ -98,15 +105,6 @@ def _minhash_params(minhash: bool | Any, num_perm: int | None, normalization: st
 
 
 # --------------------------------------------------------------------------- build
-
-
-def _clear_index(out: Path) -> None:
-    """Remove what a build writes (manifest first, so nothing looks complete meanwhile)."""
-    (out / ni.MANIFEST).unlink(missing_ok=True)
-    for name in ("ngrams", "minhash", "_work"):
-        if (out / name).exists():
-            shutil.rmtree(out / name)
-    (out / "docs.parquet").unlink(missing_ok=True)
 
 
 def _describe_diff(old: dict, new: dict) -> str:
@@ -217,15 +215,59 @@ def build_index(
            "text_anchors": text_store != "none"}
 
     out = local_output_dir(out_dir)  # object-storage URIs are refused with the reason
-    work = out / "_work"
-    mpath = out / ni.MANIFEST
+    if out.is_symlink() and out.is_dir():  # the commit swaps folders: the link's target is the index
+        out = out.resolve()
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"{out}: exists and is not a folder")
     # resolve first: a typo in an input must not cost the existing index (--overwrite)
-    resolved: list[CorpusInput] = resolve_inputs([os.fspath(p) for p in inputs]) if inputs else []
+    skipped_files: list[dict[str, str]] = []
+    specs = [os.fspath(p) for p in inputs]
+    resolved: list[CorpusInput] = resolve_inputs(specs, skipped=skipped_files) if inputs else []
     # everything checkable before the first write (no _work/ left behind, nothing overwritten for nothing)
     check_build(out, resolved, mh_params, streamed=bool(hf_dataset))
-    if overwrite:
-        _clear_index(out)
-    old_manifest = read_json(mpath) if mpath.is_file() else None
+    check_output_apart(out, specs, resolved)
+    if out.is_dir() and not (out / ni.MANIFEST).exists() and not (out / "_work").exists():
+        # the commit replaces the folder whole: anything else in it would be deleted
+        other = sorted(p.name for p in out.iterdir())
+        if other:
+            more = f" and {len(other) - 3} more" if len(other) > 3 else ""
+            raise ConfigError(f"{out} is a folder that holds no index ({', '.join(other[:3])}{more}); "
+                              "index-corpus writes its index folder whole, replacing what is there: "
+                              "choose a new or empty folder for --out")
+    with output_lock(out, "index-corpus"):
+        return _build_locked(
+            out, resolved, skipped_files, params=params, cfg=cfg, ns=ns, mh_params=mh_params, eng=eng,
+            engine=engine, workers=workers, append=append, overwrite=overwrite, quiet=quiet,
+            hf_dataset=hf_dataset, hf_config=hf_config, hf_split=hf_split, text_field=text_field,
+            id_field=id_field, text_store=text_store, ngram_dir_bits=ngram_dir_bits, shard_bytes=shard_bytes,
+            chunk_pairs=chunk_pairs, t0=t0, started=started)
+
+
+def _base_id(manifest: dict | None) -> str | None:
+    """Which generation a build in ``_work`` extends: the sealed manifest's own checksum (None for
+    a first build or ``--overwrite``). A staged reduce is committed only onto that generation."""
+    from tcqa_data.decontam.index_files import SEAL_KEY, manifest_checksum
+
+    if manifest is None:
+        return None
+    return str(manifest.get(SEAL_KEY) or manifest_checksum(manifest))
+
+
+def _build_locked(out: Path, resolved: list[CorpusInput], skipped_files: list[dict[str, str]], *,
+                  params: dict, cfg: dict, ns: list[int], mh_params: Any, eng: Engine | None,
+                  engine: str | Engine, workers: int, append: bool, overwrite: bool, quiet: bool,
+                  hf_dataset: str | None, hf_config: str | None, hf_split: str, text_field: str,
+                  id_field: str | None, text_store: str, ngram_dir_bits: int | None, shard_bytes: int,
+                  chunk_pairs: int, t0: float, started: str) -> dict[str, Any]:
+    """``build_index`` once it holds the output's lock (no other writer runs)."""
+    from tcqa_data.decontam.index_files import open_manifest
+    from tcqa_data.outputs import next_generation_dir, remove_stale_staging
+
+    work = out / "_work"
+    mpath = out / ni.MANIFEST
+    # --overwrite leaves the existing index as it is until the new one replaces it whole; an
+    # existing index is checked (parsed, its own checksum, every file there with its size)
+    old_manifest = open_manifest(out) if mpath.exists() and not overwrite else None
 
     def params_of(m: dict) -> dict:
         return {k: m.get(k) for k in params}
@@ -241,24 +283,36 @@ def build_index(
                                  f"{old_manifest['ngram_storage']['dir_bits']} directory bits, asked for "
                                  f"{ngram_dir_bits}; leave --ngram-dir-bits out, or pass --overwrite "
                                  "to rebuild")
+    base = _base_id(old_manifest)
+    resume_commit = False
     if work.exists():
         plan = read_json(work / "plan.json") if (work / "plan.json").is_file() else None
         same_params = plan is not None and plan.get("params") == params
-        if same_params and (work / "commit.json").is_file():
-            # staged index files (their format is in the parameters): finish the commit
-            _commit(out, read_json(work / "commit.json"), ns)
-            old_manifest = read_json(mpath)
-        elif not same_params or plan.get("map_format") != MAP_FORMAT:
+        if not same_params or plan.get("map_format") != MAP_FORMAT:
             # An interrupted build with other parameters, or whose maps another version of this
             # code wrote: restart cleanly.
-            if old_manifest is None:
-                _clear_index(out)
-            else:
-                shutil.rmtree(work)
+            shutil.rmtree(work)
+        elif (work / "commit.json").is_file():
+            # a staged reduce is committed only onto the generation it extends
+            resume_commit = plan.get("base", False) == base
+            if not resume_commit:
+                (work / "commit.json").unlink()
+    # left by killed writers (the lock says none runs now); the next generation of a commit
+    # to finish is kept
+    remove_stale_staging(out, keep=next_generation_dir(out) if resume_commit else None)
+
+    def finish_store(root: Path) -> None:
+        _finish_text_store(root, text_store, hf_dataset, hf_config, hf_split, workers, eng)
 
     def close_engine() -> None:
         if eng is not None and eng is not engine:
             eng.close()  # ours: stops a local Ray instance
+
+    if resume_commit:
+        try:
+            return _commit(out, read_json(work / "commit.json"), ns, finish_store, old_manifest)
+        finally:
+            close_engine()
 
     # ---- inputs
     pool = q = None
@@ -270,6 +324,7 @@ def build_index(
         q = mp.get_context().Queue()
         pool = ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, initargs=(q,))
     gc_paused = _pause_cyclic_gc()  # for the map and reduce (not the text store pass's pools)
+    failed = True
     try:
         paths = [c.path for c in resolved]
         if eng is not None:
@@ -287,7 +342,16 @@ def build_index(
         skipped_inputs: list[dict[str, str]] = []
         seen: dict[str, str] = {}
         old_by_sum = {e["sha256"]: e for e in (old_manifest or {}).get("inputs", [])}
+        old_by_path = {e["path"]: e for e in (old_manifest or {}).get("inputs", [])}
         for c, s in zip(resolved, sums, strict=True):
+            prev = old_by_path.get(c.path)
+            if prev is not None and prev["sha256"] != s:
+                # indexing it again would hold its old documents twice, under one path
+                raise IndexMismatchError(
+                    f"{c.path}: this path is in the index {out} with other content (it changed after "
+                    f"it was indexed: sha256 {prev['sha256'][:12]} then, {s[:12]} now); an index "
+                    "holds each input once: rebuild with --overwrite, or give the new content "
+                    "another file name")
             if s in seen:
                 skipped_inputs.append({"path": c.path, "reason": f"same content as {seen[s]}"})
                 continue
@@ -309,8 +373,14 @@ def build_index(
         if old_manifest is not None:
             if not append:
                 if not entries and requested == set(old_by_sum):
-                    # a text store pass cut short is finished now
-                    _finish_text_store(out, text_store, hf_dataset, hf_config, hf_split, workers, eng)
+                    if "files" not in old_manifest:
+                        # an index written before sealed generations: a text store pass cut short
+                        # is finished now
+                        finish_store(out)
+                    elif text_store != "none" and _store_mode(out) != text_store:
+                        # another --text-store mode: the store is redone as a new generation (a
+                        # store that is there is kept for "none": it costs a reader nothing)
+                        return _regenerate(out, old_manifest, finish_store)
                     return old_manifest  # same inputs, same parameters: already built
                 raise IndexMismatchError(
                     f"{out}: an index of other inputs exists; pass --append to add inputs "
@@ -324,7 +394,7 @@ def build_index(
 
         # ---- map
         work.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(work / "plan.json", {"params": params, "map_format": MAP_FORMAT})
+        write_json_atomic(work / "plan.json", {"params": params, "map_format": MAP_FORMAT, "base": base})
         files = [e for e in entries if "hf" not in e]
         split_calls = [{"inp": CorpusInput(e["path"], e["format"], e["size"]), "target_bytes": shard_bytes}
                        for e in files]
@@ -366,11 +436,12 @@ def build_index(
         manifest = _reduce(out, work, params, cfg, ns, entries, old_manifest, pool, chunk_pairs, quiet,
                            engine=eng)
         reduced = True
+        failed = False
     finally:
         if gc_paused:
             gc.enable()
         if pool is not None:
-            pool.shutdown(cancel_futures=True)
+            stop_pool(pool, kill=failed)
         if not reduced:
             close_engine()
 
@@ -380,7 +451,7 @@ def build_index(
         total_skip.merge(SkipStats.from_dict(e["skipped"]))
     prior = (old_manifest or {}).get("build", {})
     manifest["skipped"] = total_skip.to_dict()
-    manifest["skipped_inputs"] = sorted(skipped_inputs, key=lambda x: x["path"])
+    manifest["skipped_inputs"] = sorted(skipped_inputs + skipped_files, key=lambda x: x["path"])
     manifest["build"] = {
         "started": prior.get("started", started) if old_manifest else started,
         "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -392,11 +463,17 @@ def build_index(
     }
     try:
         write_json_atomic(work / "commit.json", manifest)
-        _commit(out, manifest, ns)
-        _finish_text_store(out, text_store, hf_dataset, hf_config, hf_split, workers, eng)
+        return _commit(out, manifest, ns, finish_store, old_manifest)
     finally:
         close_engine()
-    return manifest
+
+
+def _store_mode(out: Path) -> str:
+    """The ``--text-store`` mode the index's store was built with ("none" without a store)."""
+    from tcqa_data.decontam.textstore.store import META, STORE_DIR
+
+    meta = out / STORE_DIR / META
+    return str(read_json(meta).get("mode", "auto")) if meta.is_file() else "none"
 
 
 def _finish_text_store(out: Path, mode: str, hf_dataset: str | None, hf_config: str | None,
@@ -410,6 +487,10 @@ def _finish_text_store(out: Path, mode: str, hf_dataset: str | None, hf_config: 
                      if hf_dataset else None, workers=workers, engine=engine)
 
 
-def index_info(index_dir: str | os.PathLike) -> dict[str, Any]:
-    """The manifest of a finished index (TcqaError if missing or incomplete)."""
+def index_info(index_dir: str | os.PathLike, verify: bool = False) -> dict[str, Any]:
+    """The manifest of a finished index (TcqaError if missing or incomplete, DamagedIndexError if
+    a file does not match it; ``verify``: every file's checksum too)."""
+    from tcqa_data.decontam.index_files import open_manifest
+
+    open_manifest(index_dir, verify=verify)
     return ni.NgramIndex.open(index_dir).manifest

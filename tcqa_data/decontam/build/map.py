@@ -23,11 +23,11 @@ import pyarrow.parquet as pq
 
 from tcqa_data.decontam.core.map_files import MAP_COUNTS, MAP_HASHES
 from tcqa_data.decontam.ngrams import runs as nruns
-from tcqa_data.decontam.readers.documents import SkipStats, iter_documents
+from tcqa_data.decontam.readers.documents import SkipStats, batch_documents, iter_documents
 from tcqa_data.decontam.readers.hf_stream import iter_hf_documents
 from tcqa_data.decontam.readers.inputs import CorpusInput, InputShard
 from tcqa_data.decontam.readers.jsonl_batches import iter_normalized_batches, normalized_batches_supported
-from tcqa_data.engines import Engine
+from tcqa_data.engines import Engine, quiet_worker
 from tcqa_data.io_utils import atomic_path, read_json, write_json_atomic, write_npy_atomic
 from tcqa_data.progress import progress_bar, rate_text
 
@@ -69,6 +69,7 @@ _progress_q = None  # set in pool workers by the initializer
 def _init_worker(q) -> None:
     global _progress_q
     _progress_q = q
+    quiet_worker()  # Ctrl-C: the parent answers it, once
     gc.enable()  # forked from a build that paused it (build._pause_cyclic_gc)
     _fixed_mmap_threshold()
 
@@ -92,18 +93,6 @@ def _fixed_mmap_threshold() -> None:
         libc.mallopt(-1, 128 << 20)  # M_TRIM_THRESHOLD: give back heap tops above 128 MiB
     except (OSError, AttributeError):
         pass  # not glibc: nothing to tune
-
-
-def _batches(docs: Iterator, limit: int) -> Iterator[list]:
-    batch, size = [], 0
-    for d in docs:
-        batch.append(d)
-        size += len(d.text)
-        if size >= limit:
-            yield batch
-            batch, size = [], 0
-    if batch:
-        yield batch
 
 
 # Arrow arrays built from buffers: ``pa.array`` (even of a numpy array) and ``pq.read_table``
@@ -192,7 +181,7 @@ def map_shard(task: dict[str, Any], work_dir: str, cfg: dict[str, Any],
             def text_batches() -> Iterator[list[str]]:
                 # the docs' texts in batches, their refs written; the caller feeds the n-gram side
                 nonlocal text_bytes
-                for batch in _batches(docs, cfg.get("batch_chars", BATCH_CHARS)):
+                for batch in batch_documents(docs, cfg.get("batch_chars", BATCH_CHARS)):
                     texts = [d.text for d in batch]
                     nbytes = sum(len(t) for t in texts)
                     pw.write_table(_docs_table([d.ref for d in batch],

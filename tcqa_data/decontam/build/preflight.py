@@ -14,6 +14,7 @@ from typing import Any
 
 from tcqa_data.decontam.readers.inputs import CorpusInput
 from tcqa_data.errors import ConfigError, InputError, TcqaError
+from tcqa_data.outputs import check_output_dir
 
 
 def minhash_windows_problem(params: Any) -> str | None:
@@ -29,25 +30,6 @@ def minhash_windows_problem(params: Any) -> str | None:
     except TcqaError as exc:
         return str(exc)
     return None
-
-
-def _nearest_existing(path: Path) -> Path:
-    p = path.absolute()
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    return p
-
-
-def check_output_dir(out: Path) -> None:
-    """``out`` is a folder or can be created as one, and is writable; checked without writing."""
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"{out}: exists and is not a folder")
-    anchor = _nearest_existing(out)
-    if not anchor.is_dir():
-        raise ConfigError(f"{out}: cannot create it, {anchor} is a file")
-    if not os.access(anchor, os.W_OK | os.X_OK):
-        where = "" if anchor == out.absolute() else f" ({anchor}, where it would be created, is not writable)"
-        raise TcqaError(f"cannot write the output folder {out}: permission denied{where}")
 
 
 def check_build(out: Path, inputs: Sequence[CorpusInput], minhash_params: Any, *,
@@ -67,3 +49,25 @@ def check_build(out: Path, inputs: Sequence[CorpusInput], minhash_params: Any, *
         if problem:
             raise TcqaError(f"the MinHash index needs sentence windows: {problem} "
                             "Or pass --no-minhash to build only the n-gram index.")
+
+
+def _inside(child: Path, parent: Path) -> bool:
+    return child == parent or parent in child.parents
+
+
+def check_output_apart(out: Path, specs: Sequence[str], inputs: Sequence[CorpusInput]) -> None:
+    """The index folder is not an input, does not hold one and does not lie inside an input folder:
+    else the index's own files would be read as corpus by the next run (and ``--overwrite`` would
+    delete inputs). Checked on resolved paths (links followed), before anything is written."""
+    target = Path(os.path.realpath(out))
+    for spec in specs:
+        if os.path.isdir(spec):
+            folder = Path(os.path.realpath(spec))
+            if _inside(target, folder) or _inside(folder, target):
+                how = "is" if target == folder else "lies inside" if _inside(target, folder) else "holds"
+                raise ConfigError(f"the index folder {out} {how} the input folder {spec}: the index's "
+                                  "own files would be read as corpus; choose an --out outside the inputs")
+    for c in inputs:
+        if _inside(Path(os.path.realpath(c.path)), target):
+            raise ConfigError(f"the index folder {out} holds the input {c.path}: choose an --out "
+                              "outside the inputs")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from tcqa_data.decontam.textstore.store import STORE_DIR, _key
 from tcqa_data.engines import Engine, run_tasks
 from tcqa_data.errors import TcqaError
 from tcqa_data.io_utils import atomic_path, write_json_atomic
+from tcqa_data.outputs import commit_dir, fault_point, link_or_copy, next_generation_dir
 from tcqa_data.progress import progress_bar, rate_text
 
 KIND = "tcqa-ngram-index"
@@ -167,7 +168,8 @@ def _reduce(out: Path, work: Path, params: dict, cfg: dict, ns: list[int], entri
 def _stage_map_anchors(dst: Path, all_inputs: list[dict], maps: Path) -> None:
     """The maps' text-store anchors of each new input (``textstore.anchors.map_anchor_batches``),
     moved next to the index's text store by ``_commit``; an input whose maps did not all winnow
-    (another reader) gets none. Idempotent: files moved by a killed run are not looked for again."""
+    (another reader) gets none. Hard links, not moves: the map folders stay whole, so a run killed
+    after this step (the reduce's stage is redone, the finished maps reused) finds them again."""
     for e in all_inputs:
         if e.get("_old") or not e.get("shard_anchors"):
             continue
@@ -177,7 +179,7 @@ def _stage_map_anchors(dst: Path, all_inputs: list[dict], maps: Path) -> None:
             for name in (MAP_HASHES, MAP_COUNTS):
                 target = dst / staged_anchor_file(key, i, name)
                 if not target.is_file():
-                    os.replace(maps / shard / name, target)
+                    link_or_copy(maps / shard / name, target)
         write_json_atomic(dst / f"{key}.map.json", {"shard_docs": [int(n) for n in e["shard_docs"]],
                                                      "map_format": MAP_FORMAT})
 
@@ -303,15 +305,30 @@ def _reduce_minhash(stage: Path, all_inputs: list[dict], out: Path, maps: Path, 
             if k in ("n_windows", "n_docs", "n_windows_without_tokens", "storage")}
 
 
-def _commit(out: Path, manifest: dict, ns: list[int]) -> None:
-    """Move staged files into place, then write the manifest. Idempotent: rerun after a kill."""
+def _commit(out: Path, manifest: dict, ns: list[int], text_store: Callable[[Path], None],
+            base: dict | None) -> dict[str, Any]:
+    """Make the staged build the index, whole or not at all; returns the sealed manifest.
+
+    The next generation is assembled beside ``out`` (``outputs.next_generation_dir``): the staged
+    files moved in, on ``--append`` the previous generation's text store files linked in (hard
+    links: no copy, and the previous generation keeps its own), its manifest written, the text
+    store pass run on it (``text_store``), and the manifest sealed with every file's size and
+    checksum (``index_files.seal``). Only then is it swapped with ``out`` in one atomic step
+    (``outputs.commit_dir``), which also drops the previous generation and its ``_work``. Killed at
+    any point before the swap, ``out`` is still the previous generation, complete and readable;
+    every step is idempotent, so a rerun (``_work/commit.json``) finishes the same commit.
+    ``base``: the manifest of the generation this one extends (``--append``), else None.
+    """
+    from tcqa_data.decontam.index_files import seal
+
     work = out / "_work"
     stage = work / "stage"
-    (out / ni.MANIFEST).unlink(missing_ok=True)
+    nxt = next_generation_dir(out)
+    nxt.mkdir(exist_ok=True)
     for n in ns:
         src = stage / "ngrams" / f"n{n}"
         if src.is_dir():
-            dst = out / "ngrams" / f"n{n}"
+            dst = nxt / "ngrams" / f"n{n}"
             dst.mkdir(parents=True, exist_ok=True)
             for f in sorted(src.iterdir()):
                 if f.name.startswith(".") and f.name.endswith(".tmp"):
@@ -319,14 +336,53 @@ def _commit(out: Path, manifest: dict, ns: list[int]) -> None:
                     continue
                 os.replace(f, dst / f.name)
     if (stage / "docs.parquet").exists():
-        os.replace(stage / "docs.parquet", out / "docs.parquet")
+        os.replace(stage / "docs.parquet", nxt / "docs.parquet")
     if (stage / "minhash").is_dir():
-        if (out / "minhash").exists():
-            shutil.rmtree(out / "minhash")
-        os.replace(stage / "minhash", out / "minhash")
+        if (nxt / "minhash").exists():
+            shutil.rmtree(nxt / "minhash")
+        os.replace(stage / "minhash", nxt / "minhash")
     if (stage / STORE_DIR).is_dir():  # the maps' anchors, for the text store pass (it deletes them)
-        (out / STORE_DIR).mkdir(exist_ok=True)
+        (nxt / STORE_DIR).mkdir(exist_ok=True)
         for f in sorted((stage / STORE_DIR).iterdir()):
-            os.replace(f, out / STORE_DIR / f.name)
-    write_json_atomic(out / ni.MANIFEST, manifest)
-    shutil.rmtree(work, ignore_errors=True)
+            os.replace(f, nxt / STORE_DIR / f.name)
+    if base is not None and (out / STORE_DIR).is_dir():
+        # the pass keeps the previous inputs' files and writes only the new ones (and replaces
+        # files by rename, never in place, so the links leave the previous generation's bytes alone)
+        (nxt / STORE_DIR).mkdir(exist_ok=True)
+        for f in sorted((out / STORE_DIR).iterdir()):
+            if f.is_file() and not f.name.startswith(".") and not (nxt / STORE_DIR / f.name).exists():
+                link_or_copy(f, nxt / STORE_DIR / f.name)
+    write_json_atomic(nxt / ni.MANIFEST, manifest)  # the text store pass reads it
+    fault_point("index-staged")
+    text_store(nxt)
+    fault_point("index-text-store")
+    sealed = seal(manifest, nxt, reuse=(out, base) if base is not None else None)
+    # no fsync: a kill leaves the page cache whole, and after a power loss the seal reports a file
+    # that did not reach the disk (its size at every open, its bytes with index-info --verify),
+    # where an fsync of the whole index cost ~20% of a small build
+    write_json_atomic(nxt / ni.MANIFEST, sealed)
+    fault_point("index-sealed")
+    commit_dir(nxt, out)
+    fault_point("index-committed")
+    return sealed
+
+
+def _regenerate(out: Path, manifest: dict, text_store: Callable[[Path], None]) -> dict[str, Any]:
+    """The index as it is with its text store redone (a rerun that asks for another
+    ``--text-store`` mode), as a new generation: every file hard-linked beside it, the text store
+    pass run there (it replaces files by rename, so the links leave the current generation's bytes
+    alone), sealed, then swapped in like any commit. Killed before the swap, the index is as it was
+    and the leftover is removed by the next run."""
+    from tcqa_data.decontam.index_files import FILES_KEY, SEAL_KEY, seal
+
+    nxt = next_generation_dir(out)
+    shutil.rmtree(nxt, ignore_errors=True)
+    shutil.copytree(out, nxt, copy_function=link_or_copy, ignore=shutil.ignore_patterns("_work"))
+    bare = {k: v for k, v in manifest.items() if k not in (FILES_KEY, SEAL_KEY)}
+    write_json_atomic(nxt / ni.MANIFEST, bare)  # the text store pass reads it
+    text_store(nxt)
+    sealed = seal(bare, nxt, reuse=(out, manifest))
+    write_json_atomic(nxt / ni.MANIFEST, sealed)
+    fault_point("index-sealed")
+    commit_dir(nxt, out)
+    return sealed

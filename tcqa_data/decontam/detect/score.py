@@ -14,7 +14,9 @@ from an evidence source (``evidence.py``; an opened index: ``IndexEvidence``):
 
 A query shorter than ``n`` words has no n-gram: ``testable`` is False and n-gram rules cannot
 flag it. Such docs are reported as "untestable", never silently as clean (see
-:func:`tcqa_data.decontam.detect.rules.doc_status`).
+:func:`tcqa_data.decontam.detect.rules.doc_status`). With ``short_min_words`` (stream mode: the
+evidence holds such queries whole), a query of ``short_min_words`` to ``n - 1`` words is matched
+whole instead, as its one m-gram (m = its length): testable, ``ngram_total`` 1.
 
 The flag rules over these scores (``Rule``, ``doc_status``, ``DEFAULT_RULE``) live in ``rules.py``.
 """
@@ -122,7 +124,7 @@ def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
 def score_docs(docs: Sequence[QueryDoc], evidence: EvidenceSource, n: int, *,
                max_corpus_freq: int | None = None, use_minhash: bool = True,
                progress: Callable[[int], None] | None = None, align: bool | None = None,
-               align_params: Any = None) -> dict[str, list]:
+               align_params: Any = None, short_min_words: int | None = None) -> dict[str, list]:
     """Score every doc against ``evidence`` (e.g. ``IndexEvidence.open(INDEX_DIR)``); returns column
     name -> per-doc values.
 
@@ -130,6 +132,8 @@ def score_docs(docs: Sequence[QueryDoc], evidence: EvidenceSource, n: int, *,
     ``ngram_common``), so boilerplate shared by many docs does not flag a query.
     ``align``: align queries against candidate corpus docs' text (``aligned_*`` columns, see
     ``align.py``); None = when the evidence has corpus texts. ``align_params``: ``AlignParams``.
+    ``short_min_words``: queries of that many words up to ``n - 1`` are matched whole (module doc;
+    the evidence must answer ``ngram_hits`` at their sizes).
     """
     # MC-TACO repeats one query for every candidate answer of a question: score each distinct
     # (query, fields) once and copy the result to its docs.
@@ -151,14 +155,16 @@ def score_docs(docs: Sequence[QueryDoc], evidence: EvidenceSource, n: int, *,
     if align is None:
         align = evidence.has_text
     cols = _score_unique(unique, evidence, n, max_corpus_freq=max_corpus_freq, use_minhash=use_minhash,
-                         progress=step, align=align, align_params=align_params)
+                         progress=step, align=align, align_params=align_params,
+                         short_min_words=short_min_words)
     step(len(docs) - len(unique))
     return {name: [values[j] for j in where] for name, values in cols.items()}
 
 
 def _score_unique(docs: Sequence[QueryDoc], evidence: EvidenceSource, n: int, *,
                   max_corpus_freq: int | None, use_minhash: bool, progress: Callable[[int], None],
-                  align: bool = False, align_params: Any = None) -> dict[str, list]:
+                  align: bool = False, align_params: Any = None, short_min_words: int | None = None
+                  ) -> dict[str, list]:
     from tcqa_data.decontam.core.hashing import batch_ngram_hashes
     from tcqa_data.decontam.core.normalize import token_char_spans, tokenize
 
@@ -190,6 +196,7 @@ def _score_unique(docs: Sequence[QueryDoc], evidence: EvidenceSource, n: int, *,
     found, dfreq, doc_cols = ngram_lookup.result()
     common = found & (dfreq > max_corpus_freq) if max_corpus_freq is not None else np.zeros_like(found)
     counted = found & ~common
+    whole = _whole_hits(docs, all_tokens, evidence, n, short_min_words, max_corpus_freq)
 
     cols: dict[str, list[Any]] = {k: [] for k in (
         "query", "query_words", "testable", "ngram_total", "ngram_hits", "ngram_common", "ngram_fraction",
@@ -203,15 +210,17 @@ def _score_unique(docs: Sequence[QueryDoc], evidence: EvidenceSource, n: int, *,
     for i, d in enumerate(docs):
         tokens = all_tokens[i]
         lo, hi = offsets[i], offsets[i + 1]
-        c = counted[lo:hi]
-        k = hi - lo
+        c, k, d_cols, d_freq, n_common, width = (counted[lo:hi], hi - lo, doc_cols[lo:hi], dfreq[lo:hi],
+                                                 int(common[lo:hi].sum()), n)
+        if i in whole:  # a short query matched whole: its one m-gram
+            c, k, d_cols, d_freq, n_common, width = whole[i]
         covered = np.zeros(len(tokens), dtype=bool)
         hit = bool(c.any())  # most docs have no hit: their match columns are empty, computed for none
         if hit:
             diff = np.zeros(len(tokens) + 1, dtype=np.int32)
             starts = np.flatnonzero(c)
             np.add.at(diff, starts, 1)
-            np.add.at(diff, starts + n, -1)
+            np.add.at(diff, starts + width, -1)
             covered = np.cumsum(diff[:-1]) > 0
         owner = attribute_fields(tokens, d.fields, field_tok) if d.fields else [""] * len(tokens)
         names = list(d.fields)
@@ -221,20 +230,20 @@ def _score_unique(docs: Sequence[QueryDoc], evidence: EvidenceSource, n: int, *,
         char_spans = token_char_spans(d.query, scheme) if spans_w else []
         spans = [[int(char_spans[s][0]), int(char_spans[e - 1][1])] for s, e in spans_w]
         span_fields = [_majority_owner(owner[s:e]) for s, e in spans_w]
-        ords = doc_cols[lo:hi][c]
+        ords = d_cols[c]
         ords = ords[ords >= 0]
         top = Counter(ords.tolist()).most_common()
         top.sort(key=lambda t: (-t[1], t[0]))
         top = top[:TOP_DOCS]
         pending_refs.append([o for o, _ in top])
-        df_hit = dfreq[lo:hi][c]
+        df_hit = d_freq[c]
         hits = int(c.sum())
         cols["query"].append(d.query)
         cols["query_words"].append(len(tokens))
         cols["testable"].append(bool(k > 0))
         cols["ngram_total"].append(int(k))
         cols["ngram_hits"].append(hits)
-        cols["ngram_common"].append(int(common[lo:hi].sum()))
+        cols["ngram_common"].append(n_common)
         cols["ngram_fraction"].append(float(hits / k) if k else 0.0)
         cols["longest_match"].append(_longest_run(covered))
         cols["matched_words"].append(int(covered.sum()))
@@ -268,6 +277,30 @@ def _score_unique(docs: Sequence[QueryDoc], evidence: EvidenceSource, n: int, *,
     cols["minhash_query_window"] = wins if wins is not None else [None] * k
     cols["minhash_doc_ref"] = wrefs if wrefs is not None else [None] * k
     return cols
+
+
+def _whole_hits(docs: Sequence[QueryDoc], all_tokens: list[list[str]], evidence: EvidenceSource, n: int,
+                short_min_words: int | None, max_corpus_freq: int | None) -> dict[int, tuple]:
+    """Per short query matched whole (module doc): its one m-gram as the loop reads an n-gram run
+    (counted, total 1, docs, doc freq, common count, width m)."""
+    from tcqa_data.decontam.core.hashing import batch_ngram_hashes
+
+    out: dict[int, tuple] = {}
+    if not short_min_words:
+        return out
+    by_m: dict[int, list[int]] = {}
+    for i, tokens in enumerate(all_tokens):
+        if short_min_words <= len(tokens) < n:
+            by_m.setdefault(len(tokens), []).append(i)
+    for m, idx in sorted(by_m.items()):
+        flat, _ = batch_ngram_hashes([docs[i].query for i in idx], [m], evidence.normalization,
+                                     evidence.hash_seed)[m]
+        found, dfreq, cols = evidence.ngram_hits(np.asarray(flat, dtype=np.uint64), m)
+        common = found & (dfreq > max_corpus_freq) if max_corpus_freq is not None else np.zeros_like(found)
+        for j, i in enumerate(idx):
+            counted = np.array([found[j] and not common[j]])
+            out[i] = (counted, 1, cols[j:j + 1], dfreq[j:j + 1], int(common[j]), m)
+    return out
 
 
 def _majority_owner(owners: list[str]) -> str:

@@ -99,6 +99,10 @@ class MinHashIndex:
         ``doc_texts`` (doc ordinals -> texts) verifies candidates of a ``verify="text"`` index;
         by default the index's text store (``INDEX_DIR/textstore``) is read."""
         root = Path(index_dir)
+        if (root / "manifest.json").exists():  # a whole index: checked before its files are read
+            from tcqa_data.decontam.index_files import open_manifest
+
+            open_manifest(root)
         for folder in (root / "minhash", root):
             if (folder / "params.json").exists():
                 meta = read_json(folder / "params.json")

@@ -41,7 +41,7 @@ import numpy as np
 from tcqa_data.decontam.core.hashing import HASH_NAME
 from tcqa_data.decontam.core.pagein import page_in
 from tcqa_data.errors import IndexMismatchError, TcqaError
-from tcqa_data.io_utils import NPY_HEADER_LEN, load_npy, read_json
+from tcqa_data.io_utils import NPY_HEADER_LEN, load_npy
 
 MANIFEST = "manifest.json"
 DEFAULT_NUM_BUCKETS = 64
@@ -185,13 +185,12 @@ class NgramIndex:
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> NgramIndex:
+        from tcqa_data.decontam.index_files import open_manifest
+
         root = Path(path)
         mpath = root / MANIFEST
-        if not mpath.is_file():
-            if root.is_dir() and ((root / "_work").exists() or (root / "ngrams").exists()):
-                raise TcqaError(f"{root}: incomplete index (no {MANIFEST}); rerun index-corpus to finish it")
-            raise TcqaError(f"{root}: no index here (missing {MANIFEST}); build one with index-corpus")
-        manifest = read_json(mpath)
+        # parsed, its own checksum and every file's presence and size checked (index_files.py)
+        manifest = open_manifest(root)
         if manifest.get("kind") != "tcqa-ngram-index":
             raise TcqaError(f"{mpath}: not a tcqa-data index manifest")
         from tcqa_data import FORMAT_VERSION

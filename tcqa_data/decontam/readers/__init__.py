@@ -20,6 +20,7 @@ from tcqa_data.decontam.readers.documents import (
     TRUNCATED_INPUT,
     Document,
     SkipStats,
+    batch_documents,
     iter_documents,
 )
 from tcqa_data.decontam.readers.hf_stream import iter_hf_documents
@@ -48,6 +49,7 @@ __all__ = [
     "InputShard",
     "NormalizedBatch",
     "SkipStats",
+    "batch_documents",
     "grown_array",
     "iter_documents",
     "iter_hf_documents",

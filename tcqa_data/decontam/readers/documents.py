@@ -370,6 +370,20 @@ def _iter_txt(ctx: _Ctx, inp: CorpusInput) -> Iterator[Document]:
     yield Document(f"{inp.path}:1", text, 1)
 
 
+def batch_documents(docs: Iterable[Document], limit: int) -> Iterator[list[Document]]:
+    """``docs`` in lists whose texts reach ``limit`` chars (the last one may hold less)."""
+    batch: list[Document] = []
+    size = 0
+    for d in docs:
+        batch.append(d)
+        size += len(d.text)
+        if size >= limit:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
 def iter_documents(inp: CorpusInput | InputShard, text_field: str = "text", id_field: str | None = None,
                    on_error: str = "raise", stats: SkipStats | None = None) -> Iterator[Document]:
     """Stream the documents of one input or one shard of it (see the module docstring)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import glob
 import os
+import stat
 from dataclasses import dataclass
 
 from tcqa_data.errors import InputError
@@ -60,24 +61,41 @@ def _format_of(path: str) -> str | None:
     return None
 
 
-def _walk(folder: str) -> list[str]:
+def _walk(folder: str, unsupported: list[str]) -> list[str]:
     """Supported files under ``folder`` (recursive); hidden files and folders are skipped
-    (they are temp files of atomic writers, editor swap files, ``.git``)."""
+    (they are temp files of atomic writers, editor swap files, ``.git``). Other files no reader
+    takes go to ``unsupported``."""
     found = []
     for root, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in files:
-            if not name.startswith(".") and _format_of(name) is not None:
-                found.append(os.path.join(root, name))
+            if name.startswith("."):
+                continue
+            (found if _format_of(name) is not None else unsupported).append(os.path.join(root, name))
     return found
 
 
-def resolve_inputs(specs: list[str]) -> list[CorpusInput]:
+def _kind_of(mode: int) -> str | None:
+    """What a file that is not a regular file is (a FIFO would block the first read for ever)."""
+    if stat.S_ISREG(mode):
+        return None
+    for test, kind in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def resolve_inputs(specs: list[str], skipped: list[dict[str, str]] | None = None) -> list[CorpusInput]:
     """Expand files, globs and folders into a sorted, deduplicated list of ``CorpusInput``.
 
     A file named explicitly must have a supported suffix; folders and globs take only supported
-    files. A spec that matches no supported file is an ``InputError`` naming it.
+    files, and each other file they hold is appended to ``skipped`` (``{"path", "reason"}``) when
+    given. A spec that matches no supported file is an ``InputError`` naming it, and so is any
+    input that is not a regular file (a FIFO, socket or device: refused before anything is read).
     """
+    unsupported: list[str] = []
     if not specs:
         raise InputError("no corpus inputs given")
     supported = ", ".join(s for s, _ in FORMATS)
@@ -85,7 +103,10 @@ def resolve_inputs(specs: list[str]) -> list[CorpusInput]:
     for spec in specs:
         spec = os.fspath(spec)
         if os.path.isdir(spec):
-            paths = _walk(spec)
+            paths = _walk(spec, unsupported)
+        elif os.path.exists(spec) and not os.path.isfile(spec):
+            raise InputError(f"is {_kind_of(os.stat(spec).st_mode)}, not a regular file; only regular "
+                             "files are read", path=spec)
         elif os.path.isfile(spec):
             if _format_of(spec) is None:
                 raise InputError(f"unsupported file type; expected one of {supported}", path=spec)
@@ -94,9 +115,9 @@ def resolve_inputs(specs: list[str]) -> list[CorpusInput]:
             paths = []
             for match in glob.glob(spec, recursive=True):
                 if os.path.isdir(match):
-                    paths.extend(_walk(match))
-                elif _format_of(match) is not None and not os.path.basename(match).startswith("."):
-                    paths.append(match)
+                    paths.extend(_walk(match, unsupported))
+                elif not os.path.basename(match).startswith("."):
+                    (paths if _format_of(match) is not None else unsupported).append(match)
         if not paths:
             what = "folder has" if os.path.isdir(spec) else "pattern matches"
             if not os.path.isdir(spec) and not glob.has_magic(spec):
@@ -113,12 +134,21 @@ def resolve_inputs(specs: list[str]) -> list[CorpusInput]:
         fmt = _format_of(p)
         assert fmt is not None
         try:
-            size = os.path.getsize(p)
+            st = os.stat(p)
         except OSError as exc:  # e.g. a broken symbolic link in a folder, or a file removed meanwhile
             raise InputError(f"cannot read it: {exc.strerror}"
                              + (" (a symbolic link to a missing file)" if os.path.islink(p) else ""),
                              path=p) from None
-        out.append(CorpusInput(path=p, format=fmt, size=size))
+        kind = _kind_of(st.st_mode)
+        if kind is not None:
+            raise InputError(f"is {kind}, not a regular file; only regular files are read", path=p)
+        out.append(CorpusInput(path=p, format=fmt, size=st.st_size))
+    if skipped is not None:
+        reason = f"no reader takes this file type (supported: {supported})"
+        taken = {os.path.realpath(c.path) for c in out}
+        for p in sorted({os.path.normpath(p) for p in unsupported}):
+            if os.path.realpath(p) not in taken:
+                skipped.append({"path": p, "reason": reason})
     return out
 
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from tcqa_data.decontam.core import packed
 from tcqa_data.decontam.core.arrays import sorted_unique
+from tcqa_data.decontam.index_files import open_manifest
 from tcqa_data.decontam.textstore.anchors import _LOW32, ANCHOR_K, ANCHOR_MAX_DF, ANCHOR_MIN_SHARED
 from tcqa_data.decontam.textstore.store import META, STORE_DIR, _entry_id, _id_key, _key, merged_covers
 from tcqa_data.io_utils import load_npy, read_json
@@ -42,7 +43,7 @@ class AnchorIndex:
 
     def __init__(self, index_dir: str | os.PathLike) -> None:
         root = Path(index_dir)
-        manifest = read_json(root / "manifest.json")
+        manifest = open_manifest(root)
         meta = read_json(root / STORE_DIR / META)
         self.scheme = manifest["normalization"]
         self.seed = int(manifest["hash"]["seed"])
@@ -86,20 +87,10 @@ class AnchorIndex:
         """Per text: up to ``top`` docs sharing at least ``min_shared`` kept k-grams (strong), and up to
         ``weak_top`` more sharing fewer (weak: an edited copy can keep a single 6-word run), each
         best first (summed inverse document frequency of the shared k-grams)."""
-        from tcqa_data.decontam.core.hashing import batch_ngram_hashes
-
-        out: list[list[int]] = [[] for _ in texts]
-        weak: list[list[int]] = [[] for _ in texts]
         if not self.runs or not texts:
-            return out, weak
-        flat, owner = batch_ngram_hashes(list(texts), [ANCHOR_K], self.scheme, self.seed)[ANCHOR_K]
-        # distinct (k-gram, query) pairs
-        keys = sorted_unique((np.asarray(flat, dtype=np.uint64) >> np.uint64(32) << np.uint64(32))
-                             | np.asarray(owner, dtype=np.uint64), in_place=True)
-        qh = keys >> np.uint64(32) << np.uint64(32)
-        q_owner = (keys & _LOW32).astype(np.int64)
+            return [[] for _ in texts], [[] for _ in texts]
         # the distinct k-gram hashes of all queries, and the docs of each in every run
-        uh, inv = np.unique(qh >> np.uint64(32), return_inverse=True)
+        uh, inv, q_owner = query_anchors(texts, self.scheme, self.seed)
         df = np.zeros(len(uh), dtype=np.int64)
         hits: list[tuple[np.ndarray, np.ndarray]] = []
         alive = np.ones(len(uh), dtype=bool)  # k-grams in at most ANCHOR_MAX_DF docs so far
@@ -159,38 +150,64 @@ class AnchorIndex:
                 alive[gg[df[gg] > ANCHOR_MAX_DF]] = False
                 if alive.any():
                     more()
-        use = (df > 0) & (df <= ANCHOR_MAX_DF)
-        idf = np.log1p(self.num_docs / np.maximum(df, 1))
-        # per hash, its (hash, doc) hits; then every query holding that hash gets them
-        hk = np.concatenate([k for k, _ in hits])
-        hd = np.concatenate([d for _, d in hits])
-        sel = use[hk]
-        hk, hd = hk[sel], hd[sel]
-        order = np.argsort(hk, kind="stable")
-        hk, hd = hk[order], hd[order]
-        first = np.searchsorted(hk, inv, side="left")
-        n = np.searchsorted(hk, inv, side="right") - first
-        docs_l, owners_l, w_l = [], [], []
-        if n.sum():
-            pos = np.repeat(first, n) + np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)
-            docs_l.append(hd[pos])
-            owners_l.append(np.repeat(q_owner, n))
-            w_l.append(np.repeat(idf[inv], n))
-        if not docs_l:
-            return out, weak
-        docs, owners, w = np.concatenate(docs_l), np.concatenate(owners_l), np.concatenate(w_l)
-        pair = owners * (self.num_docs + 1) + docs
-        uniq, inv = np.unique(pair, return_inverse=True)
-        score = np.bincount(inv, weights=w)
-        shared = np.bincount(inv)
-        u_owner, u_doc = uniq // (self.num_docs + 1), uniq % (self.num_docs + 1)
-        order = np.lexsort((u_doc, -score, u_owner))
-        for tier, cap, sel in ((out, top, shared[order] >= min_shared),
-                               (weak, weak_top, shared[order] < min_shared)):
-            if cap <= 0:
-                continue
-            for j in order[sel].tolist():
-                lst = tier[int(u_owner[j])]
-                if len(lst) < cap:
-                    lst.append(int(u_doc[j]))
+        hk = np.concatenate([k for k, _ in hits]) if hits else np.empty(0, np.int64)
+        hd = np.concatenate([d for _, d in hits]) if hits else np.empty(0, np.int64)
+        return rank_candidates(hk, hd, df, inv, q_owner, self.num_docs, len(texts), top, min_shared, weak_top)
+
+
+def query_anchors(texts: Sequence[str], scheme: str, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The queries' k-grams as anchors are looked up: the distinct upper-32-bit hashes (``uh``,
+    ascending) and, per distinct (k-gram, query) pair, its row in ``uh`` (``inv``) and its query."""
+    from tcqa_data.decontam.core.hashing import batch_ngram_hashes
+
+    flat, owner = batch_ngram_hashes(list(texts), [ANCHOR_K], scheme, seed)[ANCHOR_K]
+    # distinct (k-gram, query) pairs
+    keys = sorted_unique((np.asarray(flat, dtype=np.uint64) >> np.uint64(32) << np.uint64(32))
+                         | np.asarray(owner, dtype=np.uint64), in_place=True)
+    qh = keys >> np.uint64(32) << np.uint64(32)
+    q_owner = (keys & _LOW32).astype(np.int64)
+    uh, inv = np.unique(qh >> np.uint64(32), return_inverse=True)
+    return uh, inv, q_owner
+
+
+def rank_candidates(hk: np.ndarray, hd: np.ndarray, df: np.ndarray, inv: np.ndarray, q_owner: np.ndarray,
+                    num_docs: int, ntexts: int, top: int, min_shared: int, weak_top: int
+                    ) -> tuple[list[list[int]], list[list[int]]]:
+    """``candidate_tiers`` from the anchor hits, wherever they were found (the text store's tables
+    or a corpus stream): ``hk``/``hd`` the (k-gram row of ``uh``, doc) hits, ``df`` each k-gram's
+    doc frequency, ``inv``/``q_owner`` as ``query_anchors`` returns them."""
+    out: list[list[int]] = [[] for _ in range(ntexts)]
+    weak: list[list[int]] = [[] for _ in range(ntexts)]
+    use = (df > 0) & (df <= ANCHOR_MAX_DF)
+    idf = np.log1p(num_docs / np.maximum(df, 1))
+    # per hash, its (hash, doc) hits; then every query holding that hash gets them
+    sel = use[hk]
+    hk, hd = hk[sel], hd[sel]
+    order = np.argsort(hk, kind="stable")
+    hk, hd = hk[order], hd[order]
+    first = np.searchsorted(hk, inv, side="left")
+    n = np.searchsorted(hk, inv, side="right") - first
+    docs_l, owners_l, w_l = [], [], []
+    if n.sum():
+        pos = np.repeat(first, n) + np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)
+        docs_l.append(hd[pos])
+        owners_l.append(np.repeat(q_owner, n))
+        w_l.append(np.repeat(idf[inv], n))
+    if not docs_l:
         return out, weak
+    docs, owners, w = np.concatenate(docs_l), np.concatenate(owners_l), np.concatenate(w_l)
+    pair = owners * (num_docs + 1) + docs
+    uniq, inv = np.unique(pair, return_inverse=True)
+    score = np.bincount(inv, weights=w)
+    shared = np.bincount(inv)
+    u_owner, u_doc = uniq // (num_docs + 1), uniq % (num_docs + 1)
+    order = np.lexsort((u_doc, -score, u_owner))
+    for tier, cap, sel in ((out, top, shared[order] >= min_shared),
+                           (weak, weak_top, shared[order] < min_shared)):
+        if cap <= 0:
+            continue
+        for j in order[sel].tolist():
+            lst = tier[int(u_owner[j])]
+            if len(lst) < cap:
+                lst.append(int(u_doc[j]))
+    return out, weak

@@ -37,7 +37,7 @@ from tcqa_data.decontam.textstore.store import (
     _key,
     merged_covers,
 )
-from tcqa_data.engines import run_tasks
+from tcqa_data.engines import quiet_worker, run_tasks, stop_pool
 from tcqa_data.errors import ConfigError, TcqaError
 from tcqa_data.io_utils import atomic_path, read_json, write_json_atomic, write_npy_atomic
 
@@ -267,8 +267,14 @@ def _run(fn: Any, calls: list[dict[str, Any]], desc: str, shared: dict[str, Any]
     if engine is None and workers > 1 and len(calls) > 1:
         from concurrent.futures import ProcessPoolExecutor
 
-        with ProcessPoolExecutor(max_workers=min(workers, len(calls))) as pool:
-            return run_tasks(fn, calls, desc=desc, shared=shared, pool=pool)
+        pool = ProcessPoolExecutor(max_workers=min(workers, len(calls)), initializer=quiet_worker)
+        try:
+            results = run_tasks(fn, calls, desc=desc, shared=shared, pool=pool)
+        except BaseException:
+            stop_pool(pool, kill=True)
+            raise
+        stop_pool(pool, kill=False)
+        return results
     return run_tasks(fn, calls, desc=desc, shared=shared, engine=engine if calls else None)
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from tcqa_data.decontam.core.arrays import sorted_unique
+from tcqa_data.decontam.index_files import open_manifest
 from tcqa_data.errors import TcqaError
 from tcqa_data.io_utils import load_npy, read_json
 
@@ -117,7 +118,7 @@ class TextStore:
         if not mpath.is_file():
             raise TcqaError(f"{root}: the index has no text store (built with --text-store none, or an older "
                             "tcqa-data); rebuild it with index-corpus to use alignment terms")
-        manifest = read_json(root / "manifest.json")
+        manifest = open_manifest(root)
         meta = read_json(mpath)
         for e in manifest["inputs"]:
             rec = meta["inputs"].get(_key(e))

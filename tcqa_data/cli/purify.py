@@ -1,0 +1,63 @@
+"""`tcqa-data purify`: write the training corpus minus its contamination by the benchmarks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from tcqa_data.cli import app
+from tcqa_data.decontam.detect.rules import DEFAULT_RULE
+
+
+@app.command("purify")
+def purify_cmd(
+    corpus: list[str] = typer.Argument(..., help="Corpus files, globs or folders (JSONL, Parquet)."),
+    tasks: str = typer.Option("mc_taco,squad_completion", "--tasks",
+                              help="Comma-separated built-in task names or task YAML paths."),
+    out: Path = typer.Option(..., "--out", help="Output folder (never an input, nor inside or around one)."),
+    mode: str = typer.Option("excise", "--mode", help="excise: Janitor.clean's cuts; drop: whole docs."),
+    data_files: Optional[list[str]] = typer.Option(  # noqa: UP045 - typer needs Optional here
+        None, "--data-files", help="Local data instead of the hub: TASK:SPLIT=PATH; repeatable."),
+    splits: Optional[str] = typer.Option(None, "--splits",  # noqa: UP045
+                                         help="Comma-separated split names to check (default: all)."),
+    rule: str = typer.Option(DEFAULT_RULE, "--rule", help="Benchmark docs that count (as decontaminate)."),
+    ngram: int = typer.Option(13, "--ngram", help="N-gram size (Janitor: 13)."),
+    window: int = typer.Option(200, "--window", help="Chars cut on each side of a match (Janitor: 200)."),
+    minimum_slice: int = typer.Option(200, "--minimum-slice", help="Shorter pieces dropped (Janitor: 200)."),
+    too_dirty_cutoff: int = typer.Option(10, "--too-dirty-cutoff",
+                                         help="More matches drop the doc whole (Janitor: 10)."),
+    janitor_exact: bool = typer.Option(
+        False, "--janitor-exact",
+        help="Excise exactly as Janitor.clean_python: no match across a word that is all punctuation "
+             "(' , '); the default matches there too, as decontaminate does."),
+    text_field: str = typer.Option("text", "--text-field", help="Field holding the document text."),
+    id_field: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--id-field", help="Field used as doc ref (default: file:line)."),
+    on_error: str = typer.Option("raise", "--on-error", help="raise: stop at a bad record; skip: count it."),
+    workers: int = typer.Option(1, "--workers", help="Local processes reading the corpus shards."),
+    engine: str = typer.Option("local", "--engine", help="local: --workers processes here; ray: Ray tasks."),
+    ray_address: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--ray-address", help="With --engine ray: auto, HOST:PORT or ray://HOST:PORT (default local)."),
+    short_min_words: int = typer.Option(
+        8, "--short-min-words", help="Items of this many words up to n-1 are matched whole (0: off)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or summary."),
+) -> None:
+    """Stream CORPUS against the tasks' n-grams and write it to --out without its contamination."""
+    from tcqa_data.prep.pipeline import parse_data_files
+    from tcqa_data.prep.purify import purify
+
+    task_list = [t.strip() for t in tasks.split(",") if t.strip()]
+    report = purify(corpus, task_list, out, data_files=parse_data_files(data_files or [], task_list),
+                    splits=[s.strip() for s in splits.split(",") if s.strip()] if splits else None,
+                    rule=rule, ngram=ngram, mode=mode, window=window, minimum_slice=minimum_slice,
+                    too_dirty_cutoff=too_dirty_cutoff, janitor_exact=janitor_exact,
+                    text_field=text_field, id_field=id_field,
+                    on_error=on_error, workers=workers,
+                    engine=engine, ray_address=ray_address,
+                    short_min_words=short_min_words or None, quiet=quiet)
+    if not quiet:
+        t = report["totals"]
+        typer.echo(f"{t['contaminated_docs']} contaminated docs: {t['dropped']} dropped, {t['cut']} cut, "
+                   f"{t['bytes_removed']} bytes removed -> {out}")

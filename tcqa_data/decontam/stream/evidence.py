@@ -1,0 +1,160 @@
+"""``StreamEvidence``: the ``EvidenceSource`` (``detect/evidence.py``) a corpus pass fills.
+
+It answers what ``IndexEvidence`` answers, from one pass over the corpus (``scan.py``) against
+the benchmark table (``table.py``) instead of an index:
+
+- ``ngram_hits``: per query n-gram, found, its corpus doc frequency (exact: an index stores a
+  lossy key, so two corpus n-grams can share an entry there) and its first ``provenance`` docs;
+- ``alignment_candidates``: the text store's anchor ranking (``anchor_index.rank_candidates``)
+  over the anchor hits of the pass, so the same docs in the same order;
+- ``text``/``texts``: the matched docs' own text, read again from their inputs (no text store);
+- MinHash: not answered (``has_minhash`` False). A MinHash term would need every corpus window
+  cut and signed (sentence splitting: most of an index build's time) and banded against the
+  queries; stream mode refuses ``minhash>=`` terms (see ``prep/pipeline.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from tcqa_data.decontam.detect.evidence import NgramHits
+from tcqa_data.decontam.readers import CorpusInput
+from tcqa_data.decontam.stream.scan import SHARD_BYTES, StreamHits, hf_input, read_texts, scan_corpus
+from tcqa_data.decontam.stream.table import BenchmarkTable, StreamConfig
+from tcqa_data.errors import ConfigError
+
+MINHASH_REFUSAL = ("stream mode (--corpus) gives n-gram and aligned evidence only: a minhash>= term "
+                   "needs every corpus window signed and banded, which an index build does; build one "
+                   "with `tcqa-data index-corpus` or drop the minhash term")
+
+
+class StreamEvidence:
+    """Evidence from one pass of ``inputs`` against the queries (see the module doc).
+
+    ``open`` resolves the inputs (the ``index-corpus`` input specs); ``fill`` builds the table of
+    all the queries to be scored and streams the corpus once. Every question below is answered
+    after ``fill``."""
+
+    has_minhash = False
+    has_text = True
+
+    def __init__(self, inputs: Sequence[CorpusInput], cfg: StreamConfig) -> None:
+        self.inputs = list(inputs)
+        self.cfg = cfg
+        self.normalization: str = cfg.normalization
+        self.hash_seed: int = cfg.seed
+        self.ngram_sizes: list[int] = sorted(cfg.ngram_sizes)
+        self._hits: StreamHits | None = None
+        self._texts: dict[int, str] = {}
+
+    @classmethod
+    def open(cls, specs: Sequence[str], cfg: StreamConfig) -> StreamEvidence:
+        from tcqa_data.decontam.core.normalize import check_scheme
+        from tcqa_data.decontam.readers import resolve_inputs
+
+        check_scheme(cfg.normalization)
+        inputs = resolve_inputs(list(specs)) if specs else []
+        if cfg.hf_dataset:
+            inputs.append(hf_input(cfg))
+        if not inputs:
+            raise ConfigError("give corpus files, globs or folders (--corpus), or --hf-dataset")
+        return cls(inputs, cfg)
+
+    def fill(self, queries: Sequence[str], ngram_sizes: Sequence[int], progress: Any = None, *,
+             whole: Mapping[int, Sequence[int]] | None = None, workers: int = 1,
+             shard_bytes: int = SHARD_BYTES, engine: Any = None, work_dir: str | None = None
+             ) -> StreamEvidence:
+        """Stream the corpus against ``queries`` at every n of ``ngram_sizes`` (once), on ``workers``
+        local processes or on ``engine`` (``scan_corpus``; the same result for any). ``whole``: size
+        m -> the queries of m words matched whole (``BenchmarkTable``); ``ngram_hits`` answers at
+        those sizes too, but ``ngram_sizes`` (the sizes alignment candidates come from) stays as
+        asked."""
+        import dataclasses
+
+        self.cfg = dataclasses.replace(self.cfg, ngram_sizes=tuple(sorted(set(ngram_sizes))))
+        self.ngram_sizes = sorted(self.cfg.ngram_sizes)
+        table = BenchmarkTable(queries, self.cfg, whole)
+        self._hits = scan_corpus(table, self.inputs, progress, workers=workers, shard_bytes=shard_bytes,
+                                 engine=engine, work_dir=work_dir)
+        return self
+
+    @property
+    def hits(self) -> StreamHits:
+        if self._hits is None:
+            raise RuntimeError("StreamEvidence.fill was not called: no corpus pass yet")
+        return self._hits
+
+    @property
+    def num_docs(self) -> int:
+        return self.hits.num_docs
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """What an index manifest would say of the same corpus (inputs, counts, parameters)."""
+        h = self.hits
+        return {"mode": "stream", "normalization": self.normalization, "hash": {"seed": self.hash_seed},
+                "ngram_sizes": self.ngram_sizes, "provenance_docs": self.cfg.provenance,
+                "inputs": [{"path": i.path, "format": i.format, "size": i.size} for i in self.inputs],
+                "counts": {"docs": h.num_docs, "chars": h.chars}, "skipped": h.skipped.to_dict()}
+
+    # ---- n-grams -------------------------------------------------------------------------------
+
+    def ngram_hits(self, hashes: np.ndarray, n: int, *, paced: bool = False) -> NgramHits:
+        if n not in self.hits.df:
+            raise ValueError(f"the stream matched n-gram sizes {self.ngram_sizes}, not {n}")
+        rows, found = self.hits.table.lookup(np.asarray(hashes, dtype=np.uint64), n)
+        df = np.where(found, self.hits.df[n][rows], 0)
+        found &= df > 0
+        docs = np.where(found[:, None], self.hits.docs[n][rows], -1)
+        return NgramHits(found, df.astype(np.int64), docs.astype(np.int64))
+
+    def doc_refs(self, ordinals: Sequence[int] | np.ndarray) -> list[str]:
+        return [self.hits.refs[int(o)] for o in np.asarray(ordinals).tolist()]
+
+    # ---- MinHash: refused (module doc) ---------------------------------------------------------
+
+    @property
+    def minhash_params(self) -> Any:
+        return None
+
+    def minhash_prefetch(self, sigs: np.ndarray) -> None:
+        raise NotImplementedError(MINHASH_REFUSAL)
+
+    def minhash_matches(self, sigs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError(MINHASH_REFUSAL)
+
+    # ---- text ----------------------------------------------------------------------------------
+
+    def alignment_candidates(self, queries: Sequence[str], top: int, min_shared: int, weak_top: int
+                             ) -> tuple[list[list[int]], list[list[int]]]:
+        from tcqa_data.decontam.textstore.anchor_index import query_anchors, rank_candidates
+
+        table = self.hits.table
+        if not len(table.anchor_keys) or not queries:
+            return [[] for _ in queries], [[] for _ in queries]
+        uh, inv, q_owner = query_anchors(queries, self.normalization, self.hash_seed)
+        rows, found = table.anchor_lookup(uh)
+        # the pass's anchor rows -> rows of uh (these queries' anchors); others are left out
+        to_uh = np.full(len(table.anchor_keys), -1, np.int64)
+        to_uh[rows[found]] = np.flatnonzero(found)
+        df = np.where(found, self.hits.anchor_df[rows], 0)
+        k, d = self.hits.anchor_pairs[0] if self.hits.anchor_pairs else (np.empty(0, np.int64),) * 2
+        hk = to_uh[k]
+        keep = hk >= 0
+        return rank_candidates(hk[keep], d[keep], df, inv, q_owner, self.num_docs, len(queries), top,
+                               min_shared, weak_top)
+
+    def prefetch_texts(self, ordinals: Sequence[int]) -> None:
+        need = sorted({int(o) for o in ordinals} - self._texts.keys())
+        if need:
+            self._texts.update(read_texts(self.hits, need))
+
+    def text(self, ordinal: int) -> str:
+        return self.texts([ordinal])[0]
+
+    def texts(self, ordinals: Sequence[int]) -> list[str]:
+        self.prefetch_texts(ordinals)
+        return [self._texts[int(o)] for o in ordinals]

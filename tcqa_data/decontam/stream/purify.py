@@ -1,0 +1,185 @@
+"""The purify step: rewrite one corpus input without its contamination (``tcqa-data purify``).
+
+Input: which docs of the input are contaminated (their line or row, from the stream pass) and a
+test for the benchmark's n-gram hashes. Per doc, in the input's own format, other fields kept:
+
+- ``drop``: a contaminated doc is left out (datatrove, decon);
+- ``excise``: lm-eval's ``Janitor.clean`` (``excise.py``): each piece kept becomes its own
+  record, with the doc's other fields, ``purify_doc_ref`` and ``purify_piece`` (0, 1, ...), so no
+  n-gram spans a cut (NeMo Curator does the same); no piece left drops the doc;
+- every other line or row is written unchanged (JSONL: the same bytes); an input with nothing
+  to remove is copied byte for byte.
+
+The output is written to a temporary name and renamed (``io_utils.atomic_path``); compression
+is deterministic (gzip without name or time, zstd with fixed parameters).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from tcqa_data.decontam.readers import CorpusInput
+from tcqa_data.decontam.stream.excise import (
+    MINIMUM_SLICE,
+    TOO_DIRTY_CUTOFF,
+    WINDOW,
+    janitor_matches,
+    janitor_pieces,
+    removed_spans,
+)
+from tcqa_data.errors import InputError
+from tcqa_data.io_utils import atomic_path
+
+MODES = ("excise", "drop")
+PIECE_FIELD = "purify_piece"
+REF_FIELD = "purify_doc_ref"
+
+
+@dataclass(frozen=True)
+class PurifyConfig:
+    """``mode`` (``MODES``); Janitor's ``window``, ``minimum_slice`` and ``too_dirty_cutoff`` (its
+    defaults); ``janitor_exact``: Janitor's windows exactly (``excise.py``); the n-gram size, hash
+    seed and text field of the stream pass; ``whole_sizes``: the sizes of short benchmark items
+    matched whole (their windows are cut as an n-gram's are)."""
+
+    mode: str = "excise"
+    n: int = 13
+    seed: int = 0
+    window: int = WINDOW
+    minimum_slice: int = MINIMUM_SLICE
+    too_dirty_cutoff: int = TOO_DIRTY_CUTOFF
+    janitor_exact: bool = False
+    whole_sizes: tuple[int, ...] = ()
+    text_field: str = "text"
+
+
+@dataclass
+class Removal:
+    """One contaminated doc's fate: ``action`` dropped | cut | kept (excise found no Janitor
+    match: see ``excise.py``), the pieces written, char spans and UTF-8 bytes removed."""
+
+    row: int
+    action: str
+    pieces: int
+    spans: list[tuple[int, int]] = field(default_factory=list)
+    bytes_removed: int = 0
+
+
+def _cut(text: str, cfg: PurifyConfig, is_dirty: Callable[[np.ndarray, int], np.ndarray]
+         ) -> tuple[list[str], list[tuple[int, int]], str]:
+    """(pieces, removed spans, action) of one contaminated doc."""
+    if cfg.mode == "drop":
+        return [], [(0, len(text))], "dropped"
+    matches = sorted(m for size in (cfg.n, *cfg.whole_sizes)
+                     for m in janitor_matches(text, size, cfg.seed, lambda h, s=size: is_dirty(h, s),
+                                              cfg.janitor_exact))
+    if not matches:
+        return [text], [], "kept"
+    keep = janitor_pieces(text, matches, cfg.window, cfg.minimum_slice, cfg.too_dirty_cutoff)
+    return [text[a:b] for a, b in keep], removed_spans(len(text), keep), "cut" if keep else "dropped"
+
+
+def _removal(row: int, text: str, pieces: list[str], spans: list[tuple[int, int]], action: str) -> Removal:
+    removed = len(text.encode("utf-8", "surrogatepass")) - sum(len(p.encode("utf-8", "surrogatepass"))
+                                                               for p in pieces)
+    return Removal(row, action, len(pieces) if action != "kept" else 1, spans, removed)
+
+
+@contextmanager
+def _writer(path: Path, fmt: str) -> Iterator[IO[bytes]]:
+    with open(path, "wb") as raw:
+        if fmt == "jsonl.gz":
+            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
+                yield gz
+        elif fmt == "jsonl.zst":
+            import zstandard
+
+            with zstandard.ZstdCompressor(level=3).stream_writer(raw, closefd=False) as zw:
+                yield zw
+        else:
+            yield raw
+
+
+def purify_input(inp: CorpusInput, dest: Path, rows: dict[int, str], cfg: PurifyConfig,
+                 is_dirty: Callable[[np.ndarray, int], np.ndarray]) -> list[Removal]:
+    """Write ``inp`` to ``dest`` without the contamination of the docs at ``rows`` (line or row ->
+    doc ref); returns what was removed from each. ``is_dirty(hashes, size)``: which hashes of that
+    size are the flagged benchmark docs'."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if not rows:
+        with atomic_path(dest) as tmp:
+            shutil.copyfile(inp.path, tmp)
+        return []
+    if inp.format == "parquet":
+        return _purify_parquet(inp, dest, rows, cfg, is_dirty)
+    if inp.format not in ("jsonl", "jsonl.gz", "jsonl.zst"):
+        raise InputError(f"purify writes JSONL and Parquet inputs, not {inp.format!r}", path=inp.path)
+    from tcqa_data.decontam.readers.documents import _jsonl_source
+
+    out: list[Removal] = []
+    with open(inp.path, "rb") as fh, atomic_path(dest) as tmp, _writer(tmp, inp.format) as w:
+        lines, _, _, line, _ = _jsonl_source(fh, inp, None)
+        for raw in lines:
+            line += 1
+            ref = rows.get(line)
+            if ref is None:
+                w.write(raw)
+                continue
+            record = json.loads(raw[3:] if line == 1 and raw.startswith(b"\xef\xbb\xbf") else raw)
+            text = record[cfg.text_field]
+            pieces, spans, action = _cut(text, cfg, is_dirty)
+            out.append(_removal(line, text, pieces, spans, action))
+            if action == "kept":
+                w.write(raw)
+                continue
+            for k, piece in enumerate(pieces):
+                rec = {**record, cfg.text_field: piece, REF_FIELD: ref, PIECE_FIELD: k}
+                w.write(json.dumps(rec, ensure_ascii=False).encode("utf-8", "surrogatepass") + b"\n")
+    return out
+
+
+def _purify_parquet(inp: CorpusInput, dest: Path, rows: dict[int, str], cfg: PurifyConfig,
+                    is_dirty: Callable[[np.ndarray, int], np.ndarray]) -> list[Removal]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(inp.path)
+    texts = table.column(cfg.text_field).to_pylist()
+    take: list[int] = []
+    new_text: list[Any] = []
+    refs: list[str | None] = []
+    piece_no: list[int | None] = []
+    out: list[Removal] = []
+    for i, text in enumerate(texts):
+        ref = rows.get(i + 1)  # rows are 1-based, as the reader numbers them
+        if ref is None:
+            take.append(i)
+            new_text.append(text)
+            refs.append(None)
+            piece_no.append(None)
+            continue
+        pieces, spans, action = _cut(text, cfg, is_dirty)
+        out.append(_removal(i + 1, text, pieces, spans, action))
+        for k, piece in enumerate(pieces):
+            take.append(i)
+            new_text.append(piece)
+            refs.append(None if action == "kept" else ref)
+            piece_no.append(None if action == "kept" else k)
+    result = table.take(pa.array(take, type=pa.int64()))
+    col = result.schema.get_field_index(cfg.text_field)
+    text_type = result.schema.field(col)
+    result = result.set_column(col, text_type, pa.array(new_text, type=text_type.type))
+    result = result.append_column(REF_FIELD, pa.array(refs, type=pa.string()))
+    result = result.append_column(PIECE_FIELD, pa.array(piece_no, type=pa.int64()))
+    with atomic_path(dest) as tmp:
+        pq.write_table(result, tmp, compression="zstd")
+    return out
