@@ -14,11 +14,12 @@ import re
 from itertools import islice
 from pathlib import Path
 
-# JSON keys whose values are clocks or host facts, not results
+# JSON keys whose values are clocks or host facts, not results; the index manifest's seal (its own
+# checksum covers the build times, and "files" lists checksums of files hashed here one by one)
 VOLATILE_KEYS = {"seconds", "elapsed", "elapsed_s", "wall_s", "cpu_s", "created", "created_at", "date",
                  "timestamp", "started", "finished", "python", "platform", "host", "torch", "transformers",
                  "numba", "datasets", "build", "timings", "time", "duration_s", "docs_per_s", "rate",
-                 "mtime_ns"}
+                 "mtime_ns", "manifest_xxh3", "files"}
 
 
 def _mask(obj):

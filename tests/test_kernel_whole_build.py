@@ -61,6 +61,7 @@ def _files(index: Path) -> dict[str, bytes]:
             if rel == "manifest.json":
                 m = json.loads(p.read_text())
                 m.pop("build")
+                m.pop("manifest_xxh3", None)  # the manifest's own checksum covers the build times too
                 out[rel] = json.dumps(m, sort_keys=True).encode()
             else:
                 out[rel] = p.read_bytes()
