@@ -100,13 +100,13 @@ def ray_overhead(cpus: int, probe: str, tasks: int = 200) -> dict:
 
 def driver_passes(corpus: Path) -> dict:
     """The passes over the input the driver makes itself: checksum and line-numbered split."""
-    from tcqa_data.decontam.build import sha256_file
     from tcqa_data.decontam.build.index import SHARD_BYTES
     from tcqa_data.decontam.readers.inputs import resolve_inputs, split_input
+    from tcqa_data.outputs import file_sha256
 
     size = corpus.stat().st_size
     t0 = time.perf_counter()
-    sha256_file(str(corpus))
+    file_sha256(str(corpus))
     t1 = time.perf_counter()
     shards = split_input(resolve_inputs([str(corpus)])[0], SHARD_BYTES)
     t2 = time.perf_counter()

@@ -426,10 +426,15 @@ CODE_SUFFIXES = (".py", ".yaml", ".yml")
 
 
 def file_sha256(path: str | os.PathLike) -> str:
+    """sha256 of a file's bytes (the index's inputs, a PREP_DIR's exported code)."""
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
+    # one buffer read into again and again: a fresh 4 MB bytes object per read costs page faults
+    # (about half the CPU time of hashing the file)
+    buf = bytearray(1 << 22)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as fh:
+        while n := fh.readinto(buf):
+            h.update(view[:n])
     return h.hexdigest()
 
 

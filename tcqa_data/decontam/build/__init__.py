@@ -11,6 +11,6 @@ The public API is re-exported here (``from tcqa_data.decontam.build import build
 """
 
 from tcqa_data.decontam.build.index import HfSpec, build_index, index_info
-from tcqa_data.decontam.build.map import map_shard, sha256_file
+from tcqa_data.decontam.build.map import map_shard
 
-__all__ = ["HfSpec", "build_index", "index_info", "map_shard", "sha256_file"]
+__all__ = ["HfSpec", "build_index", "index_info", "map_shard"]

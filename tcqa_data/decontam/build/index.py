@@ -49,7 +49,6 @@ from tcqa_data.decontam.build.map import (
     _minhash_module,
     _run_maps,
     _shard_key,
-    sha256_file,
 )
 from tcqa_data.decontam.build.preflight import check_build, check_output_apart
 from tcqa_data.decontam.build.reduce import _commit, _reduce, _regenerate
@@ -64,7 +63,7 @@ from tcqa_data.decontam.readers.inputs import CorpusInput, resolve_inputs, split
 from tcqa_data.engines import Engine, check_writable_dir, local_output_dir, make_engine, run_tasks, stop_pool
 from tcqa_data.errors import ConfigError, IndexMismatchError
 from tcqa_data.io_utils import read_json, write_json_atomic
-from tcqa_data.outputs import output_lock
+from tcqa_data.outputs import file_sha256, output_lock
 
 # Uncompressed JSONL / Parquet inputs are cut into shards of this size so one big file still
 # uses every worker. A fixed constant: sharding never changes the output anyway.
@@ -336,7 +335,7 @@ def _build_locked(out: Path, resolved: list[CorpusInput], skipped_files: list[di
             # the maps itself: with glibc's default thresholds each 16 MB read buffer is fresh
             # memory, page-faulted in again (~20 k faults per 200 MB)
             _fixed_mmap_threshold()
-        sums = run_tasks(sha256_file, [{"path": p} for p in paths], desc="index-checksum", engine=eng,
+        sums = run_tasks(file_sha256, [{"path": p} for p in paths], desc="index-checksum", engine=eng,
                          pool=pool)
         entries: list[dict[str, Any]] = []
         skipped_inputs: list[dict[str, str]] = []

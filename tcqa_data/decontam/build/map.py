@@ -38,18 +38,6 @@ if TYPE_CHECKING:
 BATCH_CHARS = 4_000_000
 
 
-def sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    # one buffer read into again and again: a fresh 4 MB bytes object per read costs page faults
-    # (about half the CPU time of hashing the file)
-    buf = bytearray(1 << 22)
-    view = memoryview(buf)
-    with open(path, "rb", buffering=0) as fh:
-        while n := fh.readinto(buf):
-            h.update(view[:n])
-    return h.hexdigest()
-
-
 def _minhash_module():
     """The MinHash module's build side, or None while it is not available."""
     try:
