@@ -23,7 +23,7 @@ import re
 import secrets
 import shutil
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, TypeVar
 
@@ -303,18 +303,35 @@ def link_or_copy(src: str | os.PathLike, dst: str | os.PathLike) -> None:
         shutil.copy2(src, dst)
 
 
+def output_target(final: str | os.PathLike) -> Path:
+    """The folder a command writes for output ``final``: a link's target, since the commit swaps
+    folders."""
+    final = Path(final)
+    return final.resolve() if final.is_symlink() else final
+
+
 @contextmanager
-def staged_output(final: str | os.PathLike, command: str) -> Iterator[Path]:
+def claimed_output(final: str | os.PathLike, command: str) -> Iterator[Path]:
+    """Check ``final`` and hold its lock for the block, before a long computation whose result
+    :func:`staged_output` (``locked=True``) commits there: a second writer is refused at once, not
+    after the first one's work. Yields the folder to pass on."""
+    final = output_target(final)
+    check_output_dir(final)
+    with output_lock(final, command):
+        yield final
+
+
+@contextmanager
+def staged_output(final: str | os.PathLike, command: str, *, locked: bool = False) -> Iterator[Path]:
     """A whole output folder, one writer at a time: the lock of ``final`` (:func:`output_lock`),
     leftovers of killed writers removed, a fresh staging folder to write into; on a normal exit
     the entries of the previous ``final`` that the block did not write are carried over
     (:func:`carry_over`) and the staging folder replaces ``final`` in one step (:func:`commit_dir`).
-    On any exception or a kill, ``final`` stays exactly as it was."""
-    final = Path(final)
-    if final.is_symlink():  # the commit swaps folders: the link's target is the output
-        final = final.resolve()
+    On any exception or a kill, ``final`` stays exactly as it was. ``locked``: the caller already
+    holds the lock (:func:`claimed_output`, taken before long work)."""
+    final = output_target(final)
     check_output_dir(final)  # a file, or a folder that cannot be written: one line, before any work
-    with output_lock(final, command):
+    with nullcontext() if locked else output_lock(final, command):
         remove_stale_staging(final)
         with staged(final) as stage:
             yield stage

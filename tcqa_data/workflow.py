@@ -18,7 +18,7 @@ from tcqa_data.analysis.run import analyze_after_evaluate
 from tcqa_data.eval import metrics as M
 from tcqa_data.eval.models import LoadedModel
 from tcqa_data.eval.results import render_markdown
-from tcqa_data.eval.runner import run_evaluation
+from tcqa_data.eval.runner import OutputClaim, run_evaluation
 from tcqa_data.report_render import Block
 
 
@@ -40,21 +40,23 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
     ``write``, or with ``memorization_only``. Returns the results.json object with the per-doc samples under
     ``"_samples"``.
     """
-    run = run_evaluation(prep_dir, model, tasks, clean_only, device, dtype, batch_size, limit_groups,
-                         gguf_file=gguf_file, trust_remote_code=trust_remote_code, split=split,
-                         bootstrap=bootstrap, seed=seed, quiet=quiet, packing=packing,
-                         sample_groups=sample_groups, sample_seed=sample_seed,
-                         memorization=memorization, memorization_only=memorization_only)
-    if write:
-        out_dir = run.output_dir(output)
-        with run.committing(out_dir) as stage:
-            if memorization_only:
-                why = "--memorization-only: no task metric to analyze"
-                run.results["analysis"] = {"skipped": {t.data.task: why for t in run.tasks}}
-            elif not clean_only:
-                run.results["analysis"] = analyze_after_evaluate(run.prep_dir, run.tasks, stage / "analysis",
-                                                                 bootstrap, seed, results_dir=out_dir)
-            run.write(stage, report_extra(run.results))
+    with OutputClaim(output) as claim:  # the folder's lock, from before the scoring to the commit
+        run = run_evaluation(prep_dir, model, tasks, clean_only, device, dtype, batch_size, limit_groups,
+                             gguf_file=gguf_file, trust_remote_code=trust_remote_code, split=split,
+                             bootstrap=bootstrap, seed=seed, quiet=quiet, packing=packing,
+                             sample_groups=sample_groups, sample_seed=sample_seed,
+                             memorization=memorization, memorization_only=memorization_only,
+                             before_scoring=claim if write else None)
+        if write:
+            with run.committing(claim.folder, locked=True) as stage:
+                if memorization_only:
+                    why = "--memorization-only: no task metric to analyze"
+                    run.results["analysis"] = {"skipped": {t.data.task: why for t in run.tasks}}
+                elif not clean_only:
+                    run.results["analysis"] = analyze_after_evaluate(
+                        run.prep_dir, run.tasks, stage / "analysis", bootstrap, seed,
+                        results_dir=claim.folder)
+                run.write(stage, report_extra(run.results))
     return run.returned()
 
 

@@ -77,6 +77,39 @@ def test_limit_groups_with_clean_only_takes_the_first_n_clean_groups(prep, tiny_
     assert written["tasks"]["mc_taco"]["selection"] == sel
 
 
+@pytest.mark.parametrize("named", [True, False], ids=["--out", "default folder"])
+def test_a_second_evaluate_is_refused_before_the_model_scores_anything(prep, tiny_model, tmp_path,
+                                                                        monkeypatch, named):
+    """EVAL_DIR's lock is taken before the scoring (a named folder before the model even loads), so
+    a second writer is told at once instead of after its whole model pass; nothing is written."""
+    import tcqa_data.eval.runner as runner
+    from tcqa_data.outputs import output_lock
+    from tcqa_data.workflow import evaluate as evaluate_and_analyze
+
+    scored: list[int] = []
+    real = runner.loglikelihoods
+
+    def counting(*args, **kwargs):
+        scored.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "loglikelihoods", counting)
+    name = load_model(str(tiny_model), device="cpu").name
+    out = tmp_path / "out" if named else runner.default_output(prep, name)
+    before = sorted(p.name for p in out.parent.iterdir()) if out.parent.exists() else []
+    for run in (evaluate, evaluate_and_analyze):
+        with output_lock(out, "test"):
+            with pytest.raises(TcqaError, match=rf"{re.escape(str(out))} is being written by another .*pid"):
+                run(prep, str(tiny_model), tasks=["mc_taco"], limit_groups=1, device="cpu",
+                    output=out if named else None, quiet=True)
+        assert not scored
+        assert not out.exists()
+        assert (sorted(p.name for p in out.parent.iterdir()) if out.parent.exists() else []) == before
+    res = evaluate(prep, str(tiny_model), tasks=["mc_taco"], limit_groups=1, device="cpu",
+                   output=out if named else None, quiet=True)  # released: it runs
+    assert scored and res["output_dir"] == str(out) and (out / "results.json").is_file()
+
+
 def test_sample_groups_keeps_every_dirty_group_and_samples_clean_ones(prep):
     data = load_task(prep, "mc_taco")
     order = _groups(data)

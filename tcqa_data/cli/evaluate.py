@@ -85,10 +85,6 @@ def evaluate_cmd(
         return
     if backend != "native":
         raise typer.BadParameter("use native or lm-eval", param_hint="--backend")
-    if output is not None:  # a file or a read-only folder: said before the model runs, not after
-        from tcqa_data.outputs import check_output_dir
-
-        check_output_dir(output)
     from tcqa_data.workflow import evaluate, render_report
 
     results = evaluate(prep_dir, model, tasks=names,

@@ -25,7 +25,15 @@ from typing import Any
 
 from tcqa_data.errors import TcqaError
 from tcqa_data.io_utils import read_json
-from tcqa_data.outputs import check_name, code_changes, name_problem, relative_inside, safe_model_dirname
+from tcqa_data.outputs import (
+    check_name,
+    claimed_output,
+    code_changes,
+    name_problem,
+    relative_inside,
+    safe_model_dirname,
+    staged_output,
+)
 
 # lm-eval's EvaluationTracker names the per-task sample logs so (under a folder per model).
 SAMPLES_GLOB = "samples_{task}_*.jsonl"
@@ -139,21 +147,27 @@ def run_lm_eval(prep_dir: str | Path, model_args: str, *, model: str = "hf", tas
     if not allow_modified_code:
         check_exported_code(exported)
     out = Path(output) if output is not None else Path(prep_dir) / "eval" / "lm_eval"
-    tracker = EvaluationTracker(output_path=str(out))
-    include = sorted({str(e.include_path) for e in exported})
-    manager = TaskManager(include_path=include, include_defaults=False)
-    names = [e.lm_eval_task for e in exported]
-    with _private_bytecode():
-        results = lm_eval.simple_evaluate(model=model, model_args=model_args, tasks=names,
-                                          task_manager=manager, batch_size=batch_size, device=device,
-                                          limit=limit, log_samples=True, bootstrap_iters=bootstrap_iters,
-                                          evaluation_tracker=tracker)
-    general = tracker.general_config_tracker
-    general.model_name_sanitized = _model_folder(general.model_name_sanitized)
-    if results is None:  # a non-zero rank of a distributed run
-        return {"output_dir": str(out), "tasks": names, "results": {}}
-    samples = results.pop("samples")
-    tracker.save_results_aggregated(results=results, samples=samples)
-    for name in names:
-        tracker.save_results_samples(task_name=name, samples=samples[name])
+    command = "evaluate --backend lm-eval"
+    # the folder's lock from before lm-eval runs to the commit; lm-eval's files are written into a
+    # staging folder committed whole (earlier runs' files are kept, as lm-eval keeps them)
+    with claimed_output(out, command) as folder:
+        tracker = EvaluationTracker(output_path=str(folder))
+        include = sorted({str(e.include_path) for e in exported})
+        manager = TaskManager(include_path=include, include_defaults=False)
+        names = [e.lm_eval_task for e in exported]
+        with _private_bytecode():
+            results = lm_eval.simple_evaluate(model=model, model_args=model_args, tasks=names,
+                                              task_manager=manager, batch_size=batch_size, device=device,
+                                              limit=limit, log_samples=True, bootstrap_iters=bootstrap_iters,
+                                              evaluation_tracker=tracker)
+        general = tracker.general_config_tracker
+        general.model_name_sanitized = _model_folder(general.model_name_sanitized)
+        if results is None:  # a non-zero rank of a distributed run
+            return {"output_dir": str(out), "tasks": names, "results": {}}
+        samples = results.pop("samples")
+        with staged_output(folder, command, locked=True) as stage:
+            tracker.output_path = str(stage)
+            tracker.save_results_aggregated(results=results, samples=samples)
+            for name in names:
+                tracker.save_results_samples(task_name=name, samples=samples[name])
     return {"output_dir": str(out), "tasks": names, "results": results.get("results", {})}

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import platform
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from tcqa_data.eval.scoring import (
     tok_encode_batch,
 )
 from tcqa_data.eval.tables import TaskTable, empty_table, task_metric_names, task_table
-from tcqa_data.outputs import safe_model_dirname, staged_output
+from tcqa_data.outputs import claimed_output, safe_model_dirname, staged_output
 from tcqa_data.prep.prepared import (
     TaskData,
     available_tasks,
@@ -239,18 +239,13 @@ class Evaluation:
     samples: list[dict[str, Any]]  # samples.jsonl: one record per doc
     tasks: list[EvaluatedTask]
 
-    def output_dir(self, output: str | Path | None) -> Path:
-        """``output``, or the default ``PREP_DIR/eval/<model name>``."""
-        if output is not None:
-            return Path(output)
-        return default_output(self.prep_dir, self.results["model"]["name"])
-
     @contextmanager
-    def committing(self, out_dir: Path) -> Iterator[Path]:
+    def committing(self, out_dir: Path, *, locked: bool = False) -> Iterator[Path]:
         """EVAL_DIR written whole: yields a staging folder to write into, committed as ``out_dir`` in
         one step at the end (one writer at a time; a failed or killed run leaves the previous folder
-        as it was); ``results["output_dir"]`` names ``out_dir`` afterwards."""
-        with staged_output(out_dir, "evaluate") as stage:
+        as it was); ``results["output_dir"]`` names ``out_dir`` afterwards. ``locked``: an
+        :class:`OutputClaim` holds its lock already."""
+        with staged_output(out_dir, "evaluate", locked=locked) as stage:
             yield stage
         self.results["output_dir"] = str(out_dir)
 
@@ -267,6 +262,35 @@ class Evaluation:
         return self.results
 
 
+class OutputClaim:
+    """EVAL_DIR's lock, taken as soon as the model is loaded (its name gives the default folder,
+    ``PREP_DIR/eval/<model>``) and held until the commit: a second ``evaluate`` into the same folder
+    is refused at once, not after the first one's scoring. Pass it as ``run_evaluation``'s
+    ``before_scoring``; ``folder`` is then the folder to commit (``locked=True``). A folder given
+    (``output``) is claimed at once, before the model loads."""
+
+    def __init__(self, output: str | Path | None) -> None:
+        self.output = output
+        self.folder: Path | None = None
+        self._held = ExitStack()
+
+    def __call__(self, default: Path) -> None:
+        if self.folder is None:
+            self._claim(default)
+
+    def _claim(self, folder: Path) -> None:
+        self._held.enter_context(claimed_output(folder, "evaluate"))
+        self.folder = folder
+
+    def __enter__(self) -> OutputClaim:
+        if self.output is not None:  # a folder named: claimed before the model loads
+            self._claim(Path(self.output))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._held.close()
+
+
 def run_evaluation(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | None = None,
                    clean_only: bool = False, device: str = "auto", dtype: str = "auto",
                    batch_size: int | str = "auto", limit_groups: int | None = None, *,
@@ -274,9 +298,12 @@ def run_evaluation(prep_dir: str | Path, model: str | LoadedModel, tasks: list[s
                    bootstrap: int = M.BOOTSTRAP_SAMPLES, seed: int = M.BOOTSTRAP_SEED, quiet: bool = False,
                    packing: bool | None = None, sample_groups: int | None = None,
                    sample_seed: int = 0, memorization: bool = True,
-                   memorization_only: bool = False) -> Evaluation:
+                   memorization_only: bool = False,
+                   before_scoring: Callable[[Path], None] | None = None) -> Evaluation:
     """The eval stage: score ``model`` once on the prepared tasks in ``prep_dir`` and compute each task's
-    clean / full / dirty table; writes nothing (see ``evaluate`` for the parameters)."""
+    clean / full / dirty table; writes nothing (see ``evaluate`` for the parameters).
+    ``before_scoring`` is called with the default output folder once the model is loaded (an
+    :class:`OutputClaim`)."""
     if memorization_only and not memorization:
         raise ConfigError("--memorization-only and --no-memorization leave nothing to compute; give one")
     prep_dir = require_prep_dir(prep_dir)
@@ -306,6 +333,8 @@ def run_evaluation(prep_dir: str | Path, model: str | LoadedModel, tasks: list[s
             show_progress=progress_enabled(quiet))
         engine = Engine(lm, batch_size, packing=packing)
     load_s = time.perf_counter() - t0
+    if before_scoring is not None:
+        before_scoring(default_output(prep_dir, lm.name))
 
     results: dict[str, Any] = {
         "format_version": FORMAT_VERSION,
@@ -412,12 +441,14 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
     results.json object, with the per-doc samples under the key ``"_samples"``
     (not written into results.json).
     """
-    run = run_evaluation(prep_dir, model, tasks, clean_only, device, dtype, batch_size, limit_groups,
-                         gguf_file=gguf_file, trust_remote_code=trust_remote_code, split=split,
-                         bootstrap=bootstrap, seed=seed, quiet=quiet, packing=packing,
-                         sample_groups=sample_groups, sample_seed=sample_seed,
-                         memorization=memorization, memorization_only=memorization_only)
-    if write:
-        with run.committing(run.output_dir(output)) as stage:
-            run.write(stage)
+    with OutputClaim(output) as claim:
+        run = run_evaluation(prep_dir, model, tasks, clean_only, device, dtype, batch_size, limit_groups,
+                             gguf_file=gguf_file, trust_remote_code=trust_remote_code, split=split,
+                             bootstrap=bootstrap, seed=seed, quiet=quiet, packing=packing,
+                             sample_groups=sample_groups, sample_seed=sample_seed,
+                             memorization=memorization, memorization_only=memorization_only,
+                             before_scoring=claim if write else None)
+        if write:
+            with run.committing(claim.folder, locked=True) as stage:
+                run.write(stage)
     return run.returned()
