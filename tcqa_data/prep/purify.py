@@ -136,7 +136,7 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
     # Janitor registers n-grams only: --janitor-exact matches no short item whole
     short = None if janitor_exact else short_min_words
     with output_lock(out, "purify"), make_engine(engine, workers, ray_address) as eng:
-        work = next_generation_dir(out)
+        work = next_generation_dir(out).absolute()  # the tasks' path, on any node and working folder
         remove_stale_staging(out, keep=work)
         queries = fill_stream(evidence, [(ngram, [d.query for _, _, docs in benchmarks for d in docs])],
                               quiet=quiet, short_min_words=short, workers=workers,
@@ -147,7 +147,13 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
                            minimum_slice=minimum_slice, too_dirty_cutoff=too_dirty_cutoff,
                            janitor_exact=janitor_exact, text_field=text_field,
                            whole_sizes=tuple(s for s in table.cfg.ngram_sizes if s != ngram))
-        removals, reused = _write_shards(evidence, found, cfg, rels, work, eng, quiet)
+        includes = [lm_eval_include] if isinstance(lm_eval_include, (str, os.PathLike)) else lm_eval_include
+        options = {"rule": str(parsed), "tasks": list(tasks), "splits": list(splits or []),
+                   "data_files": {t: {k: str(v) for k, v in files.items()}
+                                  for t, files in (data_files or {}).items()},
+                   "lm_eval_include": [str(x) for x in includes or []], "id_field": id_field,
+                   "on_error": on_error, "short_min_words": short}
+        removals, reused = _write_shards(evidence, found, cfg, options, rels, work, eng, quiet)
         log = [(k, found.per_input[k][rem.row], rem) for k, rems in enumerate(removals) for rem in rems]
         fix = found.fix
         report = _report(evidence, log, found.matched, found.flagged, fix, cfg, str(parsed))
@@ -212,13 +218,13 @@ def _contamination(evidence: StreamEvidence, parsed: Rule, benchmarks: list[tupl
     return _Found(flagged, matched, per_input, dirty_keys, portable_ref("stream", evidence.manifest))
 
 
-def _write_shards(evidence: StreamEvidence, found: _Found, cfg: PurifyConfig, rels: list[str], work: Path,
-                  eng: Any, quiet: bool) -> tuple[list[list[Removal]], int]:
+def _write_shards(evidence: StreamEvidence, found: _Found, cfg: PurifyConfig, options: dict[str, Any],
+                  rels: list[str], work: Path, eng: Any, quiet: bool) -> tuple[list[list[Removal]], int]:
     """Each input rewritten as one task on ``eng`` into ``work/out`` (``purify_shards``), finished
-    shards of a killed run with the same digest reused; returns each input's removals and how many
-    shards were reused."""
+    shards of a killed run with the same digest (``cfg``, the other ``options``, the flagged n-grams,
+    the inputs) reused; returns each input's removals and how many shards were reused."""
     hits = evidence.hits
-    run = {"tcqa_data_version": tcqa_data.__version__, "config": config_dict(cfg),
+    run = {"tcqa_data_version": tcqa_data.__version__, "config": config_dict(cfg), "options": options,
            "dirty": {str(n): digest(k.tolist()) for n, k in found.dirty.items()},
            "inputs": [[rel, inp.size] for rel, inp in zip(rels, evidence.inputs, strict=True)]}
     run_digest = digest(run)
