@@ -42,7 +42,8 @@ def inputs(wiki_sample, bench, tmp_path_factory) -> Path:  # noqa: F811
     (corpus / "b.jsonl").write_text("".join(lines[1::4]), encoding="utf-8")
     with gzip.GzipFile(corpus / "sub" / "c.jsonl.gz", "wb", mtime=0) as fh:
         fh.write("".join(lines[2::4]).encode("utf-8"))
-    pq.write_table(pa.Table.from_pylist([json.loads(x) for x in lines[3::4]]), corpus / "sub" / "d.parquet")
+    pq.write_table(pa.Table.from_pylist([json.loads(x) for x in lines[3::4]]), corpus / "sub" / "d.parquet",
+                   row_group_size=16)  # several row groups: rewritten one at a time
     return corpus
 
 
@@ -80,6 +81,24 @@ def test_every_input_is_a_shard_with_contamination_removed(inputs, reference):
     written = (out / "a.jsonl").read_text(encoding="utf-8")
     for row, line in enumerate(source, 1):
         assert (line in written) == (row not in dirty_rows), row
+    # Parquet: row by row across its row groups, each untouched row as it was, each contaminated
+    # one as its pieces
+    source = pq.read_table(inputs / "sub" / "d.parquet").to_pylist()
+    result = pq.read_table(out / "sub" / "d.parquet").to_pylist()
+    pieces = {r["row"]: r for r in log if r["input"].endswith("d.parquet")}
+    assert pieces and pq.ParquetFile(out / "sub" / "d.parquet").num_row_groups == \
+        pq.ParquetFile(inputs / "sub" / "d.parquet").num_row_groups > 1
+    pos = 0
+    for row, record in enumerate(source, 1):
+        if row not in pieces:
+            assert result[pos] == {**record, "purify_doc_ref": None, "purify_piece": None}, row
+            pos += 1
+            continue
+        got = result[pos:pos + pieces[row]["pieces"]]
+        assert [g["purify_piece"] for g in got] == list(range(len(got)))
+        assert all(g["text"] in record["text"] and g["title"] == record["title"] for g in got)
+        pos += len(got)
+    assert pos == len(result)
     # nothing left beside the output: no work area, no staging folder, no lock
     assert sorted(p.name for p in out.parent.iterdir()) == ["out"]
 
