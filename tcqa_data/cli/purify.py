@@ -15,13 +15,17 @@ from tcqa_data.decontam.detect.rules import DEFAULT_RULE
 def purify_cmd(
     corpus: list[str] = typer.Argument(..., help="Corpus files, globs or folders (JSONL, Parquet)."),
     tasks: str = typer.Option("mc_taco,squad_completion", "--tasks",
-                              help="Comma-separated built-in task names or task YAML paths."),
+                              help="Comma-separated built-in task names, task YAML paths, or lm-eval "
+                                   "task, group or tag names (needs the lm-eval extra)."),
     out: Path = typer.Option(..., "--out", help="Output folder (never an input, nor inside or around one)."),
     mode: str = typer.Option("excise", "--mode", help="excise: Janitor.clean's cuts; drop: whole docs."),
     data_files: Optional[list[str]] = typer.Option(  # noqa: UP045 - typer needs Optional here
         None, "--data-files", help="Local data instead of the hub: TASK:SPLIT=PATH; repeatable."),
     splits: Optional[str] = typer.Option(None, "--splits",  # noqa: UP045
                                          help="Comma-separated split names to check (default: all)."),
+    lm_eval_include: Optional[list[Path]] = typer.Option(  # noqa: UP045
+        None, "--lm-eval-include",
+        help="A folder of your own lm-eval task YAMLs (lm-eval's --include_path); repeatable."),
     rule: str = typer.Option(DEFAULT_RULE, "--rule", help="Benchmark docs that count (as decontaminate)."),
     ngram: int = typer.Option(13, "--ngram", help="N-gram size (Janitor: 13)."),
     window: int = typer.Option(200, "--window", help="Chars cut on each side of a match (Janitor: 200)."),
@@ -36,7 +40,8 @@ def purify_cmd(
     id_field: Optional[str] = typer.Option(  # noqa: UP045
         None, "--id-field", help="Field used as doc ref (default: file:line)."),
     on_error: str = typer.Option("raise", "--on-error", help="raise: stop at a bad record; skip: count it."),
-    workers: int = typer.Option(1, "--workers", help="Local processes reading the corpus shards."),
+    workers: int = typer.Option(1, "--workers",
+                                help="Local processes reading the corpus shards and writing the outputs."),
     engine: str = typer.Option("local", "--engine", help="local: --workers processes here; ray: Ray tasks."),
     ray_address: Optional[str] = typer.Option(  # noqa: UP045
         None, "--ray-address", help="With --engine ray: auto, HOST:PORT or ray://HOST:PORT (default local)."),
@@ -56,8 +61,10 @@ def purify_cmd(
                     text_field=text_field, id_field=id_field,
                     on_error=on_error, workers=workers,
                     engine=engine, ray_address=ray_address,
-                    short_min_words=short_min_words or None, quiet=quiet)
+                    short_min_words=short_min_words or None,
+                    lm_eval_include=[str(p) for p in lm_eval_include or []], quiet=quiet)
     if not quiet:
-        t = report["totals"]
+        t, shards = report["totals"], report["shards"]
         typer.echo(f"{t['contaminated_docs']} contaminated docs: {t['dropped']} dropped, {t['cut']} cut, "
-                   f"{t['bytes_removed']} bytes removed -> {out}")
+                   f"{t['bytes_removed']} bytes removed -> {out} ({shards['total']} output shards, "
+                   f"{shards['reused']} reused from a killed run)")

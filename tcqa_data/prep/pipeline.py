@@ -30,6 +30,7 @@ from tcqa_data.prep.taskspec import TaskSpec, is_task_yaml_path, is_tcqa_task
 from tcqa_data.progress import progress_bar, rate_text
 
 if TYPE_CHECKING:
+    from tcqa_data.engines import Engine
     from tcqa_data.prep.lm_eval_tasks import LmEvalTask
 
 
@@ -263,16 +264,11 @@ def decontaminate(
     else:
         run = _open_run(index_dir, out_dir, parsed_rule, fixed_n, normalization=normalization,
                         max_corpus_freq=max_corpus_freq, group_policy=group_policy, quiet=quiet)
-    local = {k: dict(v) for k, v in (data_files or {}).items()}
-    for per_task in local.values():  # split names become folder names: refused before any write
-        for split_name in per_task:
-            check_name(split_name, "split name", "data_files (--data-files)")
-    own, lm_tasks = _resolve_tasks(tasks, local, {k: tuple(v) for k, v in (group_by or {}).items()},
-                                   lm_eval_include, lm_eval_include_defaults)
+    jobs = task_jobs(tasks, data_files, splits, group_by=group_by, lm_eval_include=lm_eval_include,
+                     lm_eval_include_defaults=lm_eval_include_defaults)
     manifest_tasks: dict[str, Any] = {}
     summary: dict[str, Any] = {"out_dir": str(run.out), "rule": str(parsed_rule),
                                "warnings": run.config["warnings"], "tasks": {}}
-    jobs = list(_task_jobs(own, lm_tasks, local, splits))
     if stream:  # every task's queries in one table, the corpus read once against it
         _stream_pass(run, jobs, {"workers": workers, "engine": engine, "ray_address": ray_address,
                                  "out": run.out})
@@ -367,6 +363,29 @@ def _run_config(rule: Rule, group_policy: str, max_corpus_freq: int | None, norm
         "untestable_policy": "docs shorter than n words with no other rule term firing are kept in the "
                              "clean split and reported as 'untestable'",
     }
+
+
+def task_jobs(tasks: Sequence[str], data_files: Mapping[str, Mapping[str, str | os.PathLike]] | None,
+              splits: Sequence[str] | None, *, group_by: Mapping[str, Sequence[str]] | None = None,
+              lm_eval_include: Any = None, lm_eval_include_defaults: bool = True) -> list[_TaskJob]:
+    """Every task's splits loaded, with their queries, as ``decontaminate`` takes ``tasks`` (built-in,
+    YAML, or lm-eval names) and its options; ``purify`` loads its tasks through this too. All
+    refusals (names, splits, data files) come before anything is written."""
+    local = {k: dict(v) for k, v in (data_files or {}).items()}
+    for per_task in local.values():  # split names become folder names: refused before any write
+        for split_name in per_task:
+            check_name(split_name, "split name", "data_files (--data-files)")
+    own, lm_tasks = _resolve_tasks(tasks, local, {k: tuple(v) for k, v in (group_by or {}).items()},
+                                   lm_eval_include, lm_eval_include_defaults)
+    return list(_task_jobs(own, lm_tasks, local, splits))
+
+
+def query_docs(spec: TaskSpec | LmEvalTask, b: BenchmarkSplit, queries: Sequence[str]) -> list[QueryDoc]:
+    """A split's docs as the scorer takes them: each query with the doc fields matches are
+    attributed to."""
+    fields = spec.query_fields()
+    return [QueryDoc(q, {f: str(d[f]) for f in fields if d.get(f) is not None})
+            for q, d in zip(queries, b.docs(), strict=True)]
 
 
 def _resolve_tasks(tasks: Sequence[str], data_files: dict[str, dict[str, str | os.PathLike]],
@@ -501,16 +520,17 @@ def _stream_pass(run: _Run, jobs: Sequence[_TaskJob], where: dict[str, Any]) -> 
 
 
 def fill_stream(evidence: Any, groups: Sequence[tuple[int, Sequence[str]]], *, quiet: bool,
-                short_min_words: int | None, workers: int = 1, engine: str = "local",
+                short_min_words: int | None, workers: int = 1, engine: str | Engine = "local",
                 ray_address: str | None = None, out: str | os.PathLike | None = None) -> list[str]:
     """One corpus pass of a ``StreamEvidence`` against each group's queries at its n, those of
     ``short_min_words`` up to n - 1 words whole; returns the table's queries (distinct, sorted: a
     query's number in the table is its place here). ``workers``, ``engine``, ``ray_address``: where
-    the shards run (``engines.make_engine``); on Ray their files go beside ``out``."""
+    the shards run (``engines.make_engine``; or an ``Engine`` the caller made and closes, which
+    runs the shards whatever ``workers`` says); on Ray their files go beside ``out``."""
     from contextlib import nullcontext
 
     from tcqa_data.decontam.core.normalize import tokenize
-    from tcqa_data.engines import make_engine
+    from tcqa_data.engines import Engine, make_engine
 
     queries = sorted({q for _, qs in groups for q in qs})
     number = {q: i for i, q in enumerate(queries)}
@@ -520,12 +540,13 @@ def fill_stream(evidence: Any, groups: Sequence[tuple[int, Sequence[str]]], *, q
             m = len(tokenize(q, evidence.normalization))
             if short_min_words <= m < n:
                 whole.setdefault(m, set()).add(number[q])
-    eng = make_engine(engine, workers, ray_address) if engine != "local" else None
+    given = isinstance(engine, Engine)
+    eng = engine if given else make_engine(engine, workers, ray_address) if engine != "local" else None
     work_dir = None
-    if eng is not None and out is not None:
+    if eng is not None and eng.name == "ray" and out is not None:
         work_dir = Path(out).resolve().parent
         work_dir.mkdir(parents=True, exist_ok=True)
-    with eng if eng is not None else nullcontext(), progress_bar(quiet, bytes_mode=True) as prog:
+    with nullcontext() if eng is None or given else eng, progress_bar(quiet, bytes_mode=True) as prog:
         bar = prog.add_task("stream corpus", total=sum(i.size for i in evidence.inputs), rate="")
         evidence.fill(queries, sorted({n for n, _ in groups}), workers=workers, engine=eng,
                       work_dir=None if work_dir is None else str(work_dir),
@@ -543,10 +564,7 @@ def _process_split(spec: TaskSpec | LmEvalTask, b: BenchmarkSplit, queries: list
     import time
 
     rule = run.rule
-    docs = b.docs()
-    fields = spec.query_fields()
-    qdocs = [QueryDoc(q, {f: str(d[f]) for f in fields if d.get(f) is not None})
-             for q, d in zip(queries, docs, strict=True)]
+    qdocs = query_docs(spec, b, queries)
     with progress_bar(run.quiet) as prog:
         t0 = time.perf_counter()
         task_id = prog.add_task(f"{spec.task}/{b.split}", total=len(qdocs), rate="")

@@ -1,46 +1,75 @@
 """``tcqa-data purify``: the training corpus minus its contamination.
 
-1. the tasks' docs are loaded as ``decontaminate`` loads them (built-in or YAML tasks, local data
-   files or the hub) and their decontamination queries go into one benchmark table;
+1. the tasks' docs are loaded as ``decontaminate`` loads them (``pipeline.task_jobs``: built-in or
+   YAML tasks with local data files or the hub, and lm-eval task, group or tag names) and their
+   decontamination queries go into one benchmark table;
 2. one pass over the corpus (``decontam/stream``) finds every corpus doc holding one of their
    n-grams; the rule (``--rule``, as ``decontaminate`` takes it) picks the benchmark docs that
    count as contaminated, and a corpus doc is contaminated when it holds an n-gram of one of them
    (with ``any-ngram``, the default: of any benchmark doc);
 3. every input is written again under ``OUT_DIR`` in its own format, at the same path relative to
    the inputs' common folder, each contaminated doc dropped (``--mode drop``) or cut as lm-eval's
-   ``Janitor.clean`` cuts it (``--mode excise``; ``decontam/stream/excise.py``);
+   ``Janitor.clean`` cuts it (``--mode excise``; ``decontam/stream/excise.py``): one task per input
+   on the engine (``--workers``, ``--engine ray``), written on the worker
+   (``decontam/stream/purify_shards.py``);
 4. ``removal_log.parquet`` (a row per contaminated corpus doc: what it matched, what was removed)
-   and ``purify_report.json`` / ``purify_report.md``.
+   and ``purify_report.json`` / ``purify_report.md``, written by the driver from the tasks' results.
 
-The whole of ``OUT_DIR`` is written in a staging folder and renamed into place
-(``outputs.staged``): a killed run leaves no partial output, and a rerun writes the same bytes.
-An ``OUT_DIR`` that is, holds or lies inside an input is refused before anything is read.
+Everything is written in a work area beside ``OUT_DIR`` (``outputs.next_generation_dir``) and
+renamed into place at the end: ``OUT_DIR`` appears whole or not at all. A run killed on the way
+leaves the work area; a rerun with the same inputs and options reuses each output shard whose
+done-record still matches (``purify_shards``) and writes the others, so its bytes are those of an
+uninterrupted run; other options or inputs start clean. One writer per ``OUT_DIR``
+(``outputs.output_lock``). An ``OUT_DIR`` that is, holds or lies inside an input is refused before
+anything is written.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+import tcqa_data
 from tcqa_data.decontam.detect.rules import DEFAULT_RULE, Rule
 from tcqa_data.decontam.detect.score import QueryDoc, score_docs
 from tcqa_data.decontam.stream.evidence import MINHASH_REFUSAL, StreamEvidence
-from tcqa_data.decontam.stream.purify import MODES, PurifyConfig, Removal, purify_input
+from tcqa_data.decontam.stream.purify import MODES, PurifyConfig, Removal
+from tcqa_data.decontam.stream.purify_shards import (
+    config_dict,
+    digest,
+    open_work_area,
+    purify_shard_task,
+    removal_from_dict,
+    remove_leftovers,
+    shard_digest,
+)
 from tcqa_data.decontam.stream.table import StreamConfig
+from tcqa_data.engines import make_engine, run_tasks
 from tcqa_data.errors import ConfigError
 from tcqa_data.io_utils import write_json_atomic, write_parquet_atomic, write_text_atomic
-from tcqa_data.outputs import staged
-from tcqa_data.prep.benchmarks import load_split
-from tcqa_data.prep.pipeline import fill_stream, portable_path, portable_ref
-from tcqa_data.prep.taskspec import TaskSpec, is_tcqa_task
+from tcqa_data.outputs import (
+    check_output_dir,
+    commit_dir,
+    fault_point,
+    next_generation_dir,
+    output_lock,
+    remove_stale_staging,
+    resolve_inside,
+)
+from tcqa_data.prep.pipeline import fill_stream, portable_path, portable_ref, query_docs, task_jobs
+from tcqa_data.progress import note, progress_bar
 
 TOP_BENCHMARK_DOCS = 20
+# the files the driver writes beside the output shards
+REPORT_FILES = ("removal_log.parquet", "purify_report.json", "purify_report.md")
 
 
 def check_output_outside_inputs(out_dir: str | os.PathLike, specs: Sequence[str], inputs: Sequence[Any]
@@ -55,26 +84,13 @@ def check_output_outside_inputs(out_dir: str | os.PathLike, specs: Sequence[str]
 
 
 def _load_queries(tasks: Sequence[str], data_files: Mapping[str, Mapping[str, str]],
-                  splits: Sequence[str] | None) -> list[tuple[str, str, list[QueryDoc]]]:
+                  splits: Sequence[str] | None, lm_eval_include: Any, lm_eval_include_defaults: bool
+                  ) -> list[tuple[str, str, list[QueryDoc]]]:
     """(task, split, its docs' queries) of every split to check, as ``decontaminate`` reads them."""
-    out = []
-    for name in tasks:
-        if not is_tcqa_task(name):
-            raise ConfigError(f"purify takes built-in or task-YAML tasks; {name!r} would be resolved "
-                              "through lm-eval: write a task YAML for it")
-        spec = TaskSpec.resolve(name)
-        local = dict(data_files.get(name) or data_files.get(spec.task) or {})
-        wanted = list(local) or list(spec.splits().values())
-        wanted = [s for s in wanted if not splits or s in splits]
-        if not wanted:
-            raise ConfigError(f"task {spec.task!r}: no split to check (--splits {list(splits or [])})")
-        fields = spec.query_fields()
-        for split in wanted:
-            b = load_split(spec, split, local.get(split))
-            docs = [QueryDoc(spec.decontamination_query(d),
-                             {f: str(d[f]) for f in fields if d.get(f) is not None}) for d in b.docs()]
-            out.append((spec.task, split, docs))
-    return out
+    jobs = task_jobs(tasks, data_files, splits, lm_eval_include=lm_eval_include,
+                     lm_eval_include_defaults=lm_eval_include_defaults)
+    return [(job.task.task, b.split, query_docs(job.task, b, queries))
+            for job in jobs for b, queries, _ in job.parts]
 
 
 def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.PathLike, *,
@@ -83,12 +99,17 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
            minimum_slice: int = 200, too_dirty_cutoff: int = 10, janitor_exact: bool = False,
            text_field: str = "text", id_field: str | None = None, on_error: str = "raise", workers: int = 1,
            short_min_words: int | None = 8, engine: str = "local", ray_address: str | None = None,
-           quiet: bool = False) -> dict[str, Any]:
+           lm_eval_include: Sequence[str | os.PathLike] | str | os.PathLike | None = None,
+           lm_eval_include_defaults: bool = True, quiet: bool = False) -> dict[str, Any]:
     """Write ``corpus`` minus its contamination by ``tasks`` to ``out_dir`` (module doc); returns the
-    report. ``short_min_words``: benchmark items of that many words up to ``ngram - 1`` are
-    matched whole (their word sequence cut as an n-gram's is); off with ``janitor_exact``."""
+    report (``purify_report.json``) plus ``shards``: how many output shards were written and how many
+    a killed run had finished (reused). ``short_min_words``: benchmark items of that many words up
+    to ``ngram - 1`` are matched whole (their word sequence cut as an n-gram's is); off with
+    ``janitor_exact``. ``lm_eval_include``, ``lm_eval_include_defaults``: as ``decontaminate``."""
     if isinstance(tasks, str):
         tasks = [t.strip() for t in tasks.split(",") if t.strip()]
+    if not tasks:
+        raise ConfigError("no tasks given; e.g. --tasks mc_taco,squad_completion")
     if mode not in MODES:
         raise ConfigError(f"--mode {mode!r}: choose one of {list(MODES)}")
     if min(window, minimum_slice, too_dirty_cutoff) < 0 or ngram < 1:
@@ -100,13 +121,69 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
         ngram_sizes=(ngram,), anchors=parsed.uses_alignment, keep_pairs=True, text_field=text_field,
         id_field=id_field, on_error=on_error))
     check_output_outside_inputs(out_dir, corpus, evidence.inputs)
-    benchmarks = _load_queries(tasks, data_files or {}, splits)
+    root = Path(os.path.commonpath([str(Path(i.path).resolve().parent) for i in evidence.inputs]))
+    rels = [Path(i.path).resolve().relative_to(root).as_posix() for i in evidence.inputs]
+    clash = sorted(set(rels) & set(REPORT_FILES))
+    if clash:
+        raise ConfigError(f"input {clash[0]} would be written where purify writes its own {clash[0]}; "
+                          "rename it or give its folder's parent")
+    out = Path(out_dir)
+    if out.is_symlink():  # the commit swaps folders: the link's target is the output
+        out = out.resolve()
+    check_output_dir(out)
+    benchmarks = _load_queries(tasks, data_files or {}, splits, lm_eval_include, lm_eval_include_defaults)
 
     # Janitor registers n-grams only: --janitor-exact matches no short item whole
     short = None if janitor_exact else short_min_words
-    queries = fill_stream(evidence, [(ngram, [d.query for _, _, docs in benchmarks for d in docs])],
-                          quiet=quiet, short_min_words=short, workers=workers, engine=engine,
-                          ray_address=ray_address, out=out_dir)
+    with output_lock(out, "purify"), make_engine(engine, workers, ray_address) as eng:
+        work = next_generation_dir(out).absolute()  # the tasks' path, on any node and working folder
+        remove_stale_staging(out, keep=work)
+        queries = fill_stream(evidence, [(ngram, [d.query for _, _, docs in benchmarks for d in docs])],
+                              quiet=quiet, short_min_words=short, workers=workers,
+                              engine=eng if engine != "local" or workers > 1 else "local", out=out)
+        found = _contamination(evidence, parsed, benchmarks, queries, ngram, short)
+        table = evidence.hits.table
+        cfg = PurifyConfig(mode=mode, n=ngram, seed=table.cfg.seed, window=window,
+                           minimum_slice=minimum_slice, too_dirty_cutoff=too_dirty_cutoff,
+                           janitor_exact=janitor_exact, text_field=text_field,
+                           whole_sizes=tuple(s for s in table.cfg.ngram_sizes if s != ngram))
+        includes = [lm_eval_include] if isinstance(lm_eval_include, (str, os.PathLike)) else lm_eval_include
+        options = {"rule": str(parsed), "tasks": list(tasks), "splits": list(splits or []),
+                   "data_files": {t: {k: str(v) for k, v in files.items()}
+                                  for t, files in (data_files or {}).items()},
+                   "lm_eval_include": [str(x) for x in includes or []], "id_field": id_field,
+                   "on_error": on_error, "short_min_words": short}
+        removals, reused = _write_shards(evidence, found, cfg, options, rels, work, eng, quiet)
+        log = [(k, found.per_input[k][rem.row], rem) for k, rems in enumerate(removals) for rem in rems]
+        fix = found.fix
+        report = _report(evidence, log, found.matched, found.flagged, fix, cfg, str(parsed))
+        stage = work / "out"
+        write_parquet_atomic(stage / "removal_log.parquet",
+                             _log_table(evidence, log, found.matched, found.flagged, fix))
+        write_json_atomic(stage / "purify_report.json", report)
+        write_text_atomic(stage / "purify_report.md", _markdown(report))
+        fault_point("purify-commit")
+        commit_dir(stage, out)
+        shutil.rmtree(work, ignore_errors=True)
+    return {**report, "shards": {"total": len(rels), "reused": reused, "written": len(rels) - reused}}
+
+
+@dataclass
+class _Found:
+    """What the corpus pass and the rule found: ``flagged`` (benchmark query number -> its (task,
+    split, doc id)s), ``matched`` (contaminated corpus doc -> the flagged queries it matched),
+    ``per_input`` (input -> line or row -> doc ordinal), ``dirty`` (n -> the flagged n-gram hashes,
+    sorted) and ``fix`` (doc refs as the outputs record them)."""
+
+    flagged: dict[int, list[tuple[str, str, int]]]
+    matched: dict[int, set[int]]
+    per_input: dict[int, dict[int, int]]
+    dirty: dict[int, np.ndarray]
+    fix: Any
+
+
+def _contamination(evidence: StreamEvidence, parsed: Rule, benchmarks: list[tuple[str, str, list[QueryDoc]]],
+                   queries: list[str], ngram: int, short: int | None) -> _Found:
     # the benchmark docs the rule flags, and the queries they hold
     number = {q: i for i, q in enumerate(queries)}
     flagged: dict[int, list[tuple[str, str, int]]] = defaultdict(list)
@@ -119,48 +196,61 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
     table = hits.table
     dirty_query = np.zeros(len(queries), dtype=bool)
     dirty_query[list(flagged)] = True
-    sizes = table.cfg.ngram_sizes  # n, and the sizes of short items matched whole
-    row_dirty = {}
-    for size in sizes:
+    row_dirty, dirty_keys = {}, {}
+    for size in table.cfg.ngram_sizes:  # n, and the sizes of short items matched whole
         start = table.holder_start[size]
         holder_row = np.repeat(np.arange(len(start) - 1), np.diff(start))
         row_dirty[size] = np.bincount(holder_row, weights=dirty_query[table.holders[size]],
                                       minlength=len(start) - 1) > 0
-
-    def is_dirty(hashes: np.ndarray, size: int) -> np.ndarray:
-        rows, found = table.lookup(np.asarray(hashes, dtype=np.uint64), size)
-        return found & row_dirty[size][rows]
-
+        dirty_keys[size] = table.keys[size][row_dirty[size]]
     # contaminated corpus docs: a hit on an n-gram (or a whole short item) of a flagged benchmark doc
     matched: dict[int, set[int]] = defaultdict(set)
-    for size in sizes:
+    for size in table.cfg.ngram_sizes:
         pair_rows, pair_docs = hits.hit_pairs(size)
         keep = row_dirty[size][pair_rows]
         start, holders = table.holder_start[size], table.holders[size]
         for r, o in zip(pair_rows[keep].tolist(), pair_docs[keep].tolist(), strict=True):
             matched[o].update(q for q in holders[start[r]:start[r + 1]].tolist() if dirty_query[q])
-    fix = portable_ref("stream", evidence.manifest)
-    per_input: dict[int, dict[int, int]] = defaultdict(dict)  # input -> row -> doc ordinal
+    per_input: dict[int, dict[int, int]] = defaultdict(dict)
     for o in matched:
         inp_no, row = hits.where[o]
         per_input[inp_no][row] = o
+    return _Found(flagged, matched, per_input, dirty_keys, portable_ref("stream", evidence.manifest))
 
-    cfg = PurifyConfig(mode=mode, n=ngram, seed=table.cfg.seed, window=window, minimum_slice=minimum_slice,
-                       too_dirty_cutoff=too_dirty_cutoff, janitor_exact=janitor_exact, text_field=text_field,
-                       whole_sizes=tuple(s for s in sizes if s != ngram))
-    root = Path(os.path.commonpath([str(Path(i.path).resolve().parent) for i in evidence.inputs]))
-    log: list[tuple[int, int, Removal]] = []  # (input, doc ordinal, removal)
-    with staged(out_dir) as stage:
-        for k, inp in enumerate(evidence.inputs):
-            rows = {row: str(fix(hits.refs[o])) for row, o in per_input.get(k, {}).items()}
-            dest = stage / Path(inp.path).resolve().relative_to(root)
-            for rem in purify_input(inp, dest, rows, cfg, is_dirty):
-                log.append((k, per_input[k][rem.row], rem))
-        report = _report(evidence, log, matched, flagged, fix, cfg, str(parsed))
-        write_parquet_atomic(stage / "removal_log.parquet", _log_table(evidence, log, matched, flagged, fix))
-        write_json_atomic(stage / "purify_report.json", report)
-        write_text_atomic(stage / "purify_report.md", _markdown(report))
-    return report
+
+def _write_shards(evidence: StreamEvidence, found: _Found, cfg: PurifyConfig, options: dict[str, Any],
+                  rels: list[str], work: Path, eng: Any, quiet: bool) -> tuple[list[list[Removal]], int]:
+    """Each input rewritten as one task on ``eng`` into ``work/out`` (``purify_shards``), finished
+    shards of a killed run with the same digest (``cfg``, the other ``options``, the flagged n-grams,
+    the inputs) reused; returns each input's removals and how many shards were reused."""
+    hits = evidence.hits
+    run = {"tcqa_data_version": tcqa_data.__version__, "config": config_dict(cfg), "options": options,
+           "dirty": {str(n): digest(k.tolist()) for n, k in found.dirty.items()},
+           "inputs": [[rel, inp.size] for rel, inp in zip(rels, evidence.inputs, strict=True)]}
+    run_digest = digest(run)
+    open_work_area(work, {"digest": run_digest, "inputs": run["inputs"]}, found.dirty)
+    remove_leftovers(work / "out", rels)
+    eng.check_shared_paths(work, [inp.path for inp in evidence.inputs])
+    calls = []
+    for k, (inp, rel) in enumerate(zip(evidence.inputs, rels, strict=True)):
+        rows = {row: str(found.fix(hits.refs[o])) for row, o in found.per_input.get(k, {}).items()}
+        resolve_inside(work / "out", rel, what="output shard")
+        calls.append({"index": k, "path": inp.path, "format": inp.format, "size": inp.size, "rel": rel,
+                      "rows": sorted([r, ref] for r, ref in rows.items()),
+                      "shard": shard_digest(run_digest, rows)})
+    with progress_bar(quiet, bytes_mode=True) as prog:
+        bar = prog.add_task("purify shards", total=sum(inp.size for inp in evidence.inputs), rate="")
+
+        def done(i: int, result: dict[str, Any]) -> None:
+            prog.update(bar, advance=evidence.inputs[i].size)
+            fault_point("purify-shard")  # the kill tests: after a shard's done-record
+
+        results = run_tasks(purify_shard_task, calls, desc="purify", engine=eng, on_done=done,
+                            shared={"work": str(work), "cfg": config_dict(cfg)})
+    reused = sum(r["reused"] for r in results)
+    if reused:
+        note(f"purify: reused {reused} of {len(results)} output shards a killed run had written", quiet)
+    return [[removal_from_dict(d) for d in r["removals"]] for r in results], reused
 
 
 def _log_table(evidence: StreamEvidence, log: list[tuple[int, int, Removal]], matched: dict[int, set[int]],

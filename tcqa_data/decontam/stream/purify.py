@@ -8,7 +8,8 @@ test for the benchmark's n-gram hashes. Per doc, in the input's own format, othe
   record, with the doc's other fields, ``purify_doc_ref`` and ``purify_piece`` (0, 1, ...), so no
   n-gram spans a cut (NeMo Curator does the same); no piece left drops the doc;
 - every other line or row is written unchanged (JSONL: the same bytes); an input with nothing
-  to remove is copied byte for byte.
+  to remove is copied byte for byte. Inputs are streamed: JSONL line by line, Parquet one row
+  group at a time (each input row group one output row group).
 
 The output is written to a temporary name and renamed (``io_utils.atomic_path``); compression
 is deterministic (gzip without name or time, zstd with fixed parameters).
@@ -149,18 +150,41 @@ def purify_input(inp: CorpusInput, dest: Path, rows: dict[int, str], cfg: Purify
 
 def _purify_parquet(inp: CorpusInput, dest: Path, rows: dict[int, str], cfg: PurifyConfig,
                     is_dirty: Callable[[np.ndarray, int], np.ndarray]) -> list[Removal]:
-    import pyarrow as pa
+    """A Parquet input rewritten one row group at a time (memory: one row group, whatever the
+    file's size); each input row group gives one output row group."""
     import pyarrow.parquet as pq
 
-    table = pq.read_table(inp.path)
+    source = pq.ParquetFile(inp.path)
+    out: list[Removal] = []
+    first = 1  # rows are 1-based, as the reader numbers them
+    with atomic_path(dest) as tmp:
+        writer = None
+        for group in range(max(source.num_row_groups, 1)):
+            table = (source.read_row_group(group) if source.num_row_groups
+                     else source.schema_arrow.empty_table())
+            result = _purify_rows(table, first, rows, cfg, is_dirty, out)
+            first += table.num_rows
+            if writer is None:
+                writer = pq.ParquetWriter(tmp, result.schema, compression="zstd")
+            writer.write_table(result)
+        assert writer is not None
+        writer.close()
+    return out
+
+
+def _purify_rows(table: Any, first: int, rows: dict[int, str], cfg: PurifyConfig,
+                 is_dirty: Callable[[np.ndarray, int], np.ndarray], out: list[Removal]) -> Any:
+    """One row group (its first row numbered ``first``) without its contamination; its removals
+    appended to ``out``."""
+    import pyarrow as pa
+
     texts = table.column(cfg.text_field).to_pylist()
     take: list[int] = []
     new_text: list[Any] = []
     refs: list[str | None] = []
     piece_no: list[int | None] = []
-    out: list[Removal] = []
     for i, text in enumerate(texts):
-        ref = rows.get(i + 1)  # rows are 1-based, as the reader numbers them
+        ref = rows.get(first + i)
         if ref is None:
             take.append(i)
             new_text.append(text)
@@ -168,7 +192,7 @@ def _purify_parquet(inp: CorpusInput, dest: Path, rows: dict[int, str], cfg: Pur
             piece_no.append(None)
             continue
         pieces, spans, action = _cut(text, cfg, is_dirty)
-        out.append(_removal(i + 1, text, pieces, spans, action))
+        out.append(_removal(first + i, text, pieces, spans, action))
         for k, piece in enumerate(pieces):
             take.append(i)
             new_text.append(piece)
@@ -179,7 +203,4 @@ def _purify_parquet(inp: CorpusInput, dest: Path, rows: dict[int, str], cfg: Pur
     text_type = result.schema.field(col)
     result = result.set_column(col, text_type, pa.array(new_text, type=text_type.type))
     result = result.append_column(REF_FIELD, pa.array(refs, type=pa.string()))
-    result = result.append_column(PIECE_FIELD, pa.array(piece_no, type=pa.int64()))
-    with atomic_path(dest) as tmp:
-        pq.write_table(result, tmp, compression="zstd")
-    return out
+    return result.append_column(PIECE_FIELD, pa.array(piece_no, type=pa.int64()))
