@@ -211,9 +211,14 @@ def test_anchor_candidates_hold_every_doc_holding_a_run(corpus, bench, index, la
     assert most >= 10  # the test reached runs in many docs ("is the day of the year in the")
 
 
-def test_an_index_without_usable_text_keeps_short_items_untestable_and_says_why(corpus, bench, tmp_path):
-    """No text store, or a corpus file changed since the index was built: no guess, the short
-    items stay untestable, and the manifest and reports say which part is missing."""
+def test_an_index_without_usable_text_keeps_short_items_untestable_and_says_why(corpus, bench, index,
+                                                                                 tmp_path):
+    """No text store, a corpus file changed since the index was built, or an input whose anchors
+    are gone: no guess, the short items stay untestable, and the manifest and reports say why."""
+    import shutil
+
+    from tcqa_data.decontam.index_files import reseal
+
     args = dict(data_files={"squad_questions": bench["data_files"]["squad_questions"]}, quiet=True)
     none = _build(corpus[0], tmp_path / "none", text_store="none")
     decontaminate(none, bench["tasks"][:1], tmp_path / "a", **args)
@@ -223,7 +228,19 @@ def test_an_index_without_usable_text_keeps_short_items_untestable_and_says_why(
     st = copy.stat()
     os.utime(copy, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     decontaminate(stale, bench["tasks"][:1], tmp_path / "b", **args)
-    for out, why in ((tmp_path / "a", "no text store"), (tmp_path / "b", "changed since it was indexed")):
+    # the input's record lists no anchor runs, though it had entries (as a merged table gone stale)
+    lost = tmp_path / "lost"
+    shutil.copytree(index, lost)
+    meta_path = lost / "textstore" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    (rec,) = meta["inputs"].values()
+    assert rec["anchors"] and rec["anchor_entries"] > 0
+    rec["anchors"] = []
+    meta_path.write_text(json.dumps(meta))
+    reseal(lost)
+    decontaminate(lost, bench["tasks"][:1], tmp_path / "c", **args)
+    for out, why in ((tmp_path / "a", "no text store"), (tmp_path / "b", "changed since it was indexed"),
+                     (tmp_path / "c", "has no anchors for input")):
         man = json.loads((out / "prep_manifest.json").read_text())
         assert man["short_min_words"] is None and why in man["untestable_policy"], man["untestable_policy"]
         report = (out / "squad_questions" / "validation" / "report.md").read_text()
