@@ -295,7 +295,8 @@ def test_short_queries_are_untestable_not_clean(wiki_index, tmp_path):
             {"text": "The Apollo program was the third United States human spaceflight program",
              "value": "y"}]
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    s = decontaminate(wiki_index, "squad_completion", tmp_path / "out",
+    # short items matched whole off: both untestable
+    s = decontaminate(wiki_index, "squad_completion", tmp_path / "out", short_min_words=0,
                       data_files={"squad_completion": {"validation": path}}, quiet=True)
     counts = s["tasks"]["squad_completion"]["validation"]
     cont = _read(tmp_path / "out", "squad_completion", "validation", "contamination")
@@ -305,6 +306,20 @@ def test_short_queries_are_untestable_not_clean(wiki_index, tmp_path):
     rep = json.loads((tmp_path / "out" / "squad_completion" / "validation" / "report.json").read_text())
     assert rep["untestable_doc_ids"] == [0, 1]
     assert "untestable" in (tmp_path / "out" / "squad_completion" / "validation" / "report.md").read_text()
+    # on (the default), matched whole from the index's text store: the article "Apollo program"
+    # holds "The Apollo program, also known as Project Apollo, was the third United States human
+    # spaceflight program", so the 12-word sentence is not one run of it (clean) and its first 11
+    # words are; the 2-word query stays untestable
+    rows.append({"text": "The Apollo program, also known as Project Apollo, was the third", "value": "z"})
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    s = decontaminate(wiki_index, "squad_completion", tmp_path / "on",
+                      data_files={"squad_completion": {"validation": path}}, quiet=True)
+    counts = s["tasks"]["squad_completion"]["validation"]
+    cont = _read(tmp_path / "on", "squad_completion", "validation", "contamination")
+    assert cont["testable"].tolist() == [False, True, True]
+    assert cont["status"].tolist() == ["untestable", "clean", "dirty"]
+    assert counts["untestable_docs"] == 1 and counts["short_whole_docs"] == 2
+    assert cont["matched_doc_refs"][2].tolist() == ["Apollo program"]
 
 
 def test_bad_inputs(wiki_index, tmp_path):

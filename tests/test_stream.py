@@ -107,9 +107,9 @@ def test_stream_flags_splits_and_evidence_equal_index_mode(corpus, bench, index,
                                                            max_corpus_freq):
     args = dict(data_files=bench, rule=rule, max_corpus_freq=max_corpus_freq, quiet=True)
     decontaminate(index, ["mc_taco", "squad_completion"], tmp_path / "idx", **args)
-    # short items matched whole (stream mode's default) are tested apart: index mode cannot
+    # short items are matched whole in both modes (the default); tests/test_short_items_index.py has more
     decontaminate(None, ["mc_taco", "squad_completion"], tmp_path / "stream", corpus=[str(corpus[0])],
-                  short_min_words=None, **args)
+                  **args)
     a, b = _tables(tmp_path / "idx"), _tables(tmp_path / "stream")
     assert list(a) == list(b)
     for name in a:
@@ -178,23 +178,26 @@ def test_workers_and_shards_give_the_same_hits(corpus, bench, tmp_path):
 
 def test_short_items_are_matched_whole_in_stream_mode(corpus, bench, index, tmp_path):
     """MC-TACO's queries of 8-12 words ("Is he with him now? He also promises to `` come to '' him ."):
-    untestable with 13-grams in index mode; matched whole in stream mode, the injected one dirty."""
+    no 13-gram; matched whole in stream mode, the injected one dirty, as index mode does from its
+    text store; untestable with ``short_min_words=0``."""
     args = dict(data_files={"mc_taco": bench["mc_taco"]}, quiet=True)
     decontaminate(index, ["mc_taco"], tmp_path / "idx", **args)
+    decontaminate(index, ["mc_taco"], tmp_path / "off", short_min_words=0, **args)
     decontaminate(None, ["mc_taco"], tmp_path / "stream", corpus=[str(corpus[0])], **args)
-    idx, st = (pq.read_table(tmp_path / m / "mc_taco" / "test" / "contamination.parquet").to_pandas()
-               for m in ("idx", "stream"))
+    idx, off, st = (pq.read_table(tmp_path / m / "mc_taco" / "test" / "contamination.parquet").to_pandas()
+                    for m in ("idx", "off", "stream"))
     short = (st["query_words"] >= 8) & (st["query_words"] < 13)
-    assert short.sum() >= 2 and (idx[short]["status"] == "untestable").all()
+    assert short.sum() >= 2 and (off[short]["status"] == "untestable").all()
     assert not (st[short]["status"] == "untestable").any() and st[short]["testable"].all()
+    assert st.equals(idx)
     injected = st["query"] == corpus[1]["mc_taco_short"][0]
     assert injected.sum() >= 1 and st[injected]["doc_dirty"].all()
     assert all(ref[0].endswith(":" + str(len(corpus[0].read_text().splitlines()) - 6)) for ref in
                st[injected]["matched_doc_refs"])
     assert (st[short & ~injected]["status"] == "clean").all()
     assert st[injected]["longest_match"].eq(st[injected]["query_words"]).all()
-    # every other doc is as index mode scored it
-    assert st[~short].drop(columns=["rule_fired"]).equals(idx[~short].drop(columns=["rule_fired"]))
+    # every other doc is as index mode scored it without short items matched whole
+    assert st[~short].drop(columns=["rule_fired"]).equals(off[~short].drop(columns=["rule_fired"]))
 
 
 def test_bad_corpus_lines_name_file_and_line_or_are_counted(corpus, bench, tmp_path):

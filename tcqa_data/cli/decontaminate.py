@@ -62,7 +62,8 @@ def decontaminate_cmd(
         None, "--ray-address", help="With --engine ray: auto, HOST:PORT or ray://HOST:PORT (default local)."),
     short_min_words: int = typer.Option(
         8, "--short-min-words",
-        help="With --corpus: a query of this many words up to n-1 is matched whole (0: as an index)."),
+        help="A query of this many words up to n-1 is matched whole (index: from its text store, "
+             ">= 6; 0: off, such queries untestable)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or summary."),
 ) -> None:
     """Score benchmark docs against INDEX_DIR (or stream --corpus); write splits, evidence, reports."""

@@ -172,7 +172,7 @@ class _Run:
     config: dict[str, Any]  # the settings every report and the manifest record
     quiet: bool
     stream: bool = False  # the evidence is a corpus pass (--corpus), not an index
-    short_min_words: int | None = None  # stream mode: shorter queries of at least this many words whole
+    short_min_words: int | None = None  # shorter queries of at least this many words whole (None: off)
     # known once the evidence is filled (after a stream's pass)
     index_summary: dict[str, Any] = dataclasses.field(default_factory=dict)
     fix_ref: Callable[[str | None], str | None] | None = None  # corpus doc refs as PREP_DIR records them
@@ -234,9 +234,13 @@ def decontaminate(
     the corpus is read once against it (``decontam/stream``), its shards on ``workers`` local
     processes (``engine="ray"``: Ray tasks, ``ray_address`` as ``index-corpus`` takes it); the
     PREP_DIR is the index mode's. ``hf_dataset`` (``hf_config``, ``hf_split``): a Hugging Face
-    dataset streamed as one more corpus input (``index-corpus --hf-dataset``). There a query of
-    ``short_min_words`` words up to n - 1 (shorter than n: no n-gram) is matched whole, as one
-    word sequence (NeMo Curator's minimum, 8); None or 0 keeps index mode's "untestable".
+    dataset streamed as one more corpus input (``index-corpus --hf-dataset``).
+
+    A query of ``short_min_words`` words up to n - 1 (shorter than n: no n-gram) is matched whole,
+    as one word sequence (NeMo Curator's minimum, 8), in both modes: an index answers from its
+    text store (its anchors find every doc that can hold the query, from 6 words; each is
+    verified against its text), and an index without a usable text store keeps such queries
+    "untestable", its ``untestable_policy`` saying why. None or 0: off (all "untestable").
 
     Steps: the options checked; the evidence opened once (``IndexEvidence``, or ``StreamEvidence``)
     and checked against the rule; the tasks resolved (all refusals before anything is written);
@@ -263,7 +267,8 @@ def decontaminate(
             short_min_words=short_min_words)
     else:
         run = _open_run(index_dir, out_dir, parsed_rule, fixed_n, normalization=normalization,
-                        max_corpus_freq=max_corpus_freq, group_policy=group_policy, quiet=quiet)
+                        max_corpus_freq=max_corpus_freq, group_policy=group_policy, quiet=quiet,
+                        short_min_words=short_min_words)
     jobs = task_jobs(tasks, data_files, splits, group_by=group_by, lm_eval_include=lm_eval_include,
                      lm_eval_include_defaults=lm_eval_include_defaults)
     manifest_tasks: dict[str, Any] = {}
@@ -307,10 +312,17 @@ def _check_options(rule: str, ngram: str | int, max_corpus_freq: int | None, gro
 
 
 def _open_run(index_dir: str | os.PathLike, out_dir: str | os.PathLike, rule: Rule, fixed_n: int | None,
-              *, normalization: str | None, max_corpus_freq: int | None, group_policy: str, quiet: bool
-              ) -> _Run:
+              *, normalization: str | None, max_corpus_freq: int | None, group_policy: str, quiet: bool,
+              short_min_words: int | None = None) -> _Run:
     """The index opened once (every split reads its evidence) and checked against the options: its
-    normalization, and the MinHash section and text store the rule's terms need."""
+    normalization, the MinHash section and text store the rule's terms need, and whether its text
+    store can match short queries whole (``IndexEvidence.whole_problem``)."""
+    from tcqa_data.decontam.textstore.anchors import WHOLE_MIN_WORDS
+
+    if short_min_words and short_min_words < WHOLE_MIN_WORDS:
+        raise ConfigError(f"--short-min-words {short_min_words}: an index finds every corpus doc holding a "
+                          f"short item from {WHOLE_MIN_WORDS} words (its anchors are winnowed 4-grams); "
+                          f"give {WHOLE_MIN_WORDS} or more, 0 (off), or a corpus (--corpus) instead")
     idx = IndexEvidence.open(index_dir)
     if normalization is not None and normalization != idx.normalization:
         raise IndexMismatchError(
@@ -325,8 +337,16 @@ def _open_run(index_dir: str | os.PathLike, out_dir: str | os.PathLike, rule: Ru
     use_minhash, minhash_evidence, warnings = _minhash_and_index_checks(idx, index_dir, rule)
     config = _run_config(rule, group_policy, max_corpus_freq, idx.normalization, idx.has_minhash,
                          minhash_evidence, warnings)
+    problem = idx.whole_problem if short_min_words else None
+    if problem is None:
+        _short_policy(config, short_min_words, "the text store's anchors give every corpus doc that can "
+                                               "hold it, each verified against its stored text")
+    else:  # no guess: the short queries stay untestable, and the reports say why
+        config["untestable_policy"] += (f"; a query of {short_min_words} to n - 1 words could be matched "
+                                        f"whole, but not with this index: {problem}")
+        config["short_min_words"] = None
     return _Run(idx, index_dir, Path(out_dir), rule, fixed_n, max_corpus_freq, group_policy, use_minhash,
-                config, quiet)
+                config, quiet, short_min_words=short_min_words if problem is None else None)
 
 
 def _open_stream_run(corpus: list[str], stream_config: Any, out_dir: str | os.PathLike, rule: Rule,
@@ -341,11 +361,17 @@ def _open_stream_run(corpus: list[str], stream_config: Any, out_dir: str | os.Pa
     idx = StreamEvidence.open(corpus, stream_config)
     config = _run_config(rule, group_policy, max_corpus_freq, idx.normalization, False,
                          "off: stream mode (--corpus) computes no MinHash", [])
-    if short_min_words:
-        config["untestable_policy"] += (f"; in stream mode a query of {short_min_words} to n - 1 words is "
-                                        "matched whole (testable)")
+    _short_policy(config, short_min_words, "found in the corpus pass")
     return _Run(idx, "stream", Path(out_dir), rule, fixed_n, max_corpus_freq, group_policy, False, config,
                 quiet, stream=True, short_min_words=short_min_words)
+
+
+def _short_policy(config: dict[str, Any], short_min_words: int | None, how: str) -> None:
+    """Record in ``config`` that queries of ``short_min_words`` to n - 1 words are matched whole."""
+    config["short_min_words"] = short_min_words or None
+    if short_min_words:
+        config["untestable_policy"] += (f"; a query of {short_min_words} to n - 1 words is matched whole, as "
+                                        f"one word sequence (testable; {how})")
 
 
 def _run_config(rule: Rule, group_policy: str, max_corpus_freq: int | None, normalization: str,
@@ -579,7 +605,7 @@ def _process_split(spec: TaskSpec | LmEvalTask, b: BenchmarkSplit, queries: list
         # alignment against corpus text (aligned_* columns) runs when the rule has an aligned term
         cols = score_docs(qdocs, run.evidence, n, max_corpus_freq=run.max_corpus_freq,
                           use_minhash=run.use_minhash, progress=step, align=rule.uses_alignment,
-                          short_min_words=run.short_min_words if run.stream else None)
+                          short_min_words=run.short_min_words)
     portable_doc_refs(cols, run.fix_ref)
     gids = group_ids(spec, b.table)
     dirty_doc, fired = rule.evaluate(cols)

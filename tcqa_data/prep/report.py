@@ -65,6 +65,8 @@ def summarize(spec: TaskSpec, split: str, source: str, full: pa.Table, cont: pa.
         "docs_dirty_by_group_policy_only": int((dirty & ~doc_dirty).sum()),
         "untestable_docs": int(sum(s == "untestable" for s in status)),
         "ngram_untestable_docs": int((~testable).sum()),
+        # queries shorter than n matched whole, as one word sequence (--short-min-words)
+        "short_whole_docs": int((testable & (np.asarray(c["query_words"]) < np.asarray(c["ngram_n"]))).sum()),
         "clean_share_docs": _r(1.0 - dirty.mean()) if k else None,
         "clean_share_groups": _r((groups - dirty_groups) / groups) if groups else None,
     }
@@ -272,7 +274,9 @@ def _counts(rep: dict[str, Any]) -> list[Block]:
             ["flagged by the rule itself", str(c["docs_flagged_by_rule"]), ""],
             ["dirty only through the group policy", str(c["docs_dirty_by_group_policy_only"]), ""],
             ["untestable (query < n words, no other test; kept in clean)", str(c["untestable_docs"]), ""],
-            ["shorter than n words (n-grams cannot test them)", str(c["ngram_untestable_docs"]), ""],
+            ["shorter than n words, not tested (n-grams cannot; not matched whole)",
+             str(c["ngram_untestable_docs"]), ""],
+            ["shorter than n words, matched whole (tested)", str(c.get("short_whole_docs", 0)), ""],
         ]),
         Paragraph(f"Clean share: {_fmt(c['clean_share_docs'])} of docs, "
                   f"{_fmt(c['clean_share_groups'])} of groups."),

@@ -11,10 +11,18 @@
   window and that window's doc;
 - ``alignment_candidates(queries, ...)``: corpus docs sharing rare 4-grams with each query, and
   ``text`` / ``texts`` of candidate docs (``has_text``: whether it can give texts);
-- ``doc_refs(ordinals)``: how corpus docs are named in the reports.
+- ``doc_refs(ordinals)``: how corpus docs are named in the reports;
+- ``whole_hits(queries, m)``: for short queries of exactly ``m`` words (fewer than n: no n-gram),
+  the query's one m-gram as ``ngram_hits`` answers an n-gram (``whole_problem``: why it cannot,
+  or None).
 
 ``IndexEvidence`` answers from an index folder opened once (``IndexEvidence.open(INDEX_DIR)``):
 its manifest and n-gram index at once, its MinHash index, text store and anchors on first use.
+It matches short queries whole from its text store: the anchors give every doc that can hold the
+query's words as one run (``AnchorIndex.holding_candidates``, exact from ``WHOLE_MIN_WORDS``
+words), and the candidates' texts are hashed at m as a corpus pass hashes them
+(``whole_sequence_hits``), so the answer is a stream's. Without a usable text store
+``whole_problem`` says why, and such queries stay untestable.
 A corpus stream (one pass over the corpus filling a table of the benchmark's n-grams and
 windows) can answer the same questions: the scores and the rules over them do not know where
 their evidence came from.
@@ -23,7 +31,7 @@ their evidence came from.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
@@ -32,6 +40,7 @@ import numpy as np
 
 # Hash lookups are batched; this bounds the temporary arrays.
 LOOKUP_BATCH = 1 << 20
+_WHOLE_TEXT_BATCH = 512  # candidate docs read and hashed at once (short queries matched whole)
 
 
 class NgramHits(NamedTuple):
@@ -71,6 +80,44 @@ class EvidenceSource(Protocol):
     def texts(self, ordinals: Sequence[int]) -> list[str]: ...
 
     def doc_refs(self, ordinals: Sequence[int] | np.ndarray) -> list[str]: ...
+
+    @property
+    def whole_problem(self) -> str | None: ...
+
+    def whole_hits(self, queries: Sequence[str], m: int) -> NgramHits: ...
+
+
+def whole_sequence_hits(queries: Sequence[str], m: int, candidates: Sequence[np.ndarray],
+                        texts: Callable[[Sequence[int]], list[str]], scheme: str, seed: int,
+                        provenance: int) -> NgramHits:
+    """``NgramHits`` of each query's one m-gram (queries of exactly ``m`` words) among the docs
+    ``candidates`` (per query, every doc that can hold it): the candidates' texts are tokenized and
+    hashed at m as a corpus pass hashes them, so a doc holds the query when it has that hash (doc
+    freq: such docs; docs: the first ``provenance`` of them)."""
+    from tcqa_data.decontam.core.hashing import batch_ngram_hashes
+
+    qh, _ = batch_ngram_hashes(list(queries), [m], scheme, seed)[m]
+    qh = np.asarray(qh, dtype=np.uint64)
+    if len(qh) != len(queries):
+        raise ValueError(f"whole_sequence_hits: every query must have exactly {m} words")
+    wanted = np.unique(qh)
+    holders: dict[int, set[int]] = {}
+    pool = np.unique(np.concatenate([np.asarray(c, dtype=np.int64) for c in candidates])) \
+        if len(candidates) else np.empty(0, np.int64)
+    for lo in range(0, len(pool), _WHOLE_TEXT_BATCH):
+        chunk = pool[lo:lo + _WHOLE_TEXT_BATCH]
+        flat, owner = batch_ngram_hashes(texts(chunk.tolist()), [m], scheme, seed)[m]
+        flat = np.asarray(flat, dtype=np.uint64)
+        hit = np.flatnonzero(np.isin(flat, wanted))
+        for h, o in zip(flat[hit].tolist(), np.asarray(owner)[hit].tolist(), strict=True):
+            holders.setdefault(h, set()).add(int(chunk[o]))
+    docs = np.full((len(queries), provenance), -1, dtype=np.int64)
+    df = np.zeros(len(queries), dtype=np.int64)
+    for i, h in enumerate(qh.tolist()):
+        got = sorted(holders.get(h, ()))
+        df[i] = len(got)
+        docs[i, :min(provenance, len(got))] = got[:provenance]
+    return NgramHits(df > 0, df, docs)
 
 
 class IndexEvidence:
@@ -196,3 +243,37 @@ class IndexEvidence:
 
     def texts(self, ordinals: Sequence[int]) -> list[str]:
         return self.store.texts(ordinals)
+
+    # ---- short queries matched whole -----------------------------------------------------------
+
+    @cached_property
+    def whole_problem(self) -> str | None:
+        """Why this index cannot match short queries whole (its text store is missing, stale, or
+        its anchors or corpus files do not cover every input), or None when it can."""
+        from tcqa_data.errors import TcqaError
+
+        if not self.has_text:
+            return ("the index has no text store (built with --text-store none), so no part of it can "
+                    "find every doc holding a short query")
+        try:
+            missing = self.anchors.missing_inputs
+            problem = self.store.unreadable()
+        except TcqaError as e:
+            return f"its text store cannot be read: {e}"
+        if missing:
+            return (f"its text store has no anchors for input {missing[0]}"
+                    + (f" and {len(missing) - 1} more" if len(missing) > 1 else "") + "; rerun index-corpus")
+        return problem
+
+    def whole_hits(self, queries: Sequence[str], m: int) -> NgramHits:
+        """Each query's (of exactly ``m`` words) one m-gram in the corpus: candidates from the anchors,
+        verified against their text (``whole_sequence_hits``). Only where ``whole_problem`` is None."""
+        from tcqa_data.decontam.textstore.anchors import WHOLE_MIN_WORDS
+
+        if m < WHOLE_MIN_WORDS:
+            raise ValueError(f"an index finds short queries of at least {WHOLE_MIN_WORDS} words, not {m}")
+        if self.whole_problem is not None:
+            raise RuntimeError(self.whole_problem)
+        cands = self.anchors.holding_candidates(list(queries))
+        return whole_sequence_hits(queries, m, cands, self.store.texts, self.normalization, self.hash_seed,
+                                   int(self.ngrams.provenance))

@@ -14,9 +14,10 @@ from an evidence source (``evidence.py``; an opened index: ``IndexEvidence``):
 
 A query shorter than ``n`` words has no n-gram: ``testable`` is False and n-gram rules cannot
 flag it. Such docs are reported as "untestable", never silently as clean (see
-:func:`tcqa_data.decontam.detect.rules.doc_status`). With ``short_min_words`` (stream mode: the
-evidence holds such queries whole), a query of ``short_min_words`` to ``n - 1`` words is matched
-whole instead, as its one m-gram (m = its length): testable, ``ngram_total`` 1.
+:func:`tcqa_data.decontam.detect.rules.doc_status`). With ``short_min_words`` (where the evidence
+can answer: a stream pass, or an index with a text store; ``evidence.whole_problem`` is None), a
+query of ``short_min_words`` to ``n - 1`` words is matched whole instead, as its one m-gram
+(m = its length, ``evidence.whole_hits``): testable, ``ngram_total`` 1.
 
 The flag rules over these scores (``Rule``, ``doc_status``, ``DEFAULT_RULE``) live in ``rules.py``.
 """
@@ -133,7 +134,7 @@ def score_docs(docs: Sequence[QueryDoc], evidence: EvidenceSource, n: int, *,
     ``align``: align queries against candidate corpus docs' text (``aligned_*`` columns, see
     ``align.py``); None = when the evidence has corpus texts. ``align_params``: ``AlignParams``.
     ``short_min_words``: queries of that many words up to ``n - 1`` are matched whole (module doc;
-    the evidence must answer ``ngram_hits`` at their sizes).
+    the evidence must answer ``whole_hits``).
     """
     # MC-TACO repeats one query for every candidate answer of a question: score each distinct
     # (query, fields) once and copy the result to its docs.
@@ -283,8 +284,6 @@ def _whole_hits(docs: Sequence[QueryDoc], all_tokens: list[list[str]], evidence:
                 short_min_words: int | None, max_corpus_freq: int | None) -> dict[int, tuple]:
     """Per short query matched whole (module doc): its one m-gram as the loop reads an n-gram run
     (counted, total 1, docs, doc freq, common count, width m)."""
-    from tcqa_data.decontam.core.hashing import batch_ngram_hashes
-
     out: dict[int, tuple] = {}
     if not short_min_words:
         return out
@@ -293,9 +292,7 @@ def _whole_hits(docs: Sequence[QueryDoc], all_tokens: list[list[str]], evidence:
         if short_min_words <= len(tokens) < n:
             by_m.setdefault(len(tokens), []).append(i)
     for m, idx in sorted(by_m.items()):
-        flat, _ = batch_ngram_hashes([docs[i].query for i in idx], [m], evidence.normalization,
-                                     evidence.hash_seed)[m]
-        found, dfreq, cols = evidence.ngram_hits(np.asarray(flat, dtype=np.uint64), m)
+        found, dfreq, cols = evidence.whole_hits([docs[i].query for i in idx], m)
         common = found & (dfreq > max_corpus_freq) if max_corpus_freq is not None else np.zeros_like(found)
         for j, i in enumerate(idx):
             counted = np.array([found[j] and not common[j]])

@@ -114,6 +114,16 @@ class StreamEvidence:
     def doc_refs(self, ordinals: Sequence[int] | np.ndarray) -> list[str]:
         return [self.hits.refs[int(o)] for o in np.asarray(ordinals).tolist()]
 
+    # the pass matched the short queries ``fill`` was given whole, at their own size
+    whole_problem: str | None = None
+
+    def whole_hits(self, queries: Sequence[str], m: int) -> NgramHits:
+        """Each query's (of exactly ``m`` words, given to ``fill`` in ``whole``) one m-gram."""
+        from tcqa_data.decontam.core.hashing import batch_ngram_hashes
+
+        flat, _ = batch_ngram_hashes(list(queries), [m], self.normalization, self.hash_seed)[m]
+        return self.ngram_hits(np.asarray(flat, dtype=np.uint64), m)
+
     # ---- MinHash: refused (module doc) ---------------------------------------------------------
 
     @property

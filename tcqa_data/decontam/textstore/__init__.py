@@ -57,6 +57,7 @@ from tcqa_data.decontam.textstore.anchors import (
     ANCHOR_MIN_SHARED,
     ANCHOR_RUN,
     ANCHOR_W,
+    WHOLE_MIN_WORDS,
     winnow,
     winnow_hashes,
 )
@@ -88,6 +89,7 @@ __all__ = [
     "MODES",
     "STORE_DIR",
     "STORE_VERSION",
+    "WHOLE_MIN_WORDS",
     "AnchorIndex",
     "TextStore",
     "build_text_store",

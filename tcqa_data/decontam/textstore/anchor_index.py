@@ -15,7 +15,13 @@ import numpy as np
 from tcqa_data.decontam.core import packed
 from tcqa_data.decontam.core.arrays import sorted_unique
 from tcqa_data.decontam.index_files import open_manifest
-from tcqa_data.decontam.textstore.anchors import _LOW32, ANCHOR_K, ANCHOR_MAX_DF, ANCHOR_MIN_SHARED
+from tcqa_data.decontam.textstore.anchors import (
+    _LOW32,
+    ANCHOR_K,
+    ANCHOR_MAX_DF,
+    ANCHOR_MIN_SHARED,
+    winnow,
+)
 from tcqa_data.decontam.textstore.store import META, STORE_DIR, _entry_id, _id_key, _key, merged_covers
 from tcqa_data.io_utils import load_npy, read_json
 
@@ -53,6 +59,9 @@ class AnchorIndex:
         # runs of inputs it does not hold (all of them in a store of version 2 or 3)
         self.runs: list[tuple[_Table | np.ndarray, int]] = []
         covered = merged_covers(meta, manifest)
+        # inputs whose docs have entries in none of the tables (a stale merged table, a store
+        # without anchors): a lookup cannot find their docs (``missing_inputs``)
+        self.missing_inputs: list[str] = []
         merged = meta.get("anchors")
         if covered:
             for part in merged["parts"]:
@@ -63,6 +72,9 @@ class AnchorIndex:
             if _id_key(_entry_id(e, manifest)) in covered:
                 continue
             rec = meta["inputs"].get(_key(e), {})
+            no_entries = rec.get("anchor_entries") == 0 and rec.get("id") == _entry_id(e, manifest)
+            if not rec.get("anchors") and not no_entries:
+                self.missing_inputs.append(str(e["path"]))
             for run in rec.get("anchors", []):
                 if isinstance(run, str):  # store version 2
                     arr: _Table | np.ndarray = load_npy(root / STORE_DIR / run)
@@ -75,6 +87,33 @@ class AnchorIndex:
     @property
     def available(self) -> bool:
         return bool(self.runs)
+
+    def holding_candidates(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Per text of at least ``WHOLE_MIN_WORDS`` words: every doc that can hold its words as one
+        run (sorted ordinals; a superset, to be verified against the docs' text). A doc holding the
+        run kept the smallest k-gram of each window inside it, so it has every k-gram the text's own
+        winnowing keeps: the candidates are the docs having all of them (no ``ANCHOR_MAX_DF`` cap:
+        common k-grams are read whole). Complete only when ``missing_inputs`` is empty."""
+        kept, owner = winnow(list(texts), self.scheme, self.seed)
+        pairs = sorted_unique((kept.astype(np.uint64) << np.uint64(32)) | owner.astype(np.uint64))
+        uh, inv = np.unique(pairs >> np.uint64(32), return_inverse=True)
+        q_owner = (pairs & _LOW32).astype(np.int64)
+        ks, ds = [], []
+        for arr, doc_offset in self.runs:
+            k, d = _table_lookup(arr, uh, np.arange(len(uh)), None)
+            ks.append(k)
+            ds.append(d + doc_offset)
+        hk = np.concatenate(ks) if ks else np.empty(0, np.int64)
+        hd = np.concatenate(ds) if ds else np.empty(0, np.int64)
+        order = np.lexsort((hd, hk))
+        hk, hd = hk[order], hd[order]
+        start = np.searchsorted(hk, np.arange(len(uh) + 1))
+        out: list[np.ndarray | None] = [None] * len(texts)
+        for row, q in zip(inv.ravel().tolist(), q_owner.tolist(), strict=True):
+            docs = hd[start[row]:start[row + 1]]
+            got = out[q]
+            out[q] = docs if got is None else np.intersect1d(got, docs, assume_unique=True)
+        return [np.empty(0, np.int64) if d is None else np.unique(d) for d in out]
 
     def candidates(self, texts: Sequence[str], top: int, min_shared: int = ANCHOR_MIN_SHARED
                    ) -> list[list[int]]:
@@ -96,28 +135,8 @@ class AnchorIndex:
         alive = np.ones(len(uh), dtype=bool)  # k-grams in at most ANCHOR_MAX_DF docs so far
 
         def lookup(arr: _Table | np.ndarray, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            """(k-gram, doc) of the table's entries for k-grams ``live``, k-grams ascending."""
-            if isinstance(arr, _Table):
-                lh = uh[live]
-                if arr.end_cell - arr.first_cell != 1 << arr.dir_bits:
-                    # a merged part: the live k-grams in its key range, as keys of its directory
-                    # slice (the cell index relative to the slice's first cell)
-                    rbits = 32 - arr.dir_bits
-                    lo, hi = np.searchsorted(lh, np.array([arr.first_cell << rbits, arr.end_cell << rbits],
-                                                          dtype=np.uint64))
-                    live = live[lo:hi]
-                    lh = lh[lo:hi] - np.uint64(arr.first_cell << rbits)
-                # a k-gram in more than ANCHOR_MAX_DF docs is dropped anyway: read no more of it
-                k, d = packed.lookup(arr.cells, arr.words, lh, arr.dir_bits, arr.id_bits, ANCHOR_MAX_DF + 1)
-            else:
-                lh = uh[live]
-                lo = np.searchsorted(arr, lh << np.uint64(32), side="left")
-                hi = np.searchsorted(arr, (lh << np.uint64(32)) | _LOW32, side="right")
-                n = hi - lo
-                k = np.repeat(np.arange(len(lh)), n)
-                d = (np.asarray(arr[np.repeat(lo, n) + np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)])
-                     & _LOW32).astype(np.int64)
-            return live[k], d
+            # a k-gram in more than ANCHOR_MAX_DF docs is dropped anyway: read no more of it
+            return _table_lookup(arr, uh, live, ANCHOR_MAX_DF + 1)
 
         # The runs are looked up by _ANCHOR_THREADS threads (the kernel releases the GIL), a few runs
         # ahead of the one whose hits are counted: a lookup may still include k-grams that an
@@ -153,6 +172,35 @@ class AnchorIndex:
         hk = np.concatenate([k for k, _ in hits]) if hits else np.empty(0, np.int64)
         hd = np.concatenate([d for _, d in hits]) if hits else np.empty(0, np.int64)
         return rank_candidates(hk, hd, df, inv, q_owner, self.num_docs, len(texts), top, min_shared, weak_top)
+
+
+def _table_lookup(arr: _Table | np.ndarray, uh: np.ndarray, live: np.ndarray, cap: int | None
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """(row of ``uh``, doc) of a table's entries for the k-grams ``uh[live]`` (``uh`` ascending),
+    k-grams ascending; at most ``cap`` docs (the smallest) per k-gram when given. Docs are the
+    table's own ids (input-local in a per-input run)."""
+    if isinstance(arr, _Table):
+        lh = uh[live]
+        if arr.end_cell - arr.first_cell != 1 << arr.dir_bits:
+            # a merged part: the live k-grams in its key range, as keys of its directory
+            # slice (the cell index relative to the slice's first cell)
+            rbits = 32 - arr.dir_bits
+            lo, hi = np.searchsorted(lh, np.array([arr.first_cell << rbits, arr.end_cell << rbits],
+                                                  dtype=np.uint64))
+            live = live[lo:hi]
+            lh = lh[lo:hi] - np.uint64(arr.first_cell << rbits)
+        k, d = packed.lookup(arr.cells, arr.words, lh, arr.dir_bits, arr.id_bits, cap)
+    else:  # store version 2: one sorted uint64 ``hash << 32 | doc`` per entry
+        lh = uh[live]
+        lo = np.searchsorted(arr, lh << np.uint64(32), side="left")
+        hi = np.searchsorted(arr, (lh << np.uint64(32)) | _LOW32, side="right")
+        n = hi - lo
+        if cap is not None:
+            n = np.minimum(n, cap)
+        k = np.repeat(np.arange(len(lh)), n)
+        d = (np.asarray(arr[np.repeat(lo, n) + np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)])
+             & _LOW32).astype(np.int64)
+    return live[k], d
 
 
 def query_anchors(texts: Sequence[str], scheme: str, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -46,6 +46,8 @@ from tcqa_data.io_utils import load_npy, read_json, write_npy_atomic
 
 ANCHOR_K = 4  # words per hashed k-gram
 ANCHOR_W = 3  # winnowing window (k-grams): shared runs of >= ANCHOR_W + ANCHOR_K - 1 words are found
+# the shortest word run every doc holding it is found for (``AnchorIndex.holding_candidates``)
+WHOLE_MIN_WORDS = ANCHOR_W + ANCHOR_K - 1
 ANCHOR_RUN = 1 << 24  # entries per sorted run (128 MiB while held, as uint64)
 ANCHOR_MAX_DF = 64  # a k-gram in more docs is no evidence of a copy
 ANCHOR_MIN_SHARED = 2  # kept k-grams a doc must share with a query to be aligned (cost)

@@ -155,6 +155,18 @@ class TextStore:
             self._checked.add(p)
         return p
 
+    def unreadable(self) -> str | None:
+        """Why some doc's text cannot be read (an input's corpus file gone or changed since it was
+        indexed: the error ``text`` would raise), or None."""
+        for e in self._inputs:
+            rec = self._meta["inputs"][_key(e)]
+            if rec["kind"] != "copy" and int(e["docs"]):
+                try:
+                    self._check_file(rec)
+                except TcqaError as err:
+                    return str(err)
+        return None
+
     def _group(self, path: Path, g: int, column: str) -> list[str]:
         k = (str(path), g)
         if k not in self._groups:
