@@ -63,6 +63,10 @@ def decontaminate_cmd(
     short_min_words: int = typer.Option(
         8, "--short-min-words",
         help="With --corpus: a query of this many words up to n-1 is matched whole (0: as an index)."),
+    source_name: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--source-name",
+        help="The corpus as contamination_report.csv names it (CONDA's Contaminated Source), e.g. a hub "
+             "id such as allenai/c4 (default: its hub dataset or file names)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or summary."),
 ) -> None:
     """Score benchmark docs against INDEX_DIR (or stream --corpus); write splits, evidence, reports."""
@@ -88,6 +92,7 @@ def decontaminate_cmd(
             corpus=corpus or None, text_field=text_field, id_field=id_field, on_error=on_error,
             workers=workers, engine=engine, ray_address=ray_address, hf_dataset=hf_dataset,
             hf_config=hf_config, hf_split=hf_split, short_min_words=short_min_words or None,
+            source_name=source_name,
         )
     for note in summary.get("warnings", []):  # shown even with --quiet; also at the top of every report
         warning(note)
