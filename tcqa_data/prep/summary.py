@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tcqa_data.io_utils import write_json_atomic, write_text_atomic
 from tcqa_data.report_render import Block, Bullets, Code, Heading, Paragraph, Table, to_html, to_markdown
@@ -67,20 +68,21 @@ def dataset_id(spec: Any) -> tuple[str, str]:
 def split_row(spec: Any, split: str, role: str, declared: bool, ngram: int,
               contamination: pa.Table) -> dict[str, Any]:
     """One task x split of the summary, from its ``contamination.parquet`` table."""
-    c = contamination.select([n for n in ("group_id", "dirty", "status", "field_names", "field_matched_words",
-                                          "matched_words", "aligned_field", "aligned_words")
-                              if n in contamination.column_names]).to_pydict()
-    dirty = np.asarray(c["dirty"], dtype=bool)
-    gids = np.asarray(c["group_id"], dtype=np.int64)
+    dirty = contamination.column("dirty").to_numpy(zero_copy_only=False).astype(bool)
+    gids = contamination.column("group_id").to_numpy()
     docs = len(dirty)
-    groups = len(set(gids.tolist()))
-    dirty_groups = len(set(gids[dirty].tolist()))
+    groups = len(np.unique(gids))
+    dirty_groups = len(np.unique(gids[dirty]))
+    # the list columns of the dirty docs only (a few percent of a split): Python objects are the cost
+    c = contamination.filter(pa.array(dirty)).select(
+        [n for n in ("field_names", "field_matched_words", "matched_words", "aligned_field", "aligned_words")
+         if n in contamination.column_names]).to_pydict()
     fields = list(spec.query_fields())
     where = {f: 0 for f in fields}
     outside = no_match = 0
     aligned_field = c.get("aligned_field")
     aligned_words = c.get("aligned_words")
-    for i in np.flatnonzero(dirty).tolist():
+    for i in range(len(c["matched_words"])):
         hit = {f for f, m in zip(c["field_names"][i], c["field_matched_words"][i], strict=True) if m > 0}
         if aligned_field is not None and aligned_words[i] and aligned_field[i]:
             hit.add(aligned_field[i])
@@ -97,7 +99,7 @@ def split_row(spec: Any, split: str, role: str, declared: bool, ngram: int,
         "dataset": dataset, "subset": subset, "ngram": ngram, "group_by": list(spec.group_by),
         "docs": docs, "dirty_docs": int(dirty.sum()), "dirty_docs_pct": _pct(int(dirty.sum()), docs),
         "groups": groups, "dirty_groups": dirty_groups, "dirty_groups_pct": _pct(dirty_groups, groups),
-        "untestable_docs": sum(s == "untestable" for s in c["status"]),
+        "untestable_docs": int(pc.sum(pc.equal(contamination.column("status"), "untestable")).as_py() or 0),
         "fields": fields,
         # dirty docs whose matches fall in each field (a doc may count in several)
         "dirty_docs_matched_in": {**where, OUTSIDE_FIELDS: outside, NO_MATCH: no_match},
