@@ -55,12 +55,19 @@ def conda_role(role: str, split: str, declared: bool) -> str:
     return "test"
 
 
+# `datasets`' builders of local files: a dataset_path that names a file format, not a dataset
+LOCAL_BUILDERS = frozenset({"json", "csv", "parquet", "text", "arrow", "pandas", "webdataset"})
+
+
 def dataset_id(spec: Any) -> tuple[str, str]:
     """(hub dataset id, config) of a task, as the database names evaluation datasets; a task without
-    a hub dataset is named by its task name. A config named ``default`` is no subset."""
-    config = getattr(spec, "lm_task", None)
-    config = getattr(config, "config", None) if config is not None else spec
-    path = getattr(config, "dataset_path", None) or spec.task
+    a hub dataset (none given, or local files read by a builder such as ``json``) is named by its
+    task name. A config named ``default`` is no subset."""
+    lm_task = getattr(spec, "lm_task", None)
+    config = getattr(lm_task, "config", None) if lm_task is not None else spec
+    path = getattr(config, "dataset_path", None)
+    if not path or str(path) in LOCAL_BUILDERS:
+        return spec.task, ""
     name = getattr(config, "dataset_name", None) or ""
     return str(path), "" if name == "default" else str(name)
 
