@@ -104,3 +104,4 @@ def decontaminate_cmd(
             typer.echo(f"{task}/{split}: {c['dirty_groups']}/{c['groups']} groups dirty, "
                        f"{c['dirty_docs']}/{c['docs']} docs dirty, {c['untestable_docs']} untestable "
                        f"-> {out / task / split}")
+    typer.echo(f"summary: {out / 'summary.md'}; CONDA database rows: {out / 'contamination_report.csv'}")
