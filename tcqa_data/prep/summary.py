@@ -91,12 +91,16 @@ def split_row(spec: Any, split: str, role: str, declared: bool, ngram: int,
     aligned_words = c.get("aligned_words")
     for i in range(len(c["matched_words"])):
         hit = {f for f, m in zip(c["field_names"][i], c["field_matched_words"][i], strict=True) if m > 0}
-        if aligned_field is not None and aligned_words[i] and aligned_field[i]:
-            hit.add(aligned_field[i])
+        # n-gram matched words that no field holds, or an aligned span mostly outside the fields
+        off = c["matched_words"][i] > sum(c["field_matched_words"][i])
+        if aligned_field is not None and aligned_words[i]:
+            if aligned_field[i] in where:
+                hit.add(aligned_field[i])
+            else:
+                off = True
         for f in hit:
-            where[f] = where.get(f, 0) + 1
-        in_fields = sum(c["field_matched_words"][i])
-        if c["matched_words"][i] > in_fields:  # n-gram matched words that no field holds
+            where[f] += 1
+        if off:
             outside += 1
         elif not hit:
             no_match += 1
