@@ -194,6 +194,33 @@ def test_lm_eval_mc_taco_equals_builtin_mc_taco(prepared):
     assert manifest["tasks"]["tcqa_test_mc_taco"]["source"]["query"] == "{{question}} {{sentence}}"
 
 
+def test_run_summary_covers_lm_eval_tasks(prepared):
+    """The PREP_DIR summary has a row per lm-eval task (local json data: named by the task) with its
+    counts from contamination.parquet; the CONDA rows put them in their split's column."""
+    import csv
+
+    ours, builtin = prepared
+    s = json.loads((ours / "summary.json").read_text())
+    got = {(r["task"], r["split"]): r for r in s["rows"]}
+    assert set(got) == {("tcqa_test_mc_taco", "test"), ("tcqa_test_pick", "test"),
+                        ("tcqa_test_squad_gen", "validation")}
+    for (task, split), r in got.items():
+        cont = _table(ours, task, split, "contamination").to_pandas()
+        assert (r["docs"], r["dirty_docs"], r["dirty_groups"]) == (
+            len(cont), int(cont["dirty"].sum()), cont[cont["dirty"]]["group_id"].nunique())
+        assert r["dataset"] == task and r["subset"] == ""  # `dataset_path: json` names no dataset
+    rows = {r[0]: r for r in csv.reader((ours / "contamination_report.csv").open(), delimiter=";")}
+    r = got[("tcqa_test_squad_gen", "validation")]
+    assert rows["tcqa_test_squad_gen"][4:7] == ["", f"{100 * r['dirty_docs'] / r['docs']:.2f}", ""]
+    mc = got[("tcqa_test_mc_taco", "test")]
+    assert rows["tcqa_test_mc_taco"][4:7] == ["", "", f"{100 * mc['dirty_docs'] / mc['docs']:.2f}"]
+    # the built-in task names its hub dataset, with the same counts
+    b = json.loads((builtin / "summary.json").read_text())["rows"]
+    assert b[0]["dataset"] == "CogComp/mc_taco"
+    assert {k: b[0][k] for k in ("docs", "dirty_docs", "groups", "dirty_groups")} == \
+        {k: mc[k] for k in ("docs", "dirty_docs", "groups", "dirty_groups")}
+
+
 def test_lm_eval_own_query_method_is_the_trap(task_dir):
     """lm-eval 0.4.13's Task.doc_to_decontamination_query raises on MC-TACO's text; ours renders it."""
     from tcqa_data.prep.lm_eval_tasks import decontamination_query, resolve_lm_eval_tasks

@@ -64,6 +64,10 @@ def decontaminate_cmd(
         8, "--short-min-words",
         help="A query of this many words up to n-1 is matched whole (index: from its text store, "
              ">= 6; 0: off, such queries untestable)."),
+    source_name: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--source-name",
+        help="The corpus as contamination_report.csv names it (CONDA's Contaminated Source), e.g. a hub "
+             "id such as allenai/c4 (default: its hub dataset or file names)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or summary."),
 ) -> None:
     """Score benchmark docs against INDEX_DIR (or stream --corpus); write splits, evidence, reports."""
@@ -89,6 +93,7 @@ def decontaminate_cmd(
             corpus=corpus or None, text_field=text_field, id_field=id_field, on_error=on_error,
             workers=workers, engine=engine, ray_address=ray_address, hf_dataset=hf_dataset,
             hf_config=hf_config, hf_split=hf_split, short_min_words=short_min_words or None,
+            source_name=source_name,
         )
     for note in summary.get("warnings", []):  # shown even with --quiet; also at the top of every report
         warning(note)
@@ -100,3 +105,4 @@ def decontaminate_cmd(
             typer.echo(f"{task}/{split}: {c['dirty_groups']}/{c['groups']} groups dirty, "
                        f"{c['dirty_docs']}/{c['docs']} docs dirty, {c['untestable_docs']} untestable "
                        f"-> {out / task / split}")
+    typer.echo(f"summary: {out / 'summary.md'}; CONDA database rows: {out / 'contamination_report.csv'}")

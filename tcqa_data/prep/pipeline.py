@@ -26,6 +26,7 @@ from tcqa_data.prep.benchmarks import BenchmarkSplit, group_ids, load_split
 from tcqa_data.prep.lm_eval_export import export_lm_eval, export_lm_eval_task, exportable, lm_eval_task_name
 from tcqa_data.prep.report import write_reports
 from tcqa_data.prep.splits import GROUP_POLICIES, add_ids, check_invariants, group_flags, split_table
+from tcqa_data.prep.summary import build_summary, reference_for, split_row, write_summary
 from tcqa_data.prep.taskspec import TaskSpec, is_task_yaml_path, is_tcqa_task
 from tcqa_data.progress import progress_bar, rate_text
 
@@ -216,6 +217,7 @@ def decontaminate(
     hf_dataset: str | None = None,
     hf_config: str | None = None,
     hf_split: str = "train",
+    source_name: str | None = None,
 ) -> dict[str, Any]:
     """Score every doc of ``tasks`` against the index, write PREP_DIR, return the summary.
 
@@ -242,10 +244,15 @@ def decontaminate(
     verified against its text), and an index without a usable text store keeps such queries
     "untestable", its ``untestable_policy`` saying why. None or 0: off (all "untestable").
 
+    ``source_name``: the corpus as ``contamination_report.csv`` names it (the CONDA database's
+    "Contaminated Source", e.g. a hub id); default: its hub dataset or file names
+    (:func:`default_source_name`).
+
     Steps: the options checked; the evidence opened once (``IndexEvidence``, or ``StreamEvidence``)
     and checked against the rule; the tasks resolved (all refusals before anything is written);
     every task's splits loaded (a stream needs all queries before its one pass); then each split
-    scored and written in turn; ``prep_manifest.json`` last.
+    scored and written in turn; the run summary (``summary.json/md/html``,
+    ``contamination_report.csv``); ``prep_manifest.json`` last.
     """
     if isinstance(tasks, str):
         tasks = [t.strip() for t in tasks.split(",") if t.strip()]
@@ -282,8 +289,14 @@ def decontaminate(
                                           "below is reported clean")
     run.fix_ref = portable_ref(run.index_dir, run.evidence.manifest)
     run.index_summary = _index_summary(run.evidence, run.index_dir)
+    rows: list[dict[str, Any]] = []
     for job in jobs:
-        manifest_tasks[job.task.task], summary["tasks"][job.task.task] = _process_task(job, run)
+        manifest_tasks[job.task.task], summary["tasks"][job.task.task] = _process_task(job, run, rows)
+    write_summary(run.out, build_summary(
+        rows, config=run.config, evidence=_evidence_source(run),
+        contaminated_source=source_name or default_source_name(run, hf_dataset, corpus),
+        reference=reference_for(parsed_rule),
+        versions={"format_version": tcqa_data.FORMAT_VERSION, "tcqa_data_version": tcqa_data.__version__}))
     manifest = {
         "format_version": tcqa_data.FORMAT_VERSION,
         "tcqa_data_version": tcqa_data.__version__,
@@ -293,6 +306,38 @@ def decontaminate(
     }
     write_json_atomic(run.out / "prep_manifest.json", manifest)
     return summary
+
+
+def _input_names(run: _Run, hf_dataset: str | None) -> list[str]:
+    """The evidence's corpus inputs by name: hub datasets by their id, files by file name."""
+    names = []
+    for e in run.evidence.manifest.get("inputs", []):
+        if e.get("format") == "hf":
+            names.append((e.get("hf") or {}).get("name") or hf_dataset or e["path"])
+        else:
+            names.append(portable_path(e["path"]))
+    return sorted(set(names))
+
+
+def default_source_name(run: _Run, hf_dataset: str | None, corpus: Sequence[str] | None) -> str:
+    """The corpus as the CONDA row names it when ``--source-name`` is not given: its inputs (hub ids,
+    file names) up to three; past that the index folder, or the corpus specs as given."""
+    names = _input_names(run, hf_dataset)
+    if 0 < len(names) <= 3:
+        return " + ".join(names)
+    if not run.stream:
+        return portable_path(run.index_dir)
+    return " + ".join([portable_path(c) for c in corpus or []] + ([hf_dataset] if hf_dataset else []))
+
+
+def _evidence_source(run: _Run) -> dict[str, str]:
+    """Where the evidence came from, as the run summary says it: the index folder, or the streamed
+    corpus inputs (the first 5 named)."""
+    if not run.stream:
+        return {"mode": "index", "source": portable_path(run.index_dir)}
+    names = _input_names(run, None)
+    more = f" ... {len(names) - 5} more" if len(names) > 5 else ""
+    return {"mode": "stream", "source": ", ".join(names[:5]) + more}
 
 
 def _check_options(rule: str, ngram: str | int, max_corpus_freq: int | None, group_policy: str
@@ -510,9 +555,10 @@ def _choose_n(task: str, queries: Iterable[str], run: _Run) -> tuple[int, str]:
     return n, how
 
 
-def _process_task(job: _TaskJob, run: _Run) -> tuple[dict[str, Any], dict[str, Any]]:
+def _process_task(job: _TaskJob, run: _Run, rows: list[dict[str, Any]]
+                  ) -> tuple[dict[str, Any], dict[str, Any]]:
     """One task's splits at one n-gram size, its PREP_DIR files; returns its manifest entry and
-    its summary (split -> counts)."""
+    its summary (split -> counts); appends each split's run-summary row to ``rows``."""
     task = job.task
     n, how = _choose_n(task.task, (q for _, queries, _ in job.parts for q in queries), run)
     # names were checked where they were read; resolve_inside also refuses a folder that a link
@@ -529,7 +575,8 @@ def _process_task(job: _TaskJob, run: _Run) -> tuple[dict[str, Any], dict[str, A
         split_name = check_name(b.split, "split name", f"task {task.task!r}")
         # (the whole PREP_DIR is staged and committed at once: ``writes_output``)
         split_dir = resolve_inside(run.out, task.task, split_name, what="split folder")
-        counts, export = _process_split(task, b, queries, role, split_dir, run, n, config)
+        counts, export, row = _process_split(task, b, queries, role, split_dir, run, n, config)
+        rows.append(row)
         entry["splits"][b.split] = counts
         entry["lm_eval_export"][b.split] = export
         summary[b.split] = counts
@@ -584,9 +631,9 @@ def fill_stream(evidence: Any, groups: Sequence[tuple[int, Sequence[str]]], *, q
 
 def _process_split(spec: TaskSpec | LmEvalTask, b: BenchmarkSplit, queries: list[str], role: str,
                    split_dir: Path, run: _Run, n: int, config: dict[str, Any]
-                   ) -> tuple[dict[str, Any], dict[str, Any]]:
+                   ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """One split: scored against the index, flagged by the rule, its files written; returns its
-    report counts and where its lm-eval export is."""
+    report counts, where its lm-eval export is, and its row of the run summary."""
     import time
 
     rule = run.rule
@@ -636,7 +683,8 @@ def _process_split(spec: TaskSpec | LmEvalTask, b: BenchmarkSplit, queries: list
                   "code_sha256": code_digests(split_dir / "lm_eval")}
     else:
         export = {"include_path": None, "tasks": {}, "not_exported": reason}
-    return counts, export
+    row = split_row(spec, b.split, role, b.split in spec.splits().values(), n, contamination)
+    return counts, export, row
 
 
 def _contamination_table(cols: dict[str, list], gids: list[int], n: int, dirty_doc: np.ndarray,
