@@ -55,6 +55,30 @@ def test_kernel_hashes_equal_numpy_hashes(wiki_sample, monkeypatch):
     assert any(len(t) > 64 for s in EDGE for t in s.split())
 
 
+
+def test_present_hashes_are_the_filtered_hashes(wiki_sample, monkeypatch):
+    """The stream pass's fused kernel keeps exactly the n-grams whose top bits pass the filter, in
+    the order (and with the docs) of the numpy fallback's full hashes."""
+    texts = _texts(wiki_sample)
+    parts = [hashing.encode_normalized(t) for t in texts]
+    data = np.frombuffer(b" " + b" ".join(parts) + b" " * 9, dtype=np.uint8).copy()
+    if not bytes(data).isascii():
+        hashing._blank_unicode_whitespace(data)
+    starts = np.cumsum([1] + [len(p) + 1 for p in parts])
+    monkeypatch.setenv(kernel.ENV, "numpy")
+    full = hashing.hash_normalized(data, starts, [5, 13], seed=3)
+    monkeypatch.setenv(kernel.ENV, "numba")
+    rng = np.random.default_rng(1)
+    shift = 64 - 16
+    bits = {n: np.packbits(rng.random(1 << 16) < 0.1, bitorder="little") for n in (5, 13)}
+    got = hashing.hash_normalized_present(data, starts, 3, {n: (b, shift) for n, b in bits.items()})
+    for n in (5, 13):
+        h, d = full[n]
+        v = (h >> np.uint64(shift)).astype(np.int64)
+        keep = (bits[n][v >> 3] >> (v & 7)) & 1 == 1
+        assert 0 < keep.sum() < len(h)
+        assert np.array_equal(got[n][0], h[keep]) and np.array_equal(got[n][1], d[keep])
+
 def test_kernel_sort_and_merge_equal_numpy(monkeypatch):
     rng = np.random.default_rng(0)
     h = rng.integers(0, 2**63, 200_000, dtype=np.uint64) * np.uint64(2)

@@ -169,7 +169,7 @@ class _ShardScan:
 
 def scan_shard(table: BenchmarkTable, shard: InputShard) -> ShardHits:
     """Stream one input shard against ``table``: its hits, doc numbers local to the shard."""
-    from tcqa_data.decontam.core.hashing import batch_ngram_hashes, hash_normalized
+    from tcqa_data.decontam.core.hashing import batch_ngram_hashes, hash_normalized, hash_normalized_present
     from tcqa_data.decontam.textstore.anchors import ANCHOR_K
 
     cfg = table.cfg
@@ -180,12 +180,17 @@ def scan_shard(table: BenchmarkTable, shard: InputShard) -> ShardHits:
     if inp.format == "hf":
         docs = _hf_documents(cfg, stats)
     elif normalized_batches_supported(inp.format, cfg.text_field, cfg.id_field, cfg.normalization):
+        # without anchors (which winnow every 4-gram) only the n-grams passing the table's presence
+        # filter leave the kernel: the lookup then sees the same hits
+        present = table.presence_bits() if not cfg.anchors else None
         for b in iter_normalized_batches(shard, cfg.text_field, cfg.on_error, stats, BATCH_CHARS):
 
             def name(local: np.ndarray, rows: np.ndarray = b.rows) -> list[tuple[str, int]]:
                 return [(f"{inp.path}:{r}", r) for r in rows[local].tolist()]
 
-            scan.add(hash_normalized(b.data, b.doc_start, ns, cfg.seed), len(b.rows), name)
+            by_n = (hash_normalized_present(b.data, b.doc_start, cfg.seed, present) if present is not None
+                    else hash_normalized(b.data, b.doc_start, ns, cfg.seed))
+            scan.add(by_n, len(b.rows), name)
             scan.out.chars += b.chars
         return scan.finish()
     else:

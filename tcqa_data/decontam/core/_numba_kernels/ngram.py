@@ -474,8 +474,42 @@ def ngram_hashes_into(tok, doc_tok, n, base, base_inv, add, h_out, d_out, pos, d
     return out
 
 
+@njit(cache=True, nogil=True)
+def ngram_hashes_present(tok, doc_tok, n, base, base_inv, add, presence, shift, h_out, d_out):
+    """``ngram_hashes`` of every doc, keeping only the hashes whose top bits are set in the bit
+    filter ``presence`` (uint8, bit ``v & 7`` of byte ``v >> 3`` for ``v = h >> shift``): a stream
+    pass looks up the few n-grams a benchmark may hold without writing every corpus n-gram out.
+    ``h_out``/``d_out`` need room for every n-gram (the caller's reused buffers). Returns the count."""
+    ndocs = len(doc_tok) - 1
+    top = np.uint64(1)
+    for _ in range(n - 1):
+        top *= base
+    sh = np.uint64(shift)
+    out = 0
+    for k in range(ndocs):
+        a, b = doc_tok[k], doc_tok[k + 1]
+        if b - a < n:
+            continue
+        s = np.uint64(0)
+        p = np.uint64(1)
+        for j in range(n):
+            s += tok[a + j] * p
+            p *= base
+        for i in range(a, b - n + 1):
+            if i > a:
+                s = (s - tok[i - 1]) * base_inv + tok[i + n - 1] * top
+            h = fmix(s + add)
+            v = h >> sh
+            if (presence[v >> np.uint64(3)] >> (v & np.uint64(7))) & np.uint8(1):
+                h_out[out] = h
+                d_out[out] = k
+                out += 1
+    return out
+
+
 KERNELS = {"ngram_hashes": ngram_hashes, "dedupe_pairs": dedupe_pairs, "order_ties": order_ties,
            "merge_sorted": merge_sorted, "msd_sort": msd_sort, "merge_sorted_keys": merge_sorted_keys,
            "token_hashes_1p": token_hashes_1p, "bucket_columns": bucket_columns,
            "cell_counts": cell_counts, "scatter_cells": scatter_cells, "unpack_cells": unpack_cells,
-           "ngram_hashes_into": ngram_hashes_into}
+           "ngram_hashes_into": ngram_hashes_into,
+           "ngram_hashes_present": ngram_hashes_present}
