@@ -27,6 +27,7 @@ import numpy as np
 
 from tcqa_data.decontam.core.arrays import sorted_unique
 from tcqa_data.decontam.ngrams.index import DEFAULT_PROVENANCE
+from tcqa_data.decontam.ngrams.runs import sort_pairs
 
 FILTER_BITS = 24  # the presence filter: 16 MB per n-gram size
 
@@ -87,13 +88,9 @@ class BenchmarkTable:
             n: (np.empty(0, np.uint64), np.empty(0, np.int64)) for n in ns}
         by_n.update(by_whole)
         for n in cfg.ngram_sizes:
-            flat, owner = (np.asarray(a) for a in by_n[n])
-            order = np.lexsort((owner, flat))
-            flat, owner = flat[order], owner[order]
-            # distinct (hash, query) pairs: a query repeating an n-gram holds it once
-            new = np.ones(len(flat), dtype=bool)
-            new[1:] = (flat[1:] != flat[:-1]) | (owner[1:] != owner[:-1])
-            flat, owner = flat[new], owner[new]
+            # distinct (hash, query) pairs, by hash then query (the index's radix sort): a query
+            # repeating an n-gram holds it once
+            flat, owner = sort_pairs(*by_n[n])
             first = np.ones(len(flat), dtype=bool)
             first[1:] = flat[1:] != flat[:-1]
             self.keys[n] = flat[first]
@@ -119,11 +116,18 @@ class BenchmarkTable:
         return table
 
     def presence_bits(self) -> dict[int, tuple[np.ndarray, int]]:
-        """Per n, the presence filter packed as bits with its shift (``hashing.hash_normalized_present``:
-        2 MB, which stays in a core's cache where the byte filter's 16 MB does not)."""
+        """Per n, the pass's presence filter as bits, with its shift (``hashing.hash_normalized_present``):
+        about 8 bits per key, 128 KB to 2 MB, so that it stays in a core's cache. Smaller lets more
+        corpus n-grams through to the lookup, larger misses the cache: with 353 k keys, 2**22 bits
+        took 1.54 CPU-s for a 206 MB pass, 2**24 1.92, 2**26 2.50 (an exact test in the kernel,
+        through a directory of the filter's cells, was slower still)."""
         if getattr(self, "_bits", None) is None:
-            self._bits = {n: (np.packbits(f, bitorder="little"), 64 - FILTER_BITS)
-                          for n, f in self.filters.items()}
+            self._bits = {}
+            for n, keys in self.keys.items():
+                bits = min(FILTER_BITS, max(20, (8 * len(keys)).bit_length()))
+                on = np.zeros(1 << bits, dtype=bool)
+                on[(keys >> np.uint64(64 - bits)).astype(np.int64)] = True
+                self._bits[n] = (np.packbits(on, bitorder="little"), 64 - bits)
         return self._bits
 
     def lookup(self, hashes: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
