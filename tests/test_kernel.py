@@ -69,13 +69,16 @@ def test_present_hashes_are_the_filtered_hashes(wiki_sample, monkeypatch):
     full = hashing.hash_normalized(data, starts, [5, 13], seed=3)
     monkeypatch.setenv(kernel.ENV, "numba")
     rng = np.random.default_rng(1)
-    shift = 64 - 16
-    bits = {n: np.packbits(rng.random(1 << 16) < 0.1, bitorder="little") for n in (5, 13)}
-    got = hashing.hash_normalized_present(data, starts, 3, {n: (b, shift) for n, b in bits.items()})
+    shift, mask = 64 - 16, (1 << 16) - 1
+    bits = {n: [np.packbits(rng.random(1 << 16) < 0.3, bitorder="little") for _ in range(2)] for n in (5, 13)}
+    filters = {n: (hi, shift, lo, mask) for n, (hi, lo) in bits.items()}
+    got = hashing.hash_normalized_present(data, starts, 3, filters)
     for n in (5, 13):
         h, d = full[n]
+        hi, lo = bits[n]
         v = (h >> np.uint64(shift)).astype(np.int64)
-        keep = (bits[n][v >> 3] >> (v & 7)) & 1 == 1
+        w = (h & np.uint64(mask)).astype(np.int64)
+        keep = ((hi[v >> 3] >> (v & 7)) & 1 == 1) & ((lo[w >> 3] >> (w & 7)) & 1 == 1)
         assert 0 < keep.sum() < len(h)
         assert np.array_equal(got[n][0], h[keep]) and np.array_equal(got[n][1], d[keep])
 

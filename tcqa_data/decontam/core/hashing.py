@@ -250,24 +250,25 @@ def _hash_parts_compiled(arr: np.ndarray, doc_start: np.ndarray, ns: Sequence[in
 
 
 def hash_normalized_present(arr: np.ndarray, doc_start: np.ndarray, seed: int,
-                            presence: Mapping[int, tuple[np.ndarray, int]]
+                            presence: Mapping[int, tuple[np.ndarray, int, np.ndarray, int]]
                             ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """``hash_normalized`` keeping, per n, only the hashes that pass a bit filter: ``presence`` maps
-    n -> (uint8 bits, shift), bit ``v & 7`` of byte ``v >> 3`` set for the values ``v = hash >>
-    shift`` worth looking up (``stream.table``). The compiled kernels only; same hashes and docs as
-    ``hash_normalized`` for those kept, in the same order, with no array of every n-gram."""
+    """``hash_normalized`` keeping, per n, only the hashes that pass two bit filters: ``presence``
+    maps n -> (high bits, shift, low bits, mask); bit ``v & 7`` of byte ``v >> 3`` of ``high`` is
+    set for the values ``v = hash >> shift``, of ``low`` for ``v = hash & mask``, worth looking up
+    (``stream.table``). The compiled kernels only; the same hashes and docs as ``hash_normalized``
+    for those kept, in the same order, with no array of every n-gram."""
     salt_tok, salt_ng = _salts(seed)
     k = kernel.kernels()
     tok, doc_tok = _tokens_compiled(k, arr, doc_start, salt_tok)
     inv = np.uint64(_P2.inv)
     out = {}
-    for n, (bits, shift) in presence.items():
+    for n, (high, shift, low, mask) in presence.items():
         if n < 1:
             raise ValueError(f"n-gram size must be >= 1, got {n}")
         h = np.empty(len(tok), dtype=np.uint64)
         d = np.empty(len(tok), dtype=np.int64)
         add = np.uint64((n * int(_K_N) + int(salt_ng)) & _M64)
-        m = k["ngram_hashes_present"](tok, doc_tok, n, np.uint64(_B2), inv, add, bits, shift, h, d)
+        m = k["ngram_hashes_present"](tok, doc_tok, n, np.uint64(_B2), inv, add, high, shift, low, mask, h, d)
         out[n] = (h[:m], d[:m])
     return out
 

@@ -115,19 +115,23 @@ class BenchmarkTable:
         table.anchor_filter = _presence(table.anchor_keys, 32)
         return table
 
-    def presence_bits(self) -> dict[int, tuple[np.ndarray, int]]:
-        """Per n, the pass's presence filter as bits, with its shift (``hashing.hash_normalized_present``):
-        about 8 bits per key, 128 KB to 2 MB, so that it stays in a core's cache. Smaller lets more
-        corpus n-grams through to the lookup, larger misses the cache: with 353 k keys, 2**22 bits
-        took 1.54 CPU-s for a 206 MB pass, 2**24 1.92, 2**26 2.50 (an exact test in the kernel,
-        through a directory of the filter's cells, was slower still)."""
+    def presence_bits(self) -> dict[int, tuple[np.ndarray, int, np.ndarray, int]]:
+        """Per n, the pass's two bit filters (``hashing.hash_normalized_present``): on a hash's top
+        bits (with the shift) and on its low bits (with the mask), each about 8 bits per key
+        (128 KB to 2 MB) so that both stay in a core's cache; together they let ~0.6% of corpus
+        n-grams through to the lookup at 8 bits per key. One filter on the top bits alone, on
+        353 k keys over a 206 MB pass: 2**22 bits took 1.54 CPU-s, 2**24 1.92, 2**26 2.50 (cache
+        misses), and 2**22 let 8% through."""
         if getattr(self, "_bits", None) is None:
             self._bits = {}
             for n, keys in self.keys.items():
                 bits = min(FILTER_BITS, max(20, (8 * len(keys)).bit_length()))
-                on = np.zeros(1 << bits, dtype=bool)
-                on[(keys >> np.uint64(64 - bits)).astype(np.int64)] = True
-                self._bits[n] = (np.packbits(on, bitorder="little"), 64 - bits)
+                high = np.zeros(1 << bits, dtype=bool)
+                high[(keys >> np.uint64(64 - bits)).astype(np.int64)] = True
+                low = np.zeros(1 << bits, dtype=bool)
+                low[(keys & np.uint64((1 << bits) - 1)).astype(np.int64)] = True
+                self._bits[n] = (np.packbits(high, bitorder="little"), 64 - bits,
+                                 np.packbits(low, bitorder="little"), (1 << bits) - 1)
         return self._bits
 
     def lookup(self, hashes: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:

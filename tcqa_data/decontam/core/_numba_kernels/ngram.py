@@ -475,16 +475,19 @@ def ngram_hashes_into(tok, doc_tok, n, base, base_inv, add, h_out, d_out, pos, d
 
 
 @njit(cache=True, nogil=True)
-def ngram_hashes_present(tok, doc_tok, n, base, base_inv, add, presence, shift, h_out, d_out):
-    """``ngram_hashes`` of every doc, keeping only the hashes whose top bits are set in the bit
-    filter ``presence`` (uint8, bit ``v & 7`` of byte ``v >> 3`` for ``v = h >> shift``): a stream
-    pass looks up the few n-grams a benchmark may hold without writing every corpus n-gram out.
-    ``h_out``/``d_out`` need room for every n-gram (the caller's reused buffers). Returns the count."""
+def ngram_hashes_present(tok, doc_tok, n, base, base_inv, add, high, shift, low, mask, h_out, d_out):
+    """``ngram_hashes`` of every doc, keeping only the hashes that pass two bit filters (uint8, bit
+    ``v & 7`` of byte ``v >> 3``): ``high`` on ``v = h >> shift``, then ``low`` on ``v = h & mask``.
+    Two small filters stay in a core's cache where one as selective would not: a stream pass
+    looks up the few n-grams a benchmark may hold without writing every corpus n-gram out.
+    ``h_out``/``d_out`` need room for every n-gram (the caller's buffers). Returns the count."""
     ndocs = len(doc_tok) - 1
     top = np.uint64(1)
     for _ in range(n - 1):
         top *= base
     sh = np.uint64(shift)
+    m = np.uint64(mask)
+    three, seven, one = np.uint64(3), np.uint64(7), np.uint8(1)
     out = 0
     for k in range(ndocs):
         a, b = doc_tok[k], doc_tok[k + 1]
@@ -500,12 +503,13 @@ def ngram_hashes_present(tok, doc_tok, n, base, base_inv, add, presence, shift, 
                 s = (s - tok[i - 1]) * base_inv + tok[i + n - 1] * top
             h = fmix(s + add)
             v = h >> sh
-            if (presence[v >> np.uint64(3)] >> (v & np.uint64(7))) & np.uint8(1):
-                h_out[out] = h
-                d_out[out] = k
-                out += 1
+            if (high[v >> three] >> (v & seven)) & one:
+                v = h & m
+                if (low[v >> three] >> (v & seven)) & one:
+                    h_out[out] = h
+                    d_out[out] = k
+                    out += 1
     return out
-
 
 KERNELS = {"ngram_hashes": ngram_hashes, "dedupe_pairs": dedupe_pairs, "order_ties": order_ties,
            "merge_sorted": merge_sorted, "msd_sort": msd_sort, "merge_sorted_keys": merge_sorted_keys,
