@@ -341,4 +341,9 @@ def ngram_hashes(text: str, n: int, scheme: str = "janitor", seed: int = 0) -> n
 
 def token_ngram_hashes(tokens: Sequence[str], n: int, seed: int = 0) -> np.ndarray:
     """Like ``ngram_hashes`` over already-normalized tokens (e.g. lm-eval's n-gram strings split)."""
-    return _hash_parts([" ".join(tokens).encode("utf-8", "surrogatepass")], [n], seed)[n][0]
+    return normalized_ngram_hashes(" ".join(tokens).encode("utf-8", "surrogatepass"), n, seed)
+
+
+def normalized_ngram_hashes(data: bytes, n: int, seed: int = 0) -> np.ndarray:
+    """Like ``ngram_hashes`` over already-normalized UTF-8 (tokens between spaces)."""
+    return _hash_parts([data], [n], seed)[n][0]
