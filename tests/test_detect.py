@@ -147,7 +147,7 @@ def test_field_positions_equal_the_token_loop():
         return out
 
     rng = random.Random(7)
-    vocab = ["a", "ab", "b", "ba", "the", "he", "then", "x"]
+    vocab = ["a", "ab", "b", "ba", "the", "he", "then", "x"] * 4 + ["a\0b"]  # NUL: the loop path
     found = absent = 0
     for _ in range(3000):
         tokens = [rng.choice(vocab) for _ in range(rng.randint(0, 12))]

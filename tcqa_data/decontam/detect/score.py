@@ -23,7 +23,6 @@ The flag rules over these scores (``Rule``, ``doc_status``, ``DEFAULT_RULE``) li
 
 from __future__ import annotations
 
-import itertools
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -84,45 +83,52 @@ def attribute_fields(tokens: list[str], fields: dict[str, str], tokenize: Callab
     """
     owner = [""] * len(tokens)
     for name, (start, end) in field_positions(tokens, fields, tokenize).items():
+        if not any(owner[start:end]):  # usually: no earlier field there, one slice assignment
+            owner[start:end] = [name] * (end - start)
+            continue
         for j in range(start, end):
             if not owner[j]:
                 owner[j] = name
     return owner
 
 
-class _TokenText:
-    """The tokens joined by NUL (which no token holds) for ``str.find``: a token run is found by
-    one search in C instead of a Python loop over the tokens (``_find_sub``'s result)."""
-
-    def __init__(self, tokens: list[str]) -> None:
-        self.text = "\0" + "\0".join(tokens) + "\0"
-        # the NUL before each token; a match starts at one of them
-        self.start = [0, *itertools.accumulate(len(t) + 1 for t in tokens)]
-        self.index = {c: i for i, c in enumerate(self.start)}
-
-    def find(self, needle: list[str], start: int) -> int:
-        if not needle or start >= len(self.start):
-            return -1
-        at = self.text.find("\0" + "\0".join(needle) + "\0", self.start[start])
-        return -1 if at < 0 else self.index[at]
-
-
 def field_positions(tokens: list[str], fields: dict[str, str], tokenize: Callable[[str], list[str]]
                     ) -> dict[str, tuple[int, int]]:
     """Field name -> its ``[start, end)`` token positions in the query (fields not found are left out)."""
+    # the tokens joined by NUL: a field's token run is found by one str.find (in C) and its
+    # position is the NULs before the match; the token loop (_find_sub) where a token holds a NUL
+    joined = "\0" + "\0".join(tokens) + "\0"
+    if joined.count("\0") != len(tokens) + 1:
+        return _field_positions_by_loop(tokens, fields, tokenize)
     out: dict[str, tuple[int, int]] = {}
-    cursor = 0
-    joined = None if any("\0" in t for t in tokens) else _TokenText(tokens)
+    cursor = 0  # where the next search starts: the NUL after the last field found
     for name, value in fields.items():
         ftoks = tokenize(value)
-        if joined is not None and "\0" not in value:
-            pos = joined.find(ftoks, cursor)
-            if pos < 0:
-                pos = joined.find(ftoks, 0)
-        else:
-            pos = _find_sub(tokens, ftoks, cursor)
-            if pos < 0:
-                pos = _find_sub(tokens, ftoks, 0)
+        if not ftoks or "\0" in value:
+            if ftoks:
+                return _field_positions_by_loop(tokens, fields, tokenize)
+            continue
+        needle = "\0" + "\0".join(ftoks) + "\0"
+        at = joined.find(needle, cursor)
+        if at < 0:
+            at = joined.find(needle)
+        if at < 0:
+            continue
+        pos = joined.count("\0", 0, at)
+        out[name] = (pos, pos + len(ftoks))
+        cursor = at + len(needle) - 1
+    return out
+
+
+def _field_positions_by_loop(tokens: list[str], fields: dict[str, str], tokenize: Callable[[str], list[str]]
+                             ) -> dict[str, tuple[int, int]]:
+    out: dict[str, tuple[int, int]] = {}
+    cursor = 0
+    for name, value in fields.items():
+        ftoks = tokenize(value)
+        pos = _find_sub(tokens, ftoks, cursor)
+        if pos < 0:
+            pos = _find_sub(tokens, ftoks, 0)
         if pos < 0:
             continue
         out[name] = (pos, pos + len(ftoks))
