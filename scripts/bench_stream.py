@@ -14,9 +14,12 @@ imports, task loading, the pass, every output file), CPU = user + sys of the chi
 - the marginal rates: (10 copies - 1 copy) MB over the CPU-seconds between the two runs;
 - baseline: ``Janitor.clean_python`` in one Python process, the same queries registered, every
   doc cleaned (what lm-eval offers for the same job); its pieces are compared with purify's, doc
-  by doc, for the docs purify cut or dropped.
+  by doc, for the docs purify cut or dropped;
+- for scale, ``wc -w`` of the plain corpus;
+- ``--compare DIR``: the stream and purify commands on the plain corpus also with the code of
+  another checkout (e.g. the main branch before a change), in the same run, under the same load.
 
-    nice .venv/bin/python scripts/bench_stream.py [--work /tmp/bench_stream] [--copies 10]
+    nice .venv/bin/python scripts/bench_stream.py [--work /tmp/bench_stream] [--copies 10] [--compare ../main]
 """
 
 from __future__ import annotations
@@ -57,12 +60,13 @@ def make_corpus(work: Path, copies: int) -> tuple[Path, Path, Path]:
     return one, plain, zst
 
 
-def run(args: list[str]) -> dict[str, float]:
-    """One command in a child process: wall, CPU (user + sys) and peak RSS of that child alone."""
+def run(args: list[str], code: Path = REPO, program: str = sys.executable) -> dict[str, float]:
+    """One command in a child process (the package from ``code``): wall, CPU (user + sys) and peak
+    RSS of that child alone."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True)
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    proc = subprocess.run([program, *args], env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"{args}: exit {proc.returncode}\n{proc.stderr[-2000:]}")
@@ -99,6 +103,7 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/bench_stream"))
     ap.add_argument("--copies", type=int, default=10)
     ap.add_argument("--skip-janitor", action="store_true")
+    ap.add_argument("--compare", type=Path, help="another checkout, run on the plain corpus too")
     a = ap.parse_args()
     a.work.mkdir(parents=True, exist_ok=True)
     one, plain, zst = make_corpus(a.work, a.copies)
@@ -119,6 +124,21 @@ def main() -> None:
         r["mb_per_cpu_s"] = round(size / r["cpu_s"], 1)
         results[name] = r
         print(name, r, flush=True)
+    if a.compare is not None:
+        code = a.compare.resolve()
+        stream = ["decontaminate", "--corpus", str(plain), *TASK_ARGS, "--out", str(a.work / "prep_compare"),
+                  "-q"]
+        purify = ["purify", str(plain), *TASK_ARGS, "--mode", "excise", "--janitor-exact",
+                  "--out", str(a.work / "purified_compare"), "-q"]
+        for name, args in (("stream_plain_compare", stream), ("purify_excise_compare", purify)):
+            r = run([*cli, *args], code=code)
+            r["mb_per_cpu_s"] = round(mb / r["cpu_s"], 1)
+            results[name] = {**r, "code": str(code)}
+            print(name, r, flush=True)
+    r = run(["-w", str(plain)], program="wc")
+    r["mb_per_cpu_s"] = round(mb / max(r["cpu_s"], 0.01), 1)
+    results["wc_w"] = r
+    print("wc_w", r, flush=True)
     # the cost of one more MB: the difference between 10 copies and 1 (fixed costs cancel out)
     extra = mb - sizes["one_copy"]
     results["marginal_mb_per_cpu_s"] = {
