@@ -31,6 +31,7 @@ from tcqa_data.decontam.core.normalize import (
     check_scheme,
     janitor_bytes,
     normalize,
+    tokenize,
 )
 
 HASH_NAME = "tcqa-word64-poly64-splitmix64-v1"
@@ -164,6 +165,11 @@ def _token_hashes(data: bytearray, starts: np.ndarray, ends: np.ndarray, salt: n
 def _hash_parts(parts: Sequence[bytes], ns: Sequence[int], seed: int
                 ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """N-gram hashes of already-normalized documents ``parts`` for every n in ``ns``."""
+    return hash_normalized(*_normalized_buffer(parts), ns, seed)
+
+
+def _normalized_buffer(parts: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """``parts`` (normalized UTF-8) in ``hash_normalized``'s layout: the buffer and ``doc_start``."""
     ndocs = len(parts)
     # One space before each doc and padding after: every token has a space on both sides and
     # 8-byte reads never run off the end. Doc boundaries are kept as byte offsets.
@@ -179,7 +185,17 @@ def _hash_parts(parts: Sequence[bytes], ns: Sequence[int], seed: int
     arr = np.frombuffer(data, dtype=np.uint8)
     if not data.isascii():
         _blank_unicode_whitespace(arr)
-    return hash_normalized(arr, doc_start, ns, seed)
+    return arr, doc_start
+
+
+def word_counts(texts: Sequence[str], scheme: str = "janitor") -> np.ndarray:
+    """``len(tokenize(text, scheme))`` of each text (int64), from one compiled tokenizing pass
+    over all of them instead of a list of token strings per text."""
+    if not kernel.enabled():
+        return np.array([len(tokenize(t, scheme)) for t in texts], dtype=np.int64)
+    arr, doc_start = _normalized_buffer([encode_normalized(t, scheme) for t in texts])
+    _, doc_tok = _tokens_compiled(kernel.kernels(), arr, doc_start, np.uint64(0))
+    return np.diff(doc_tok)
 
 
 def hash_normalized(arr: np.ndarray, doc_start: np.ndarray, ns: Sequence[int], seed: int,
