@@ -236,3 +236,21 @@ def test_kernel_packed_lookup_equals_numpy(monkeypatch, tmp_path):
                 assert len(a[0]) >= len(keys[::3]) and len(a[0]) > 0
             for j in range(0, len(queries), 97):
                 assert np.array_equal(a[1][a[0] == j], ids[keys == queries[j]][:cap])
+
+
+def test_table_lookup_kernel_equals_binary_search(wiki_sample, monkeypatch):
+    """The stream table's hash-slot lookup finds what the presence filter and binary search find:
+    every query n-gram, no corpus n-gram the queries lack."""
+    from tcqa_data.decontam.stream.table import BenchmarkTable, StreamConfig
+
+    texts = _texts(wiki_sample, 60)
+    table = BenchmarkTable(texts[:30], StreamConfig(ngram_sizes=(5,)))
+    probe = np.concatenate([hashing.batch_ngram_hashes(texts, [5])[5][0], np.arange(1000, dtype=np.uint64)])
+    monkeypatch.setenv(kernel.ENV, "numba")
+    rows_k, found_k = table.lookup(probe, 5)
+    monkeypatch.setenv(kernel.ENV, "numpy")
+    rows_n, found_n = table.lookup(probe, 5)
+    assert np.array_equal(found_k, found_n) and 0 < found_k.sum() < len(probe)
+    assert np.array_equal(rows_k[found_k], rows_n[found_n])
+    assert np.array_equal(table.keys[5][rows_k[found_k]], probe[found_k])
+    assert rows_k.min() >= 0 and rows_k.max() < len(table.keys[5])

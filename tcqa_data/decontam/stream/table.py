@@ -79,6 +79,7 @@ class BenchmarkTable:
         cfg = dataclasses.replace(cfg, ngram_sizes=tuple(sorted(set(cfg.ngram_sizes) | set(whole))))
         self.cfg = cfg
         self.num_queries = len(queries)
+        self._slots: dict[int, tuple[np.ndarray, np.ndarray, int]] = {}
         self.keys: dict[int, np.ndarray] = {}
         self.filters: dict[int, np.ndarray] = {}
         self.holder_start: dict[int, np.ndarray] = {}
@@ -107,7 +108,7 @@ class BenchmarkTable:
                   ) -> BenchmarkTable:
         """A table for lookups only (a stream worker's: no queries, no holders)."""
         table = cls.__new__(cls)
-        table.cfg, table.num_queries = cfg, 0
+        table.cfg, table.num_queries, table._slots = cfg, 0, {}
         table.keys = {n: np.asarray(k, dtype=np.uint64) for n, k in keys.items()}
         table.filters = {n: _presence(k, 64) for n, k in table.keys.items()}
         table.holder_start, table.holders = {}, {}
@@ -135,8 +136,24 @@ class BenchmarkTable:
         return self._bits
 
     def lookup(self, hashes: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """Per hash: its row in ``keys[n]`` (clipped; meaningful where found) and whether it is there."""
-        return _sorted_lookup(self.keys[n], self.filters[n], 64, np.asarray(hashes, dtype=np.uint64))
+        """Per hash: its row in ``keys[n]`` (a valid row; meaningful where found) and whether it is
+        there. Compiled: an open-addressing table of the keys (``hash_slots``; 1.6 M query
+        n-grams in 0.06 CPU-s where the presence filter and binary search took 0.46); else the
+        presence filter and ``np.searchsorted``."""
+        from tcqa_data.decontam.core import kernel
+
+        hashes = np.asarray(hashes, dtype=np.uint64)
+        keys = self.keys[n]
+        if not len(keys) or not kernel.enabled():
+            return _sorted_lookup(keys, self.filters[n], 64, hashes)
+        if n not in self._slots:
+            bits = (2 * len(keys)).bit_length()  # at most half full
+            self._slots[n] = (*kernel.kernels()["hash_slots"](keys, bits), bits)
+        slot_keys, slot_rows, bits = self._slots[n]
+        rows = np.zeros(len(hashes), np.int64)
+        found = np.zeros(len(hashes), bool)
+        kernel.kernels()["hash_slot_lookup"](slot_keys, slot_rows, bits, hashes, rows, found)
+        return rows, found
 
     def anchor_lookup(self, hashes32: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``lookup`` for anchor hashes (upper 32 bits)."""

@@ -511,9 +511,46 @@ def ngram_hashes_present(tok, doc_tok, n, base, base_inv, add, high, shift, low,
                     out += 1
     return out
 
+
+@njit(cache=True, nogil=True)
+def hash_slots(keys, bits):
+    """An open-addressing table of distinct uint64 ``keys`` (well mixed: their top ``bits`` bits
+    are the home slot; linear probing): ``(slot keys, slot rows)``, row -1 = empty. ``2**bits``
+    must exceed ``len(keys)``."""
+    size = 1 << bits
+    slot_keys = np.zeros(size, dtype=np.uint64)
+    slot_rows = np.full(size, -1, dtype=np.int64)
+    mask = size - 1
+    sh = np.uint64(64 - bits)
+    for r in range(len(keys)):
+        i = np.int64(keys[r] >> sh)
+        while slot_rows[i] >= 0:
+            i = (i + 1) & mask
+        slot_keys[i] = keys[r]
+        slot_rows[i] = r
+    return slot_keys, slot_rows
+
+
+@njit(cache=True, nogil=True)
+def hash_slot_lookup(slot_keys, slot_rows, bits, hashes, rows, found):
+    """Each hash's row among the keys of ``hash_slots`` (``rows``, ``found``; left as they are
+    where absent): about one cache miss a hash, where a binary search takes ~20 steps."""
+    mask = (1 << bits) - 1
+    sh = np.uint64(64 - bits)
+    for j in range(len(hashes)):
+        h = hashes[j]
+        i = np.int64(h >> sh)
+        while slot_rows[i] >= 0:
+            if slot_keys[i] == h:
+                rows[j] = slot_rows[i]
+                found[j] = True
+                break
+            i = (i + 1) & mask
+
 KERNELS = {"ngram_hashes": ngram_hashes, "dedupe_pairs": dedupe_pairs, "order_ties": order_ties,
            "merge_sorted": merge_sorted, "msd_sort": msd_sort, "merge_sorted_keys": merge_sorted_keys,
            "token_hashes_1p": token_hashes_1p, "bucket_columns": bucket_columns,
            "cell_counts": cell_counts, "scatter_cells": scatter_cells, "unpack_cells": unpack_cells,
            "ngram_hashes_into": ngram_hashes_into,
-           "ngram_hashes_present": ngram_hashes_present}
+           "ngram_hashes_present": ngram_hashes_present, "hash_slots": hash_slots,
+           "hash_slot_lookup": hash_slot_lookup}
