@@ -14,9 +14,12 @@ imports, task loading, the pass, every output file), CPU = user + sys of the chi
 - the marginal rates: (10 copies - 1 copy) MB over the CPU-seconds between the two runs;
 - baseline: ``Janitor.clean_python`` in one Python process, the same queries registered, every
   doc cleaned (what lm-eval offers for the same job); its pieces are compared with purify's, doc
-  by doc, for the docs purify cut or dropped.
+  by doc, for the docs purify cut or dropped;
+- for scale, ``wc -w`` of the plain corpus;
+- ``--compare DIR``: the stream and purify commands on the plain corpus also with the code of
+  another checkout (e.g. the main branch before a change), in the same run, under the same load.
 
-    nice .venv/bin/python scripts/bench_stream.py [--work /tmp/bench_stream] [--copies 10]
+    nice .venv/bin/python scripts/bench_stream.py [--work /tmp/bench_stream] [--copies 10] [--compare ../main]
 """
 
 from __future__ import annotations
@@ -24,9 +27,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -57,18 +60,23 @@ def make_corpus(work: Path, copies: int) -> tuple[Path, Path, Path]:
     return one, plain, zst
 
 
-def run(args: list[str]) -> dict[str, float]:
-    """One command in a child process: wall, CPU (user + sys) and peak RSS of that child alone."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+def run(args: list[str], code: Path = REPO, program: str = sys.executable) -> dict[str, float]:
+    """One command in a child process running the package of ``code`` (its folder is the working
+    directory too: ``python -m`` puts that first on ``sys.path``): wall, CPU (user + sys) and peak
+    RSS of that child alone (``os.wait4``)."""
     t0 = time.perf_counter()
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise SystemExit(f"{args}: exit {proc.returncode}\n{proc.stderr[-2000:]}")
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "max_rss_mb": round(after.ru_maxrss / 1024, 1)}
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen([program, *args], env=env, cwd=code, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0:
+            err.seek(0)
+            raise SystemExit(f"{args}: exit {proc.returncode}\n{err.read()[-2000:].decode(errors='replace')}")
+    cpu = usage.ru_utime + usage.ru_stime
+    return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "user_s": round(usage.ru_utime, 2),
+            "sys_s": round(usage.ru_stime, 2), "max_rss_mb": round(usage.ru_maxrss / 1024, 1)}
 
 
 JANITOR = r'''
@@ -99,6 +107,7 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/bench_stream"))
     ap.add_argument("--copies", type=int, default=10)
     ap.add_argument("--skip-janitor", action="store_true")
+    ap.add_argument("--compare", type=Path, help="another checkout, run on the plain corpus too")
     a = ap.parse_args()
     a.work.mkdir(parents=True, exist_ok=True)
     one, plain, zst = make_corpus(a.work, a.copies)
@@ -106,6 +115,10 @@ def main() -> None:
     sizes = {"plain": mb, "zst": zst.stat().st_size / 1e6, "one_copy": one.stat().st_size / 1e6}
     results: dict[str, dict] = {"corpus_mb": {k: round(v, 1) for k, v in sizes.items()}}
     cli = ["-m", "tcqa_data"]
+    # numba compiles its kernels into the code's cache on first use: one unrecorded run per code
+    for code in [REPO] + ([a.compare.resolve()] if a.compare is not None else []):
+        run([*cli, "decontaminate", "--corpus", str(one), *TASK_ARGS, "--out", str(a.work / "prep_warm"),
+             "-q"], code=code)
     for name, path in (("stream_one_copy", one), ("stream_plain", plain), ("stream_zst", zst)):
         r = run([*cli, "decontaminate", "--corpus", str(path), *TASK_ARGS,
                  "--out", str(a.work / f"prep_{name}"), "-q"])
@@ -119,6 +132,21 @@ def main() -> None:
         r["mb_per_cpu_s"] = round(size / r["cpu_s"], 1)
         results[name] = r
         print(name, r, flush=True)
+    if a.compare is not None:
+        code = a.compare.resolve()
+        stream = ["decontaminate", "--corpus", str(plain), *TASK_ARGS, "--out", str(a.work / "prep_compare"),
+                  "-q"]
+        purify = ["purify", str(plain), *TASK_ARGS, "--mode", "excise", "--janitor-exact",
+                  "--out", str(a.work / "purified_compare"), "-q"]
+        for name, args in (("stream_plain_compare", stream), ("purify_excise_compare", purify)):
+            r = run([*cli, *args], code=code)
+            r["mb_per_cpu_s"] = round(mb / r["cpu_s"], 1)
+            results[name] = {**r, "code": str(code)}
+            print(name, r, flush=True)
+    r = run(["-w", str(plain)], program="wc")
+    r["mb_per_cpu_s"] = round(mb / max(r["cpu_s"], 0.01), 1)
+    results["wc_w"] = r
+    print("wc_w", r, flush=True)
     # the cost of one more MB: the difference between 10 copies and 1 (fixed costs cancel out)
     extra = mb - sizes["one_copy"]
     results["marginal_mb_per_cpu_s"] = {

@@ -125,3 +125,41 @@ def test_scores_and_evidence_on_a_small_real_index(tmp_path):
     strict = score_docs(docs, evidence, 13, max_corpus_freq=1, use_minhash=False)
     assert strict["ngram_hits"][0] == 0 and strict["ngram_common"][0] == 4
     assert strict["longest_match"][0] == 0
+
+
+def test_field_positions_equal_the_token_loop():
+    """The NUL-joined search finds each field where the token-by-token loop finds it: repeated
+    words, fields found only before the cursor, fields absent, empty fields, partial-word overlaps."""
+    import random
+
+    from tcqa_data.decontam.detect.score import _find_sub, field_positions
+
+    def by_loop(tokens, fields):
+        out, cursor = {}, 0
+        for name, value in fields.items():
+            ftoks = value.split()
+            pos = _find_sub(tokens, ftoks, cursor)
+            if pos < 0:
+                pos = _find_sub(tokens, ftoks, 0)
+            if pos >= 0:
+                out[name] = (pos, pos + len(ftoks))
+                cursor = pos + len(ftoks)
+        return out
+
+    rng = random.Random(7)
+    vocab = ["a", "ab", "b", "ba", "the", "he", "then", "x"] * 4 + ["a\0b"]  # NUL: the loop path
+    found = absent = 0
+    for _ in range(3000):
+        tokens = [rng.choice(vocab) for _ in range(rng.randint(0, 12))]
+        fields = {}
+        for k in range(rng.randint(1, 3)):
+            if tokens and rng.random() < 0.7:
+                i = rng.randrange(len(tokens))
+                fields[f"f{k}"] = " ".join(tokens[i:i + rng.randint(0, 4)])
+            else:
+                fields[f"f{k}"] = " ".join(rng.choice(vocab) for _ in range(rng.randint(1, 3)))
+        got = field_positions(tokens, fields, str.split)
+        assert got == by_loop(tokens, fields), (tokens, fields)
+        found += len(got)
+        absent += len(fields) - len(got)
+    assert found > 1000 and absent > 100

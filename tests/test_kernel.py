@@ -55,6 +55,33 @@ def test_kernel_hashes_equal_numpy_hashes(wiki_sample, monkeypatch):
     assert any(len(t) > 64 for s in EDGE for t in s.split())
 
 
+
+def test_present_hashes_are_the_filtered_hashes(wiki_sample, monkeypatch):
+    """The stream pass's fused kernel keeps exactly the n-grams whose top bits pass the filter, in
+    the order (and with the docs) of the numpy fallback's full hashes."""
+    texts = _texts(wiki_sample)
+    parts = [hashing.encode_normalized(t) for t in texts]
+    data = np.frombuffer(b" " + b" ".join(parts) + b" " * 9, dtype=np.uint8).copy()
+    if not bytes(data).isascii():
+        hashing._blank_unicode_whitespace(data)
+    starts = np.cumsum([1] + [len(p) + 1 for p in parts])
+    monkeypatch.setenv(kernel.ENV, "numpy")
+    full = hashing.hash_normalized(data, starts, [5, 13], seed=3)
+    monkeypatch.setenv(kernel.ENV, "numba")
+    rng = np.random.default_rng(1)
+    shift, mask = 64 - 16, (1 << 16) - 1
+    bits = {n: [np.packbits(rng.random(1 << 16) < 0.3, bitorder="little") for _ in range(2)] for n in (5, 13)}
+    filters = {n: (hi, shift, lo, mask) for n, (hi, lo) in bits.items()}
+    got = hashing.hash_normalized_present(data, starts, 3, filters)
+    for n in (5, 13):
+        h, d = full[n]
+        hi, lo = bits[n]
+        v = (h >> np.uint64(shift)).astype(np.int64)
+        w = (h & np.uint64(mask)).astype(np.int64)
+        keep = ((hi[v >> 3] >> (v & 7)) & 1 == 1) & ((lo[w >> 3] >> (w & 7)) & 1 == 1)
+        assert 0 < keep.sum() < len(h)
+        assert np.array_equal(got[n][0], h[keep]) and np.array_equal(got[n][1], d[keep])
+
 def test_kernel_sort_and_merge_equal_numpy(monkeypatch):
     rng = np.random.default_rng(0)
     h = rng.integers(0, 2**63, 200_000, dtype=np.uint64) * np.uint64(2)
@@ -209,3 +236,21 @@ def test_kernel_packed_lookup_equals_numpy(monkeypatch, tmp_path):
                 assert len(a[0]) >= len(keys[::3]) and len(a[0]) > 0
             for j in range(0, len(queries), 97):
                 assert np.array_equal(a[1][a[0] == j], ids[keys == queries[j]][:cap])
+
+
+def test_table_lookup_kernel_equals_binary_search(wiki_sample, monkeypatch):
+    """The stream table's hash-slot lookup finds what the presence filter and binary search find:
+    every query n-gram, no corpus n-gram the queries lack."""
+    from tcqa_data.decontam.stream.table import BenchmarkTable, StreamConfig
+
+    texts = _texts(wiki_sample, 60)
+    table = BenchmarkTable(texts[:30], StreamConfig(ngram_sizes=(5,)))
+    probe = np.concatenate([hashing.batch_ngram_hashes(texts, [5])[5][0], np.arange(1000, dtype=np.uint64)])
+    monkeypatch.setenv(kernel.ENV, "numba")
+    rows_k, found_k = table.lookup(probe, 5)
+    monkeypatch.setenv(kernel.ENV, "numpy")
+    rows_n, found_n = table.lookup(probe, 5)
+    assert np.array_equal(found_k, found_n) and 0 < found_k.sum() < len(probe)
+    assert np.array_equal(rows_k[found_k], rows_n[found_n])
+    assert np.array_equal(table.keys[5][rows_k[found_k]], probe[found_k])
+    assert rows_k.min() >= 0 and rows_k.max() < len(table.keys[5])

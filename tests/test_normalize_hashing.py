@@ -158,3 +158,22 @@ def test_hash_normalized_equals_batch_hashes(wiki_sample):
     want = batch_ngram_hashes(texts, [1, 13], seed=2)
     for n in (1, 13):
         assert np.array_equal(got[n][0], want[n][0]) and np.array_equal(got[n][1], want[n][1])
+
+
+@pytest.mark.parametrize("path", ["numba", "numpy"])
+@pytest.mark.parametrize("scheme", ["janitor", "unicode"])
+def test_word_counts_equal_token_counts(wiki_sample, monkeypatch, path, scheme):
+    from tcqa_data.decontam.core import kernel
+    from tcqa_data.decontam.core.hashing import word_counts
+
+    if path == "numba":
+        pytest.importorskip("numba")
+    monkeypatch.setenv(kernel.ENV, path)
+    lines = wiki_sample.read_text(encoding="utf-8").splitlines()[:40]
+    texts = [json.loads(line)["text"] for line in lines]
+    texts += ["", "  ", "tab\tsep\nnew\x1cline\x1f end", "no\u00a0break\u3000wide \u2028 sep", "...",
+              "x" * 90, "lone \ud83d surrogate", "Punctuation!!! only ... words; (here) -- and [there]."]
+    counts = word_counts(texts, scheme)
+    assert counts.dtype == np.int64
+    assert counts.tolist() == [len(tokenize(t, scheme)) for t in texts]
+    assert counts.max() > 1000 and word_counts([], scheme).tolist() == []

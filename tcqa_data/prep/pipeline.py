@@ -541,9 +541,9 @@ def _lm_eval_job(lt: LmEvalTask, splits: Sequence[str] | None) -> _TaskJob:
 def _choose_n(task: str, queries: Iterable[str], run: _Run) -> tuple[int, str]:
     """The task's n-gram size and how it was chosen; refused unless the index holds it."""
     if run.fixed_n is None:
-        from tcqa_data.decontam.core.normalize import tokenize
+        from tcqa_data.decontam.core.hashing import word_counts
 
-        n = auto_ngram([len(tokenize(q, run.evidence.normalization)) for q in queries])
+        n = auto_ngram(word_counts(list(queries), run.evidence.normalization).tolist())
         how = "auto (GPT-3: 5th percentile of query length in words, clamped to 8..13)"
     else:
         n, how = run.fixed_n, "fixed"
@@ -602,15 +602,15 @@ def fill_stream(evidence: Any, groups: Sequence[tuple[int, Sequence[str]]], *, q
     runs the shards whatever ``workers`` says); on Ray their files go beside ``out``."""
     from contextlib import nullcontext
 
-    from tcqa_data.decontam.core.normalize import tokenize
+    from tcqa_data.decontam.core.hashing import word_counts
     from tcqa_data.engines import Engine, make_engine
 
     queries = sorted({q for _, qs in groups for q in qs})
     number = {q: i for i, q in enumerate(queries)}
     whole: dict[int, set[int]] = {}
     for n, qs in groups:
-        for q in set(qs) if short_min_words else ():
-            m = len(tokenize(q, evidence.normalization))
+        distinct = list(set(qs)) if short_min_words else []
+        for q, m in zip(distinct, word_counts(distinct, evidence.normalization).tolist(), strict=True):
             if short_min_words <= m < n:
                 whole.setdefault(m, set()).add(number[q])
     given = isinstance(engine, Engine)

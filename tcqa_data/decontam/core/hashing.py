@@ -19,7 +19,7 @@ the token strings, never on whitespace or document layout, and n-grams never cro
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import xxhash
@@ -31,6 +31,7 @@ from tcqa_data.decontam.core.normalize import (
     check_scheme,
     janitor_bytes,
     normalize,
+    tokenize,
 )
 
 HASH_NAME = "tcqa-word64-poly64-splitmix64-v1"
@@ -164,6 +165,11 @@ def _token_hashes(data: bytearray, starts: np.ndarray, ends: np.ndarray, salt: n
 def _hash_parts(parts: Sequence[bytes], ns: Sequence[int], seed: int
                 ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """N-gram hashes of already-normalized documents ``parts`` for every n in ``ns``."""
+    return hash_normalized(*_normalized_buffer(parts), ns, seed)
+
+
+def _normalized_buffer(parts: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """``parts`` (normalized UTF-8) in ``hash_normalized``'s layout: the buffer and ``doc_start``."""
     ndocs = len(parts)
     # One space before each doc and padding after: every token has a space on both sides and
     # 8-byte reads never run off the end. Doc boundaries are kept as byte offsets.
@@ -179,7 +185,17 @@ def _hash_parts(parts: Sequence[bytes], ns: Sequence[int], seed: int
     arr = np.frombuffer(data, dtype=np.uint8)
     if not data.isascii():
         _blank_unicode_whitespace(arr)
-    return hash_normalized(arr, doc_start, ns, seed)
+    return arr, doc_start
+
+
+def word_counts(texts: Sequence[str], scheme: str = "janitor") -> np.ndarray:
+    """``len(tokenize(text, scheme))`` of each text (int64), from one compiled tokenizing pass
+    over all of them instead of a list of token strings per text."""
+    if not kernel.enabled():
+        return np.array([len(tokenize(t, scheme)) for t in texts], dtype=np.int64)
+    arr, doc_start = _normalized_buffer([encode_normalized(t, scheme) for t in texts])
+    _, doc_tok = _tokens_compiled(kernel.kernels(), arr, doc_start, np.uint64(0))
+    return np.diff(doc_tok)
 
 
 def hash_normalized(arr: np.ndarray, doc_start: np.ndarray, ns: Sequence[int], seed: int,
@@ -246,6 +262,30 @@ def _hash_parts_compiled(arr: np.ndarray, doc_start: np.ndarray, ns: Sequence[in
     for n in ns:
         add = np.uint64((n * int(_K_N) + int(salt_ng)) & _M64)
         out[n] = k["ngram_hashes"](tok, doc_tok, n, np.uint64(_B2), inv, add)
+    return out
+
+
+def hash_normalized_present(arr: np.ndarray, doc_start: np.ndarray, seed: int,
+                            presence: Mapping[int, tuple[np.ndarray, int, np.ndarray, int]]
+                            ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """``hash_normalized`` keeping, per n, only the hashes that pass two bit filters: ``presence``
+    maps n -> (high bits, shift, low bits, mask); bit ``v & 7`` of byte ``v >> 3`` of ``high`` is
+    set for the values ``v = hash >> shift``, of ``low`` for ``v = hash & mask``, worth looking up
+    (``stream.table``). The compiled kernels only; the same hashes and docs as ``hash_normalized``
+    for those kept, in the same order, with no array of every n-gram."""
+    salt_tok, salt_ng = _salts(seed)
+    k = kernel.kernels()
+    tok, doc_tok = _tokens_compiled(k, arr, doc_start, salt_tok)
+    inv = np.uint64(_P2.inv)
+    out = {}
+    for n, (high, shift, low, mask) in presence.items():
+        if n < 1:
+            raise ValueError(f"n-gram size must be >= 1, got {n}")
+        h = np.empty(len(tok), dtype=np.uint64)
+        d = np.empty(len(tok), dtype=np.int64)
+        add = np.uint64((n * int(_K_N) + int(salt_ng)) & _M64)
+        m = k["ngram_hashes_present"](tok, doc_tok, n, np.uint64(_B2), inv, add, high, shift, low, mask, h, d)
+        out[n] = (h[:m], d[:m])
     return out
 
 
@@ -317,4 +357,9 @@ def ngram_hashes(text: str, n: int, scheme: str = "janitor", seed: int = 0) -> n
 
 def token_ngram_hashes(tokens: Sequence[str], n: int, seed: int = 0) -> np.ndarray:
     """Like ``ngram_hashes`` over already-normalized tokens (e.g. lm-eval's n-gram strings split)."""
-    return _hash_parts([" ".join(tokens).encode("utf-8", "surrogatepass")], [n], seed)[n][0]
+    return normalized_ngram_hashes(" ".join(tokens).encode("utf-8", "surrogatepass"), n, seed)
+
+
+def normalized_ngram_hashes(data: bytes, n: int, seed: int = 0) -> np.ndarray:
+    """Like ``ngram_hashes`` over already-normalized UTF-8 (tokens between spaces)."""
+    return _hash_parts([data], [n], seed)[n][0]

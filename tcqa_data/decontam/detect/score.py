@@ -84,6 +84,9 @@ def attribute_fields(tokens: list[str], fields: dict[str, str], tokenize: Callab
     """
     owner = [""] * len(tokens)
     for name, (start, end) in field_positions(tokens, fields, tokenize).items():
+        if not any(owner[start:end]):  # usually: no earlier field there, one slice assignment
+            owner[start:end] = [name] * (end - start)
+            continue
         for j in range(start, end):
             if not owner[j]:
                 owner[j] = name
@@ -93,6 +96,33 @@ def attribute_fields(tokens: list[str], fields: dict[str, str], tokenize: Callab
 def field_positions(tokens: list[str], fields: dict[str, str], tokenize: Callable[[str], list[str]]
                     ) -> dict[str, tuple[int, int]]:
     """Field name -> its ``[start, end)`` token positions in the query (fields not found are left out)."""
+    # the tokens joined by NUL: a field's token run is found by one str.find (in C) and its
+    # position is the NULs before the match; the token loop (_find_sub) where a token holds a NUL
+    joined = "\0" + "\0".join(tokens) + "\0"
+    if joined.count("\0") != len(tokens) + 1:
+        return _field_positions_by_loop(tokens, fields, tokenize)
+    out: dict[str, tuple[int, int]] = {}
+    cursor = 0  # where the next search starts: the NUL after the last field found
+    for name, value in fields.items():
+        ftoks = tokenize(value)
+        if not ftoks or "\0" in value:
+            if ftoks:
+                return _field_positions_by_loop(tokens, fields, tokenize)
+            continue
+        needle = "\0" + "\0".join(ftoks) + "\0"
+        at = joined.find(needle, cursor)
+        if at < 0:
+            at = joined.find(needle)
+        if at < 0:
+            continue
+        pos = joined.count("\0", 0, at)
+        out[name] = (pos, pos + len(ftoks))
+        cursor = at + len(needle) - 1
+    return out
+
+
+def _field_positions_by_loop(tokens: list[str], fields: dict[str, str], tokenize: Callable[[str], list[str]]
+                             ) -> dict[str, tuple[int, int]]:
     out: dict[str, tuple[int, int]] = {}
     cursor = 0
     for name, value in fields.items():

@@ -42,12 +42,15 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from tcqa_data.decontam.core.hashing import token_ngram_hashes
-from tcqa_data.decontam.core.normalize import UNICODE_WHITESPACE, normalize
+from tcqa_data.decontam.core.hashing import normalized_ngram_hashes
+from tcqa_data.decontam.core.normalize import UNICODE_WHITESPACE, janitor_bytes
 
 # str.isspace(): ASCII whitespace, the separators \x1c-\x1f and the Unicode ones
 _SPACE_CODES = np.array(sorted({*map(ord, "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f "), *map(ord, UNICODE_WHITESPACE)}),
                         dtype=np.uint32)
+# per code point up to the last space code (and one past it, for every code above): a space?
+_IS_SPACE = np.zeros(int(_SPACE_CODES[-1]) + 2, dtype=bool)
+_IS_SPACE[_SPACE_CODES] = True
 WINDOW = 200
 MINIMUM_SLICE = 200
 TOO_DIRTY_CUTOFF = 10
@@ -61,15 +64,16 @@ def janitor_matches(text: str, n: int, seed: int, is_dirty: Callable[[np.ndarray
     belongs to a registered query. ``exact``: Janitor's windows (no word inside normalizes to
     nothing), else windows of ``n`` words that keep characters (module doc)."""
     starts, ends = _word_bounds(text)
-    # each word normalized on its own (one join, one translate, one split: no call per word);
-    # a word holds no whitespace and normalizing adds none, so the split gives one item per word
-    normal = normalize(" ".join(text.split()), "janitor").split(" ") if len(starts) else []
+    # each word normalized on its own (one join, one translate, one split: no call per word), as
+    # UTF-8 (janitor_bytes: only ASCII changes, so the same as normalizing the str); a word holds
+    # no whitespace and normalizing adds none, so the split gives one item per word
+    normal = janitor_bytes(" ".join(text.split())).split(b" ") if len(starts) else []
     assert len(normal) == len(starts)
     # words that keep characters, and their place among all words
-    place = np.flatnonzero(np.fromiter(map(bool, normal), bool, len(normal)))
+    place = np.flatnonzero(np.fromiter(map(len, normal), np.int64, len(normal)))
     if len(place) < n:
         return []
-    hashes = token_ngram_hashes([normal[i] for i in place.tolist()], n, seed)
+    hashes = normalized_ngram_hashes(b" ".join([normal[i] for i in place.tolist()]), n, seed)
     # a window of kept words is Janitor's only when no emptied word lies inside it
     hit = np.asarray(is_dirty(hashes), dtype=bool)
     if exact:
@@ -82,7 +86,7 @@ def _word_bounds(text: str) -> tuple[np.ndarray, np.ndarray]:
     """Char ``[start, end)`` of each ``\\S+`` word (``re`` and ``str.split`` agree on whitespace:
     ``str.isspace``), from the code points at once."""
     cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-    space = np.isin(cps, _SPACE_CODES)
+    space = _IS_SPACE[np.minimum(cps, len(_IS_SPACE) - 1)]
     edge = np.diff(np.concatenate(([1], space.view(np.int8), [1])).astype(np.int8))
     return np.flatnonzero(edge == -1), np.flatnonzero(edge == 1)
 

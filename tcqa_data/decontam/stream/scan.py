@@ -167,9 +167,11 @@ class _ShardScan:
         return self.out
 
 
-def scan_shard(table: BenchmarkTable, shard: InputShard) -> ShardHits:
-    """Stream one input shard against ``table``: its hits, doc numbers local to the shard."""
-    from tcqa_data.decontam.core.hashing import batch_ngram_hashes, hash_normalized
+def scan_shard(table: BenchmarkTable, shard: InputShard, progress: Callable[[int, int], None] | None = None
+               ) -> ShardHits:
+    """Stream one input shard against ``table``: its hits, doc numbers local to the shard;
+    ``progress(chars, docs)`` after each batch."""
+    from tcqa_data.decontam.core.hashing import batch_ngram_hashes, hash_normalized, hash_normalized_present
     from tcqa_data.decontam.textstore.anchors import ANCHOR_K
 
     cfg = table.cfg
@@ -180,13 +182,20 @@ def scan_shard(table: BenchmarkTable, shard: InputShard) -> ShardHits:
     if inp.format == "hf":
         docs = _hf_documents(cfg, stats)
     elif normalized_batches_supported(inp.format, cfg.text_field, cfg.id_field, cfg.normalization):
+        # without anchors (which winnow every 4-gram) only the n-grams passing the table's presence
+        # filter leave the kernel: the lookup then sees the same hits
+        present = table.presence_bits() if not cfg.anchors else None
         for b in iter_normalized_batches(shard, cfg.text_field, cfg.on_error, stats, BATCH_CHARS):
 
             def name(local: np.ndarray, rows: np.ndarray = b.rows) -> list[tuple[str, int]]:
                 return [(f"{inp.path}:{r}", r) for r in rows[local].tolist()]
 
-            scan.add(hash_normalized(b.data, b.doc_start, ns, cfg.seed), len(b.rows), name)
+            by_n = (hash_normalized_present(b.data, b.doc_start, cfg.seed, present) if present is not None
+                    else hash_normalized(b.data, b.doc_start, ns, cfg.seed))
+            scan.add(by_n, len(b.rows), name)
             scan.out.chars += b.chars
+            if progress is not None:
+                progress(b.chars, len(b.rows))
         return scan.finish()
     else:
         docs = iter_documents(shard, cfg.text_field, cfg.id_field, cfg.on_error, stats)
@@ -197,7 +206,10 @@ def scan_shard(table: BenchmarkTable, shard: InputShard) -> ShardHits:
 
         scan.add(batch_ngram_hashes([d.text for d in batch], ns, cfg.normalization, cfg.seed), len(batch),
                  name_docs)
-        scan.out.chars += sum(len(d.text) for d in batch)
+        chars = sum(len(d.text) for d in batch)
+        scan.out.chars += chars
+        if progress is not None:
+            progress(chars, len(batch))
     return scan.finish()
 
 
@@ -260,19 +272,20 @@ def scan_corpus(table: BenchmarkTable, inputs: Sequence[CorpusInput],
                 progress: Callable[[int, int], None] | None = None, *, workers: int = 1,
                 shard_bytes: int = SHARD_BYTES, engine: Any = None, work_dir: str | None = None
                 ) -> StreamHits:
-    """Stream ``inputs`` against ``table`` (see the module doc); ``progress(chars, docs)`` per shard.
+    """Stream ``inputs`` against ``table`` (see the module doc); ``progress(chars, docs)`` per batch
+    (one process) or shard.
     ``workers`` > 1: the shards as tasks on a local engine; ``engine``: on that engine (e.g. a
     ``RayEngine``), their files in a temporary folder in ``work_dir`` (a folder every node sees;
     default: the system's temporary folder). The same result either way."""
-    shards = [(k, s) for k, inp in enumerate(inputs) for s in split_input(inp, shard_bytes)]
     merge = _Merge(table, list(inputs))
     if workers <= 1 and engine is None:
-        for k, shard in shards:
-            part = scan_shard(table, shard)
-            merge.add(part, k)
-            if progress is not None:
-                progress(part.chars, part.num_docs)
+        # one process: each input as one shard, read in order (the same hits as any cut into
+        # shards), with no pass counting a plain file's newlines to number its shards' lines
+        for k, inp in enumerate(inputs):
+            for shard in split_input(inp, max(shard_bytes, inp.size)):
+                merge.add(scan_shard(table, shard, progress), k)
         return merge.finish()
+    shards = [(k, s) for k, inp in enumerate(inputs) for s in split_input(inp, shard_bytes)]
     from contextlib import nullcontext
 
     from tcqa_data.engines import LocalEngine, run_tasks
