@@ -247,4 +247,4 @@ def test_report_markdown_and_html_carry_the_same_content(small, tmp_path):
         assert texts(tag, md_html) == texts(tag, page), tag
     assert "Where matches come from" in texts("h2", page)
     assert any("dirty only through the group policy" in t for t in texts("td", page))
-    assert page.count("data:image/svg+xml;base64,") == 3 and "<mark>" in page
+    assert page.count("data:image/png;base64,") == 3 and "<mark>" in page

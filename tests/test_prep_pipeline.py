@@ -182,7 +182,7 @@ def test_reports_state_method_and_show_evidence(prep):
     s, e = top["match_spans"][0]
     assert top["query"][s:e] and s < e
     html = (d / "report.html").read_text()
-    assert html.count("data:image/svg+xml;base64,") == 3  # fraction, longest match, clean share by category
+    assert html.count("data:image/png;base64,") == 3  # fraction, longest match, clean share by category
     assert "<mark>" in html and html.count("<mark>") >= len(rep["top_contaminated"])
     md = (d / "report.md").read_text()
     assert "any-ngram" in md and "**" in md and "Clean share by category" in md

@@ -23,8 +23,8 @@ from tcqa_data.report_render import (
     Paragraph,
     Quote,
     Table,
-    bar_chart_svg,
     highlight,
+    png_bytes,
     to_html,
     to_markdown,
 )
@@ -193,28 +193,49 @@ def _fmt(x: Any) -> str:
 def _fraction_plot(rep: dict[str, Any]) -> bytes:
     d = rep["distributions"]["ngram_fraction"]
     b = d["bins"]
-    labels = [f"{x:.1f}-{y:.1f}" for x, y in zip(b[:-1], b[1:], strict=True)]
-    return _docs_histogram(labels, d["counts"], f"fraction of query {rep['method']['ngram']}-grams found in "
-                           "the corpus", color="#c44")
+    mids = [(x + y) / 2 for x, y in zip(b[:-1], b[1:], strict=True)]
+    return _docs_histogram(mids, d["counts"], f"fraction of query {rep['method']['ngram']}-grams found in "
+                           "the corpus", width=0.09, color="#c44")
 
 
 def _longest_plot(rep: dict[str, Any]) -> bytes:
     d = rep["distributions"]["longest_match"]
     lb = d["bins"]
     labels = [f"{x}-{y - 1}" if y - 1 > x else f"{x}" for x, y in zip(lb[:-1], lb[1:], strict=False)]
-    return _docs_histogram(labels, d["counts"], "longest run of consecutive matched words", color="#48c")
+    return _docs_histogram(range(len(labels)), d["counts"], "longest run of consecutive matched words",
+                           labels=labels, color="#48c")
 
 
-def _docs_histogram(labels: list[str], counts: list[int], xlabel: str, color: str) -> bytes:
-    """Docs per bin as bars (symlog count axis), SVG (``report_render.bar_chart_svg``)."""
-    return bar_chart_svg(labels, counts, xlabel=xlabel, ylabel="docs", color=color, log=True)
+def _docs_histogram(x: Any, counts: list[int], xlabel: str, labels: list[str] | None = None,
+                    **bar: Any) -> bytes:
+    """Docs per bin as bars (symlog count axis), PNG; ``labels``: the bins' tick labels."""
+    from matplotlib.figure import Figure as MplFigure
+
+    fig = MplFigure(figsize=(6, 3))
+    ax = fig.subplots()
+    ax.bar(x, counts, **bar)
+    if labels is not None:
+        ax.set_xticks(range(len(labels)), labels, rotation=30, fontsize=7)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("docs")
+    ax.set_yscale("symlog")
+    fig.tight_layout()
+    return png_bytes(fig)
 
 
 def _clean_share_plot(per: dict[str, dict[str, Any]]) -> bytes:
+    from matplotlib.figure import Figure as MplFigure
+
     names = list(per)
+    fig = MplFigure(figsize=(6, 0.4 * len(names) + 1))
+    ax = fig.subplots()
     shares = [per[v]["clean_share_groups"] or 0.0 for v in names]
-    return bar_chart_svg(names, shares, xlabel="clean share of question groups", color="#4a4",
-                         horizontal=True, limit=1.0)
+    ax.barh(range(len(names)), shares, color="#4a4")
+    ax.set_yticks(range(len(names)), names, fontsize=8)
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("clean share of question groups")
+    fig.tight_layout()
+    return png_bytes(fig)
 
 
 def _warnings(rep: dict[str, Any]) -> list[Block]:
