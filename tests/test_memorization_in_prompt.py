@@ -133,3 +133,46 @@ def test_squad_in_prompt_scores_equal_direct_and_leave_the_task_unchanged(smollm
         # the query {{text}} is the prompt itself: every token but the first
         _check(smollm2, o["memorization"], ids,
                {"query": list(range(1, len(ids))), "context": context, "question": question}, t)
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model):
+    return load_model(str(tiny_model), device="cpu")
+
+
+def test_the_models_own_head_gives_the_same_in_prompt_scores(tiny, mc_taco_test):
+    # models whose forward does more after the head run it themselves (logits_to_keep): same scores
+    spec = TaskSpec.builtin("mc_taco")
+    docs = _mc_docs(mc_taco_test, 12)
+    texts = [spec.memorization_texts(d) for d in docs]
+    split = Engine(tiny, batch_size=4)
+    whole = Engine(tiny, batch_size=4)
+    whole.split_head = False
+    a = score_multiple_choice(split, spec, docs, memorization_texts=texts)
+    b = score_multiple_choice(whole, spec, docs, memorization_texts=texts)
+    for x, y in zip(a, b, strict=True):
+        assert x["pred"] == y["pred"] and x["loglikelihoods"] == pytest.approx(y["loglikelihoods"], abs=1e-5)
+        assert list(x["memorization"]) == ["query", "question", "sentence"]
+        for name, scores in x["memorization"].items():
+            assert y["memorization"][name] == pytest.approx(scores, rel=1e-5, abs=1e-6)
+
+
+def test_a_text_not_in_the_prompt_is_scored_standalone_and_labelled_so(tiny, squad_validation):
+    from tcqa_data.eval.memorization import doc_memorization
+    from tcqa_data.eval.runner import add_standalone_scores
+
+    spec = TaskSpec.builtin("squad_completion")
+    with open(squad_validation, encoding="utf-8") as fh:
+        docs = [{**json.loads(line), "doc_id": i, "group_id": i} for i, line in enumerate(islice(fh, 3))]
+    docs[1]["question"] = "A question that the prompt does not hold?"
+    texts = [spec.memorization_texts(d) for d in docs]
+    engine = Engine(tiny, batch_size=3)
+    per_doc = score_generation(engine, spec, docs, memorization_texts=texts)
+    assert list(per_doc[1]["memorization"]) == ["query", "context"]  # the question was not located
+    count = add_standalone_scores(engine, per_doc, texts)
+    assert count == {"prompt": 8, "standalone": 1}
+    assert per_doc[1]["memorization_context"] == {"query": "prompt", "context": "prompt",
+                                                  "question": "standalone"}
+    assert list(per_doc[1]["memorization"]) == ["query", "context", "question"]
+    alone = doc_memorization(engine, [{"question": docs[1]["question"]}])[0]["question"]
+    assert per_doc[1]["memorization"]["question"] == alone

@@ -233,12 +233,12 @@ class Engine:
                     return self.head(hidden[ix])
         else:
             # the model applies its own head (and what follows it) to the kept positions
-            cols = sorted({i for w in want for i in w} | {int(t) for t in eti})
+            cols = sorted({i for w in want for i in w} | {p[1] for p in extra})
             col_of = {i: c for c, i in enumerate(cols)}
             full, cache = self.call(cache, logits_to_keep=torch.tensor(cols, device=self.device), **kwargs)
             logits = full[bi, torch.tensor([col_of[int(t)] for t in ti], device=self.device)]
             if extra:
-                ecols = torch.tensor([col_of[int(t)] for t in eti], dtype=torch.long, device=self.device)
+                ecols = torch.tensor([col_of[p[1]] for p in extra], dtype=torch.long, device=self.device)
 
                 def head_at(ix: torch.Tensor) -> torch.Tensor:
                     return full[ebi[ix], ecols[ix]]
