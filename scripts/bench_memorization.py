@@ -32,10 +32,15 @@ def main() -> None:
     ap.add_argument("--squad-docs", type=int, default=100)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=1, help="rounds of the six runs per task")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch threads (1: CPU time is the work, no spinning threads on a loaded machine)")
     ap.add_argument("--out", default=str(REPO / ".bench" / "memorization.json"))
     args = ap.parse_args()
 
     import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
     from eval_fixtures import build_prep_dir
 
     from tcqa_data.eval.models import load_model
@@ -51,7 +56,9 @@ def main() -> None:
               "mc_groups": args.mc_groups, "squad_docs": args.squad_docs, "tasks": {}}
     modes = ("off", "prompt", "standalone")
     report["order"] = "off, prompt, standalone, standalone, prompt, off per round (sums)"
-    for task in ("mc_taco", "squad_completion"):
+    for task, n_task in (("mc_taco", args.mc_groups), ("squad_completion", args.squad_docs)):
+        if not n_task:
+            continue
         wall = dict.fromkeys(modes, 0.0)
         cpu = dict.fromkeys(modes, 0.0)
         mem_s = dict.fromkeys(modes, 0.0)
