@@ -11,7 +11,12 @@ Parquet, Markdown, HTML with plots) separately. Target: analysis <= 10 s on one 
 Baseline in the same run: evaluate's own per-subset bootstrap (``metrics.summarize``), called
 once per threshold, i.e. what a user would do without a vectorized sweep.
 
-    nice .venv/bin/python scripts/bench_analyze.py [--work /tmp/bench_analyze]
+With ``--model-scores``, the per-doc outputs are a real model pass instead: a tiny random-init
+model (tests/eval_fixtures.build_tiny_model: 2 layers, SmolLM2 tokenizer) evaluated on the whole
+split with its memorization scores (in-prompt, 3 texts x 8 scores), so the analysis also sweeps the
+24 model scores and computes their AUROC / Spearman intervals (the model side).
+
+    nice .venv/bin/python scripts/bench_analyze.py [--work /tmp/bench_analyze] [--model-scores]
 """
 
 from __future__ import annotations
@@ -59,11 +64,37 @@ def synthetic_outputs(prep: Path):
     return ScoredSplit(data, per_doc, {"kind": "synthetic", "seed": 0})
 
 
+def model_outputs(prep: Path, work: Path):
+    """The split's per-doc outputs of a tiny random-init model, memorization scores included."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from eval_fixtures import build_tiny_model
+
+    from tcqa_data.analysis.sources import ScoredSplit
+    from tcqa_data.eval.models import load_model
+    from tcqa_data.eval.runner import run_evaluation
+
+    folder = work / "tiny_model"
+    if not (folder / "config.json").is_file():
+        build_tiny_model(folder)
+    t0 = time.perf_counter()
+    run = run_evaluation(prep, load_model(str(folder), device="cpu"), tasks=["mc_taco"], quiet=True,
+                         batch_size=16)
+    task = run.tasks[0]
+    counts = run.results["tasks"]["mc_taco"]["memorization_context"]
+    print(f"evaluate (tiny model, memorization {run.results['memorization']['context']}): "
+          f"{time.perf_counter() - t0:.1f} s; texts {counts}")
+    return ScoredSplit(task.data, task.per_doc, {"kind": "tiny-model", "path": str(folder)})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--work", default="/tmp/bench_analyze")
     ap.add_argument("--baseline-thresholds", type=int, default=20,
                     help="thresholds timed for the per-threshold baseline (extrapolated)")
+    ap.add_argument("--model-scores", action="store_true",
+                    help="analyze a tiny random-init model's pass (memorization scores included)")
     args = ap.parse_args()
     os.environ.setdefault("NLTK_DATA", str(DATA / "nltk_data"))
     work = Path(args.work)
@@ -71,7 +102,7 @@ def main() -> None:
     t0 = time.perf_counter()
     prep = prepare(work)
     print(f"prepare (index + decontaminate, cached): {time.perf_counter() - t0:.1f} s")
-    scored = synthetic_outputs(prep)
+    scored = model_outputs(prep, work) if args.model_scores else synthetic_outputs(prep)
 
     import sklearn.metrics  # noqa: F401  (imported before timing: a one-off import, not analysis work)
 
@@ -87,7 +118,8 @@ def main() -> None:
     write_analysis(work / "analysis", analysis)
     t_write = time.perf_counter() - t0
     print(f"docs {e['docs']}, groups {e['groups']}, scores {len(e['sweeps'])}, thresholds {n_th}, "
-          f"metrics {len(e['metrics'])}, bootstrap 1000")
+          f"metrics {len(e['metrics'])}, bootstrap 1000, model-side scores "
+          f"{len((e.get('model_side') or {}).get('scores', []))}")
     print(f"analysis: {t_analysis:.2f} s wall, {c_analysis:.2f} s CPU (one thread; target <= 10 s); "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"reports (json, parquet, md, html with {len(e['sweeps'])} figures): {t_write:.2f} s")

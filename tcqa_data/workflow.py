@@ -30,7 +30,7 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
              seed: int = M.BOOTSTRAP_SEED, quiet: bool = False, write: bool = True,
              packing: bool | None = None, sample_groups: int | None = None,
              sample_seed: int = 0, memorization: bool = True,
-             memorization_only: bool = False) -> dict[str, Any]:
+             memorization_only: bool = False, memorization_context: str = "prompt") -> dict[str, Any]:
     """Score ``model`` on the prepared tasks in ``prep_dir`` (``tcqa_data.eval.runner.evaluate``'s
     parameters), then analyze that pass into ``<output>/analysis/``.
 
@@ -46,6 +46,7 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
                              bootstrap=bootstrap, seed=seed, quiet=quiet, packing=packing,
                              sample_groups=sample_groups, sample_seed=sample_seed,
                              memorization=memorization, memorization_only=memorization_only,
+                             memorization_context=memorization_context,
                              before_scoring=claim if write else None)
         if write:
             with run.committing(claim.folder, locked=True) as stage:

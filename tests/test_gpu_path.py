@@ -71,8 +71,11 @@ def test_an_allocation_failure_halves_the_batch_and_gives_the_same_scores(lm, do
     texts = [spec.decontamination_query(d) for d in docs] + [d["sentence"] for d in docs]
     want_mc = score_multiple_choice(Engine(lm, 16), spec, docs)
     want_mem = token_stats(Engine(lm, 16), texts)
+    in_prompt = [spec.memorization_texts(d) for d in docs]
+    want_in_prompt = score_multiple_choice(Engine(lm, 16), spec, docs, memorization_texts=in_prompt)
     got = []
-    for work in (lambda e: score_multiple_choice(e, spec, docs), lambda e: token_stats(e, texts)):
+    for work in (lambda e: score_multiple_choice(e, spec, docs), lambda e: token_stats(e, texts),
+                 lambda e: score_multiple_choice(e, spec, docs, memorization_texts=in_prompt)):
         engine = Engine(lm, "auto")  # CPU auto: 16 rows, halved on failure
         # the packed rows of these docs: 2 (their candidates), 3 (their texts); more than 1 fails
         hook = Fails(exc, rows=1)
@@ -82,8 +85,13 @@ def test_an_allocation_failure_halves_the_batch_and_gives_the_same_scores(lm, do
         finally:
             handle.remove()
         assert hook.raised >= 1 and engine.batch_size == 1
-    got_mc, got_mem = got
+    got_mc, got_mem, got_in_prompt = got
     assert got_mc == want_mc
+    for a, b in zip(got_in_prompt, want_in_prompt, strict=True):
+        assert {k: v for k, v in a.items() if k != "memorization"} == \
+            {k: v for k, v in b.items() if k != "memorization"}
+        for text, scores in b["memorization"].items():
+            assert a["memorization"][text] == pytest.approx(scores, rel=1e-5, abs=1e-6)
     for a, b, t in zip(got_mem, want_mem, texts, strict=True):
         assert memorization_scores(a, t) == pytest.approx(memorization_scores(b, t), rel=1e-5, abs=1e-6)
 

@@ -28,8 +28,9 @@ def lm(tiny_model):
 
 
 def test_each_doc_has_scores_of_its_query_and_attribution_fields(prep, lm, tmp_path):
-    res = evaluate(prep, lm, batch_size=4, output=tmp_path, quiet=True)
+    res = evaluate(prep, lm, batch_size=4, output=tmp_path, quiet=True, memorization_context="standalone")
     assert res["memorization"]["computed"] and res["memorization"]["scores"] == list(SCORE_NAMES)
+    assert res["memorization"]["context"] == "standalone"
     engine = Engine(lm, 4)
     for task, names in (("mc_taco", {"sentence", "question"}), ("squad_completion", {"context", "question"})):
         data = load_task(prep, task)
@@ -38,8 +39,11 @@ def test_each_doc_has_scores_of_its_query_and_attribution_fields(prep, lm, tmp_p
         samples = [s for s in res["_samples"] if s["task"] == task]
         assert res["tasks"][task]["memorization_texts"] == fields
         assert res["timings"][task]["memorization_s"] > 0
+        assert res["tasks"][task]["memorization_context"] == {"prompt": 0,
+                                                              "standalone": len(fields) * len(samples)}
         for doc, s in zip(data.docs, samples, strict=True):
             assert list(s["memorization"]) == fields
+            assert s["memorization_context"] == dict.fromkeys(fields, "standalone")
             texts = {"query": data.spec.decontamination_query(doc),
                      **{f: str(doc[f]) for f in fields[1:]}}
             for name, text in texts.items():
@@ -54,6 +58,30 @@ def test_each_doc_has_scores_of_its_query_and_attribution_fields(prep, lm, tmp_p
     assert len({s["memorization"]["query"]["min_k_pp_20"] for s in mc}) >= 3
 
 
+def test_default_reads_every_text_from_the_prompt_and_keeps_the_task_numbers(prep, lm, tmp_path):
+    res = evaluate(prep, lm, batch_size=4, output=tmp_path / "on", quiet=True)
+    off = evaluate(prep, lm, batch_size=4, output=tmp_path / "off", quiet=True, memorization=False)
+    assert res["memorization"]["context"] == "prompt"
+    for task in ("mc_taco", "squad_completion"):
+        samples = [s for s in res["_samples"] if s["task"] == task]
+        fields = res["tasks"][task]["memorization_texts"]
+        # every text of these docs is located in its prompt: no standalone pass
+        assert res["tasks"][task]["memorization_context"] == {"prompt": len(fields) * len(samples),
+                                                              "standalone": 0}
+        assert all(s["memorization_context"] == dict.fromkeys(fields, "prompt") for s in samples)
+        assert all(v is not None for s in samples for t in s["memorization"].values() for v in t.values())
+        assert res["tasks"][task]["subsets"] == off["tasks"][task]["subsets"]
+    strip = ("memorization", "memorization_context")
+    assert [{k: v for k, v in s.items() if k not in strip} for s in res["_samples"]] == off["_samples"]
+    # in-prompt scores differ from standalone ones (other tokens, other predictions), so the two are
+    # labelled apart
+    alone = evaluate(prep, lm, batch_size=4, output=tmp_path / "alone", quiet=True, tasks=["mc_taco"],
+                     memorization_context="standalone", memorization_only=True)
+    mc = [s for s in res["_samples"] if s["task"] == "mc_taco"]
+    assert all(a["memorization"]["question"] != b["memorization"]["question"]
+               for a, b in zip(mc, alone["_samples"], strict=True))
+
+
 def test_no_memorization_and_memorization_only(prep, lm, tmp_path):
     off = evaluate(prep, lm, batch_size=4, output=tmp_path / "off", quiet=True, memorization=False)
     assert off["memorization"] == {"computed": False, "why": "--no-memorization"}
@@ -61,7 +89,8 @@ def test_no_memorization_and_memorization_only(prep, lm, tmp_path):
     only = evaluate(prep, lm, batch_size=4, output=tmp_path / "only", quiet=True, memorization_only=True,
                     tasks=["mc_taco"])
     assert only["memorization"]["only"]
-    assert all(set(s) == {"task", "doc_id", "group_id", "subset", "memorization"} for s in only["_samples"])
+    assert all(set(s) == {"task", "doc_id", "group_id", "subset", "memorization", "memorization_context"}
+               for s in only["_samples"])
     assert only["tasks"]["mc_taco"]["subsets"]["full"]["docs"] == 0
 
 

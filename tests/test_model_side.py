@@ -1,6 +1,7 @@
 """The model side of the analysis: the weighted AUROC / Spearman of the group bootstrap equal
 sklearn's and scipy's on replicated docs, and, on known ground truth, a tiny model fine-tuned on the
-queries of half of a real MC-TACO sample ranks those docs above the other half, and `analyze` says so."""
+prompts of half of a real MC-TACO sample (the benchmark as the task shows it, which the default
+in-prompt scores read) ranks those docs above the other half, and `analyze` says so."""
 
 from __future__ import annotations
 
@@ -56,8 +57,8 @@ def _fine_tuned_tiny_model(folder, texts):
                       bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                       pad_token_id=tok.pad_token_id, tie_word_embeddings=True)
     model = LlamaForCausalLM(cfg)
-    # the texts as memorization scores read them: prefix token, then the text
-    seqs = [[tok.bos_token_id] + tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    # the texts as the task's loglikelihood requests run them (lm-eval adds no prefix token)
+    seqs = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
     width = max(map(len, seqs))
     ids = torch.full((len(seqs), width), tok.pad_token_id or 0)
     labels = torch.full((len(seqs), width), -100)
@@ -96,7 +97,9 @@ def test_memorization_scores_find_the_docs_a_model_was_trained_on(tmp_path):
         "doc_dirty": dirty, "ngram_fraction": dirty.astype(float)}))
     write_json_atomic(prep / "prep_manifest.json",
                       {"format_version": FORMAT_VERSION, "rule": "ngram_fraction >= 1"})
-    model = _fine_tuned_tiny_model(tmp_path / "model", trained)
+    # contamination as a leaked test set: the model trained on the dirty docs' prompts
+    leaked = sorted({data.spec.text(d) for d, x in zip(data.docs, dirty, strict=True) if x})
+    model = _fine_tuned_tiny_model(tmp_path / "model", leaked)
 
     res = evaluate(prep, str(model), device="cpu", batch_size=8, output=tmp_path / "eval", quiet=True,
                    bootstrap=200)
@@ -112,6 +115,13 @@ def test_memorization_scores_find_the_docs_a_model_was_trained_on(tmp_path):
     a = side["agreement"]["model:query:min_k_pp_20"]["auroc"]["dirty"]
     assert a["value"] > 0.8 and a["ci95"][0] > 0.5, a
     assert side["agreement"]["model:query:loss"]["spearman"]["ngram_fraction"]["value"] > 0.4
+    # every text has its rank correlation, and says which tokens its scores read
+    # (a sentence can be shared by trained and unseen questions, so its own value is weaker)
+    for text in ("sentence", "question"):
+        rho = side["agreement"][f"model:{text}:loss"]["spearman"]["ngram_fraction"]
+        assert isinstance(rho["value"], float), (text, rho)
+    assert side["contexts"] == dict.fromkeys(("query", "sentence", "question"),
+                                             {"prompt": len(samples), "standalone": 0})
     assert "model:query:min_k_pp_20" in analysis["tasks"]["mc_taco"]["sweeps"]
     md = (tmp_path / "eval" / "analysis" / "report.md").read_text()
     assert "separates corpus-dirty from clean docs with AUROC" in md

@@ -123,12 +123,6 @@ def _ci(point: float | None, boot: np.ndarray, enough: bool, why: str) -> dict[s
     return out
 
 
-def _with_spearman(name: str) -> bool:
-    # the corpus scores are the query's: rank correlations for the query's model scores only (the
-    # fields get AUROCs against the flags)
-    return name.split(":")[1] == HEADLINE[0]
-
-
 def agreement(models: dict[str, np.ndarray], flags: dict[str, np.ndarray], corpus: dict[str, np.ndarray],
               units: np.ndarray, n_units: int, weights: np.ndarray) -> dict[str, Any]:
     """Per model score: ``auroc`` per corpus flag and ``spearman`` per corpus score, each
@@ -167,8 +161,6 @@ def agreement(models: dict[str, np.ndarray], flags: dict[str, np.ndarray], corpu
             for fname, f in flags.items():
                 boots.setdefault((name, "auroc", fname), []).append(
                     weighted_auc(x[ok], f[ok].astype(bool), w))
-            if not _with_spearman(name):
-                continue
             rx = rank(name, x, ok, w)
             for cname, c in corpus.items():
                 boots.setdefault((name, "spearman", cname), []).append(
@@ -188,8 +180,6 @@ def agreement(models: dict[str, np.ndarray], flags: dict[str, np.ndarray], corpu
                 why = "no corpus-dirty docs" if not f.any() else "no corpus-clean docs"
             n.update(_ci(point, np.concatenate(boots[(name, "auroc", fname)]), not why, why))
         for cname, c in corpus.items():
-            if not _with_spearman(name):
-                break
             cv = c[ok]
             point = None
             if ok.sum() > 2 and np.ptp(x[ok]) > 0 and np.ptp(cv) > 0:
@@ -245,6 +235,32 @@ def plain_line(agree: dict[str, Any], flag: str = "dirty") -> str:
     return f"{head}: no sign that the model memorized the flagged docs more than the others."
 
 
+def text_contexts(per_doc: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """TEXT -> how many docs' scores were read in the prompt and how many standalone (samples of an
+    evaluate without ``memorization_context`` had the standalone definition only)."""
+    out: dict[str, dict[str, int]] = {}
+    for o in per_doc:
+        where = o.get("memorization_context") or {}
+        for text in o.get("memorization") or {}:
+            c = out.setdefault(text, {"prompt": 0, "standalone": 0})
+            c[where.get(text, "standalone")] += 1
+    return out
+
+
+def context_line(contexts: dict[str, dict[str, int]]) -> str:
+    """'query: in the prompt; sentence: in the prompt (9 docs), standalone (1 doc)'."""
+    parts = []
+    for text, c in contexts.items():
+        kinds = [k for k in ("prompt", "standalone") if c[k]]
+        label = {"prompt": "in the prompt", "standalone": "standalone"}
+        if len(kinds) == 1:
+            parts.append(f"{text}: {label[kinds[0]]}")
+        else:
+            parts.append(f"{text}: " + ", ".join(f"{label[k]} ({c[k]} doc{'s' if c[k] != 1 else ''})"
+                                                  for k in kinds))
+    return "; ".join(parts)
+
+
 def model_side(per_doc: list[dict[str, Any]], clean: np.ndarray, cont_flags: dict[str, np.ndarray],
                corpus: dict[str, np.ndarray], units: np.ndarray, n_units: int,
                weights: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
@@ -256,6 +272,7 @@ def model_side(per_doc: list[dict[str, Any]], clean: np.ndarray, cont_flags: dic
     agree = agreement(models, flags, corpus, units, n_units, weights)
     for name, x in models.items():
         agree[name]["curves"] = curves(x, flags["dirty"])
-    return models, {"scores": list(models), "flags": list(flags), "corpus_scores": list(corpus),
+    return models, {"scores": list(models), "contexts": text_contexts(per_doc),
+                    "flags": list(flags), "corpus_scores": list(corpus),
                     "min_groups_for_interval": MIN_GROUPS_FOR_INTERVAL,
                     "agreement": agree, "conclusion": plain_line(agree)}

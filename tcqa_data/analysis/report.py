@@ -12,7 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from tcqa_data.analysis.model_side import HEADLINE, score_label
+from tcqa_data.analysis.model_side import HEADLINE, context_line, score_label
 from tcqa_data.analysis.model_side import PREFIX as MODEL_PREFIX
 from tcqa_data.eval.results import table_rows
 from tcqa_data.io_utils import write_json_atomic, write_parquet_atomic, write_text_atomic
@@ -203,16 +203,19 @@ def model_side_blocks(e: dict[str, Any], metric: str) -> list[Block]:
         "Spearman: rank correlation with each corpus score. 95% intervals from the same group "
         f"bootstrap; none where fewer than {side['min_groups_for_interval']} dirty or clean groups."))
     blocks.append(Bullets([side["conclusion"]]))
+    if side.get("contexts"):
+        blocks.append(Paragraph("Tokens scored (in the prompt: where the text occurs in the task's prompt, "
+                                "from the task's own forward pass; standalone: the text alone after the "
+                                f"prefix token): {context_line(side['contexts'])}."))
     flags = side["flags"]
     blocks.append(Table(["score", "docs"] + [f"AUROC vs {f}" for f in flags],
                         [[score_label(n), str(a["docs"])] + [_number_ci(a["auroc"][f]) for f in flags]
                          for n, a in agree.items()]))
-    query = [n for n in agree if n.split(":")[1] == HEADLINE[0]]
-    if side["corpus_scores"] and query:
+    if side["corpus_scores"]:
         corpus = side["corpus_scores"]
         blocks.append(Table(["score"] + [f"Spearman vs {c}" for c in corpus],
                             [[score_label(n)] + [_number_ci(agree[n]["spearman"][c]) for c in corpus]
-                             for n in query]))
+                             for n in agree]))
     for text in dict.fromkeys(n.split(":")[1] for n in agree):
         blocks.append(Figure(f"memorization scores of {text}: ROC and distributions",
                              lambda text=text: _model_plot(agree, text)))

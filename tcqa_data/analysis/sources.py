@@ -161,6 +161,8 @@ def from_evaluate(prep_dir: Path, eval_dir: Path, tasks: list[str] | None = None
             per_doc.append(_ours_per_doc(data, doc, rec, path, line_no))
             if isinstance(rec.get("memorization"), dict):  # the model-side scores, when evaluate made them
                 per_doc[-1]["memorization"] = rec["memorization"]
+                if isinstance(rec.get("memorization_context"), dict):  # which tokens: prompt|standalone
+                    per_doc[-1]["memorization_context"] = rec["memorization_context"]
         out.append(ScoredSplit(data, per_doc, {"kind": "tcqa-evaluate", "path": str(eval_dir),
                                                "groups_scored": len(scored_groups),
                                                "groups_prepared": n_groups,

@@ -55,6 +55,11 @@ def evaluate_cmd(
     memorization_only: bool = typer.Option(False, "--memorization-only",
                                            help="Only the memorization scores, no task metric (a quick "
                                            "look at any prepared split)."),
+    memorization_context: str = typer.Option(
+        "prompt", "--memorization-context",
+        help="prompt (each text's tokens where it occurs in the doc's prompt, read from the task's own "
+             "forward pass; texts not found there are scored standalone) or standalone (each text alone "
+             "after the prefix token, in a separate pass)."),
     backend: str = typer.Option("native", "--backend", help="native (tcqa-data's scorer) or lm-eval (run "
                                 "lm-evaluation-harness on the exported full YAMLs, then `analyze`)."),
     lm_eval_model: str = typer.Option("hf", "--lm-eval-model", help="With --backend lm-eval: lm-eval's "
@@ -75,7 +80,8 @@ def evaluate_cmd(
     if backend == "lm-eval":
         native_only = {"--clean-only": clean_only, "--limit-groups": limit_groups, "--gguf-file": gguf_file,
                        "--sample-groups": sample_groups, "--trust-remote-code": trust_remote_code,
-                       "--memorization-only": memorization_only}
+                       "--memorization-only": memorization_only,
+                       "--memorization-context": memorization_context != "prompt"}
         given = [k for k, v in native_only.items() if v]
         if given:
             raise typer.BadParameter(f"{', '.join(given)} apply to the native backend only; lm-eval "
@@ -92,7 +98,8 @@ def evaluate_cmd(
                        output=output, limit_groups=limit_groups, sample_groups=sample_groups,
                        sample_seed=sample_seed, gguf_file=gguf_file,
                        trust_remote_code=trust_remote_code, split=split, quiet=quiet,
-                       memorization=memorization, memorization_only=memorization_only)
+                       memorization=memorization, memorization_only=memorization_only,
+                       memorization_context=memorization_context)
     typer.echo(render_report(results))
     typer.echo(f"wrote {results['output_dir']}")
 

@@ -74,6 +74,16 @@ def distribution_stats(logits: torch.Tensor, targets: torch.Tensor) -> tuple[tor
     return tuple(torch.cat(parts) for parts in zip(*out, strict=True))  # type: ignore[return-value]
 
 
+def head_stats(head_at, targets: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """:func:`distribution_stats` of the logits ``head_at(ix)`` gives for rows ``ix`` of 0..N-1 (N =
+    len(targets)), computed :data:`STATS_CHUNK` rows at a time so that no [N, vocab] tensor is held."""
+    parts = []
+    for s in range(0, len(targets), STATS_CHUNK):
+        ix = torch.arange(s, min(s + STATS_CHUNK, len(targets)), device=targets.device)
+        parts.append(distribution_stats(head_at(ix), targets[ix]))
+    return tuple(torch.cat(p) for p in zip(*parts, strict=True))
+
+
 def encode_for_scoring(tokenizer, texts: Sequence[str], max_length: int) -> list[list[int]]:
     """Prefix token + the text's tokens (no special tokens), cut to ``max_length``."""
     prefix = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
@@ -126,7 +136,7 @@ def token_stats(engine, texts: Sequence[str]) -> list[TokenStats]:
         # a position shared by several texts is computed once (its next-token stats per text below)
         want = [sorted({m[k] for m in row.maps for k in range(len(m) - 1)}) for row in rows]
         with torch.inference_mode():
-            logits, where, _ = engine.forward(rows, want)
+            logits, where, _, _ = engine.forward(rows, want)
             idx, targets = [], []
             for b, (row, texts_b) in enumerate(zip(rows, members, strict=True)):
                 for m, i in zip(row.maps, texts_b, strict=True):

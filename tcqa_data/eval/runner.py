@@ -19,8 +19,9 @@ import numpy as np
 
 from tcqa_data import FORMAT_VERSION, __version__
 from tcqa_data.errors import ConfigError, TcqaError
+from tcqa_data.eval import in_prompt
 from tcqa_data.eval import metrics as M
-from tcqa_data.eval.memorization import KS, SCORE_NAMES, doc_memorization
+from tcqa_data.eval.memorization import KS, SCORE_NAMES, TokenStats, doc_memorization
 from tcqa_data.eval.models import LoadedModel, load_model
 from tcqa_data.eval.scoring import (
     Engine,
@@ -133,28 +134,64 @@ def describe_groups(group_ids: list[int], limit: int = 12) -> str:
     return ", ".join(runs[:limit]) + (f", ... ({len(runs) - limit} more runs)" if len(runs) > limit else "")
 
 
-def memorization_record(on: bool, only: bool) -> dict[str, Any]:
+MEMORIZATION_CONTEXTS = ("prompt", "standalone")
+CONTEXT_DEFINITIONS = {
+    "prompt": "in-prompt (tcqa_data.eval.in_prompt): each text's tokens where it occurs in the doc's "
+              "prompt (offset mapping inside the field's occurrence; query = its template's fields), each "
+              "predicted from the prompt tokens before it, read from the task's own forward pass; the "
+              "prompt's first token is not scored; a text not located there is scored standalone "
+              "(tasks.<task>.memorization_context counts them; samples' memorization_context says which)",
+    "standalone": "standalone: each text alone after the prefix token (BOS, else EOS), every token scored, "
+                  "cut to the model's context, in a separate packed pass",
+}
+
+
+def memorization_record(on: bool, only: bool, context: str = "prompt") -> dict[str, Any]:
     """results.json's ``memorization``: whether the per-doc scores were computed, and how."""
     if not on:
         return {"computed": False, "why": "--no-memorization"}
     return {
-        "computed": True, "only": only, "scores": list(SCORE_NAMES), "k_percent": list(KS),
+        "computed": True, "only": only, "context": context,
+        "context_definition": CONTEXT_DEFINITIONS[context],
+        "scores": list(SCORE_NAMES), "k_percent": list(KS),
         "definitions": "tcqa_data.eval.memorization (docs/ARCHITECTURE.md, Memorization scores): higher "
                        "= more likely seen; loss = mean token log-prob (Carlini et al. 2021, negated as "
                        "MIMIR), "
                        "zlib = that / zlib-compressed bytes, min_k_K = mean of the K% lowest token log-probs "
                        "(Shi et al. 2024), min_k_pp_K = the same over log-probs standardized by the "
-                       "next-token distribution's mean and std (Zhang et al. 2025); the text after the "
-                       "prefix token (BOS, else EOS), cut to the model's context",
+                       "next-token distribution's mean and std (Zhang et al. 2025); which tokens: "
+                       "context_definition",
         "texts": "query: the decontamination query (or the task's memorization_text); each attribution "
                  "field on its own",
     }
 
 
+def add_standalone_scores(engine: Engine, per_doc: list[dict[str, Any]],
+                          texts: list[dict[str, str]]) -> dict[str, int]:
+    """Completes each doc's ``memorization`` (the in-prompt scores the task's pass gave, if any) with
+    the standalone scores of its other texts, in ``texts`` order, and records per doc where each came
+    from (``memorization_context``: TEXT -> prompt|standalone); returns how many (doc, text) pairs
+    came from each."""
+    missing = [{n: t for n, t in ts.items() if n not in (o.get("memorization") or {})}
+               for o, ts in zip(per_doc, texts, strict=True)]
+    alone = doc_memorization(engine, missing) if any(missing) else [{} for _ in per_doc]
+    count = {"prompt": 0, "standalone": 0}
+    for o, ts, own, extra in zip(per_doc, texts, missing, alone, strict=True):
+        got = {**(o.get("memorization") or {}), **extra}
+        o["memorization"] = {n: got[n] for n in ts}
+        o["memorization_context"] = {n: "standalone" if n in own else "prompt" for n in ts}
+        for n in ts:
+            count["standalone" if n in own else "prompt"] += 1
+    return count
+
+
 # ---- running one task ----------------------------------------------------------------------
 def score_multiple_choice(engine: Engine, spec: TaskSpec, docs: list[dict[str, Any]],
-                          progress: Any = None) -> list[dict[str, Any]]:
-    """Per doc: loglikelihood of each choice, greedy flags, argmax prediction, gold index."""
+                          progress: Any = None,
+                          memorization_texts: list[dict[str, str]] | None = None) -> list[dict[str, Any]]:
+    """Per doc: loglikelihood of each choice, greedy flags, argmax prediction, gold index; with
+    ``memorization_texts``, ``memorization`` = the scores of those located in the doc's prompt, read
+    from its first choice's forward pass (``eval.in_prompt``)."""
     pairs, owners, shares = [], [], []
     for i, doc in enumerate(docs):
         ctx = spec.text(doc)
@@ -163,35 +200,64 @@ def score_multiple_choice(engine: Engine, spec: TaskSpec, docs: list[dict[str, A
             owners.append(i)
             shares.append(int(doc["group_id"]))
     enc = encode_pairs(engine.tokenizer, pairs)
-    reqs = [LLRequest(c, k, s, f"doc_id {docs[i]['doc_id']}")
-            for (c, k), s, i in zip(enc, shares, owners, strict=True)]
-    res = loglikelihoods(engine, reqs, progress=progress)
+    first: dict[int, int] = {}
+    for k, i in enumerate(owners):
+        first.setdefault(i, k)
+    plans: dict[int, in_prompt.PromptPlan] = {}
+    if memorization_texts is not None:
+        for i, k in first.items():
+            ctx_enc, cont_enc = enc[k]
+            # encode_pairs moved the context's trailing whitespace into the continuation
+            plans[k] = in_prompt.plan(engine.tokenizer, spec, docs[i], pairs[k][0].rstrip(), ctx_enc,
+                                      memorization_texts[i],
+                                      fits=len(ctx_enc) + len(cont_enc) <= engine.lm.max_length + 1)
+    reqs = [LLRequest(c, cont, s, f"doc_id {docs[i]['doc_id']}",
+                      stats_at=plans[k].positions if k in plans else ())
+            for k, ((c, cont), s, i) in enumerate(zip(enc, shares, owners, strict=True))]
+    stats: dict[int, TokenStats] | None = {} if plans else None
+    res = loglikelihoods(engine, reqs, progress=progress, stats=stats)
     out: list[dict[str, Any]] = [{"loglikelihoods": [], "is_greedy": []} for _ in docs]
     for i, (ll, greedy) in zip(owners, res, strict=True):
         out[i]["loglikelihoods"].append(ll)
         out[i]["is_greedy"].append(greedy)
-    for doc, o in zip(docs, out, strict=True):
+    for i, (doc, o) in enumerate(zip(docs, out, strict=True)):
         o["pred"] = int(np.argmax(o["loglikelihoods"]))  # first max on ties, as np.argmax in lm-eval
         o["gold"] = spec.target_index(doc)
         o["correct"] = int(o["pred"] == o["gold"])
+        if memorization_texts is not None:
+            k = first[i]
+            o["memorization"] = in_prompt.plan_scores(plans[k], (stats or {}).get(k), memorization_texts[i])
     return out
 
 
-def score_generation(engine: Engine, spec: TaskSpec, docs: list[dict[str, Any]],
-                     progress: Any = None) -> list[dict[str, Any]]:
+def score_generation(engine: Engine, spec: TaskSpec, docs: list[dict[str, Any]], progress: Any = None,
+                     memorization_texts: list[dict[str, str]] | None = None) -> list[dict[str, Any]]:
+    """Per doc: the greedy generation, its target and ``contains``; with ``memorization_texts``,
+    ``memorization`` = the scores of those located in the prompt, read from its prefill."""
     gk = dict(spec.generation_kwargs)
     until = gk.get("until", ["\n"])
     until = [until] if isinstance(until, str) else list(until)
     if gk.get("do_sample"):
         raise ConfigError(f"task {spec.task!r} asks for sampling; only greedy generation is supported")
     max_gen = int(gk.get("max_gen_toks", 48))
-    ctxs = tok_encode_batch(engine.tokenizer, [spec.text(d) for d in docs], for_generation=True)
+    prompts = [spec.text(d) for d in docs]
+    ctxs = tok_encode_batch(engine.tokenizer, prompts, for_generation=True)
+    plans: list[in_prompt.PromptPlan] = []
+    if memorization_texts is not None:
+        plans = [in_prompt.plan(engine.tokenizer, spec, d, p, c, t,
+                                fits=len(c) <= engine.lm.max_length - max_gen)
+                 for d, p, c, t in zip(docs, prompts, ctxs, memorization_texts, strict=True)]
+    stats: dict[int, TokenStats] | None = {} if plans else None
     gens = generate_until(engine, ctxs, until, max_gen, progress=progress,
-                          names=[f"doc_id {d['doc_id']}" for d in docs])
+                          names=[f"doc_id {d['doc_id']}" for d in docs],
+                          stats_at=[p.positions for p in plans] if plans else None, stats=stats)
     out = []
-    for doc, g in zip(docs, gens, strict=True):
+    for i, (doc, g) in enumerate(zip(docs, gens, strict=True)):
         target = spec.target(doc).strip()
         out.append({"generation": g, "target": target, "contains": M.contains_score(g, target)})
+        if memorization_texts is not None:
+            out[-1]["memorization"] = in_prompt.plan_scores(plans[i], (stats or {}).get(i),
+                                                            memorization_texts[i])
     return out
 
 
@@ -298,7 +364,7 @@ def run_evaluation(prep_dir: str | Path, model: str | LoadedModel, tasks: list[s
                    bootstrap: int = M.BOOTSTRAP_SAMPLES, seed: int = M.BOOTSTRAP_SEED, quiet: bool = False,
                    packing: bool | None = None, sample_groups: int | None = None,
                    sample_seed: int = 0, memorization: bool = True,
-                   memorization_only: bool = False,
+                   memorization_only: bool = False, memorization_context: str = "prompt",
                    before_scoring: Callable[[Path], None] | None = None) -> Evaluation:
     """The eval stage: score ``model`` once on the prepared tasks in ``prep_dir`` and compute each task's
     clean / full / dirty table; writes nothing (see ``evaluate`` for the parameters).
@@ -306,6 +372,9 @@ def run_evaluation(prep_dir: str | Path, model: str | LoadedModel, tasks: list[s
     :class:`OutputClaim`)."""
     if memorization_only and not memorization:
         raise ConfigError("--memorization-only and --no-memorization leave nothing to compute; give one")
+    if memorization_context not in MEMORIZATION_CONTEXTS:
+        raise ConfigError(f"--memorization-context must be one of {', '.join(MEMORIZATION_CONTEXTS)}, "
+                          f"not {memorization_context!r}")
     prep_dir = require_prep_dir(prep_dir)
     manifest = read_manifest(prep_dir)
     names = tasks or available_tasks(prep_dir)
@@ -355,7 +424,7 @@ def run_evaluation(prep_dir: str | Path, model: str | LoadedModel, tasks: list[s
             "official": "CogComp MC-TACO evaluator: strict_acc = share of questions with every candidate "
                         "right; f1 = per-question F1 averaged over questions",
         },
-        "memorization": memorization_record(memorization, memorization_only),
+        "memorization": memorization_record(memorization, memorization_only, memorization_context),
         "tasks": {},
         "timings": {"model_load_s": round(load_s, 3)},
     }
@@ -375,23 +444,27 @@ def run_evaluation(prep_dir: str | Path, model: str | LoadedModel, tasks: list[s
                 bar.update(_task, completed=docs_done,
                            rate=rate_text(docs_done, time.perf_counter() - _t1, "docs"))
 
-            if not docs or memorization_only:
+            texts = [data.spec.memorization_texts(d) for d in docs] if memorization else None
+            in_pass = texts if memorization_context == "prompt" else None
+            if not docs or (memorization_only and in_pass is None):
                 per_doc: list[dict[str, Any]] = [{} for _ in docs]
             elif data.spec.output_type == "multiple_choice":
-                per_doc = score_multiple_choice(engine, data.spec, docs, progress=tick)
+                per_doc = score_multiple_choice(engine, data.spec, docs, progress=tick,
+                                                memorization_texts=in_pass)
             elif data.spec.output_type == "generate_until":
-                per_doc = score_generation(engine, data.spec, docs, progress=tick)
+                per_doc = score_generation(engine, data.spec, docs, progress=tick, memorization_texts=in_pass)
             else:
                 raise ConfigError(f"task {data.task!r}: output_type {data.spec.output_type!r} "
                                   "is not supported")
+            if memorization_only:  # the task's pass ran for the scores only
+                per_doc = [{k: v for k, v in o.items() if k == "memorization"} for o in per_doc]
         run_s = time.perf_counter() - t1
         mem_s = None
-        if memorization and docs:
+        mem_count = None
+        if texts is not None and docs:
             t2 = time.perf_counter()
             with stage(f"{data.task}: memorization scores", quiet):
-                for o, m in zip(per_doc, doc_memorization(engine, [data.spec.memorization_texts(d)
-                                                                   for d in docs]), strict=True):
-                    o["memorization"] = m
+                mem_count = add_standalone_scores(engine, per_doc, texts)
             mem_s = time.perf_counter() - t2
         table = task_table(data.spec, docs, per_doc, clean, bootstrap, seed) \
             if docs and not memorization_only else None
@@ -405,7 +478,8 @@ def run_evaluation(prep_dir: str | Path, model: str | LoadedModel, tasks: list[s
             entry.pop("clean_minus_full", None)
         results["tasks"][data.task] = entry
         if memorization:
-            entry["memorization_texts"] = list(data.spec.memorization_texts(docs[0])) if docs else ["query"]
+            entry["memorization_texts"] = list(texts[0]) if texts else ["query"]
+            entry["memorization_context"] = mem_count or {"prompt": 0, "standalone": 0}
         results["timings"][data.task] = {"run_s": round(run_s, 3), "docs": len(docs),
                                          "docs_per_s": round(len(docs) / run_s, 2) if run_s > 0 else None}
         if mem_s is not None:
@@ -426,7 +500,7 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
              seed: int = M.BOOTSTRAP_SEED, quiet: bool = False, write: bool = True,
              packing: bool | None = None, sample_groups: int | None = None,
              sample_seed: int = 0, memorization: bool = True,
-             memorization_only: bool = False) -> dict[str, Any]:
+             memorization_only: bool = False, memorization_context: str = "prompt") -> dict[str, Any]:
     """The eval stage alone: score ``model`` on the prepared tasks in ``prep_dir``; write results to
     ``output``. ``tcqa_data.workflow.evaluate`` (the CLI's ``evaluate``) also analyzes the pass.
 
@@ -447,6 +521,7 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
                              bootstrap=bootstrap, seed=seed, quiet=quiet, packing=packing,
                              sample_groups=sample_groups, sample_seed=sample_seed,
                              memorization=memorization, memorization_only=memorization_only,
+                             memorization_context=memorization_context,
                              before_scoring=claim if write else None)
         if write:
             with run.committing(claim.folder, locked=True) as stage:

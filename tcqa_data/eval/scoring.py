@@ -39,6 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from tcqa_data.errors import ConfigError, TcqaError
+from tcqa_data.eval.memorization import TokenStats, head_stats
 from tcqa_data.eval.models import LoadedModel
 from tcqa_data.eval.packing import (
     Packed,
@@ -170,8 +171,12 @@ class Engine:
         return getattr(out, self.cache_kw, None)
 
     # ---- one forward pass over packed rows ----
-    def forward(self, rows: Sequence[Packed], want: Sequence[Sequence[int]], use_cache: bool = False):
-        """Logits at the ``want`` indices of each row: (logits [N, V], (row, index) -> n, cache)."""
+    def forward(self, rows: Sequence[Packed], want: Sequence[Sequence[int]], use_cache: bool = False,
+                extra: Sequence[tuple[int, int]] = ()):
+        """Logits at the ``want`` indices of each row: (logits [N, V], (row, index) -> n, cache,
+        head_at). ``extra`` (row, index) pairs are positions whose logits are wanted as well
+        (memorization statistics): ``head_at(ix)`` gives the logits of ``extra[ix]`` on demand, a
+        chunk at a time, computed apart from ``want``'s so that those stay bit for bit the same."""
         B = len(rows)
         T = max(len(r.tokens) for r in rows)
         ids = torch.full((B, T), self.pad_id, dtype=torch.long)
@@ -212,18 +217,32 @@ class Engine:
                   "position_ids": pos.to(self.device), "use_cache": use_cache}
         bi = torch.tensor([p[0] for p in pairs], device=self.device)
         ti = torch.tensor([p[1] for p in pairs], device=self.device)
+        ebi = torch.tensor([p[0] for p in extra], dtype=torch.long, device=self.device)
+        eti = torch.tensor([p[1] for p in extra], dtype=torch.long, device=self.device)
+        head_at: Callable[[torch.Tensor], torch.Tensor] | None = None
         if self.split_head:
             if cache is not None:
                 kwargs[self.cache_kw] = cache
             out = self.base(**kwargs)
             logits = self.head(out.last_hidden_state[bi, ti])
             cache = self.output_cache(out) if use_cache else None
+            if extra:
+                hidden = out.last_hidden_state[ebi, eti]  # [E, d]: the head runs on a chunk when asked
+
+                def head_at(ix: torch.Tensor) -> torch.Tensor:
+                    return self.head(hidden[ix])
         else:
-            cols = sorted({i for w in want for i in w})
+            # the model applies its own head (and what follows it) to the kept positions
+            cols = sorted({i for w in want for i in w} | {p[1] for p in extra})
             col_of = {i: c for c, i in enumerate(cols)}
             full, cache = self.call(cache, logits_to_keep=torch.tensor(cols, device=self.device), **kwargs)
             logits = full[bi, torch.tensor([col_of[int(t)] for t in ti], device=self.device)]
-        return logits, where, (cache if use_cache else None)
+            if extra:
+                ecols = torch.tensor([col_of[p[1]] for p in extra], dtype=torch.long, device=self.device)
+
+                def head_at(ix: torch.Tensor) -> torch.Tensor:
+                    return full[ebi[ix], ecols[ix]]
+        return logits, where, (cache if use_cache else None), head_at
 
     def run_batches(self, items: Sequence[Any], fn: Callable[[Sequence[Any]], None],
                     size_of: Callable[[Any], int] = lambda _: 1,
@@ -285,11 +304,11 @@ def check_packing(engine: Engine) -> bool:
     packed = concat([pack(seqs), pack(seqs[:1])])
     seqs = seqs + seqs[:1]
     with torch.inference_mode():
-        lp, at_p, _ = engine.forward([packed], [sorted({i for m in packed.maps for i in m})])
+        lp, at_p, _, _ = engine.forward([packed], [sorted({i for m in packed.maps for i in m})])
         lp = F.log_softmax(lp.float(), dim=-1)
         for j, s in enumerate(seqs):
             single = pack([s])
-            ls, at_s, _ = engine.forward([single], [single.maps[0]])
+            ls, at_s, _, _ = engine.forward([single], [single.maps[0]])
             ls = F.log_softmax(ls.float(), dim=-1)
             a = lp[[at_p[(0, i)] for i in packed.maps[j]]]
             b = ls[[at_s[(0, i)] for i in single.maps[0]]]
@@ -299,6 +318,47 @@ def check_packing(engine: Engine) -> bool:
     return True
 
 
+# ---- memorization statistics at prompt positions ---------------------------------------------
+@dataclass
+class _StatsPlan:
+    """Positions of one forward call whose logits feed memorization statistics: each distinct
+    (row, position, target) once (a prefix shared in a tree is computed once for all its members)."""
+
+    pairs: list[tuple[int, int]]  # (row, index in the row) per statistic
+    targets: list[int]  # the token each one predicts
+    owners: list[tuple[int, list[int]]]  # (request or doc key, its statistics in stats_at order)
+
+
+def _stats_plan(items: Sequence[tuple[int, int, Sequence[int], Sequence[int], Sequence[int]]]) -> _StatsPlan:
+    """``items``: (key, row, the sequence's row indices, the sequence's tokens, token indices t to
+    score); token t is predicted at the row index of token t - 1."""
+    index: dict[tuple[int, int, int], int] = {}
+    plan = _StatsPlan([], [], [])
+    for key, b, row_index, seq, at in items:
+        if not at:
+            continue
+        ids = []
+        for t in at:
+            trip = (b, row_index[t - 1], seq[t])
+            if trip not in index:
+                index[trip] = len(plan.pairs)
+                plan.pairs.append(trip[:2])
+                plan.targets.append(trip[2])
+            ids.append(index[trip])
+        plan.owners.append((key, ids))
+    return plan
+
+
+def _fill_stats(out: dict[int, TokenStats], plan: _StatsPlan, head_at: Callable | None,
+                device: torch.device) -> None:
+    if not plan.owners or head_at is None:
+        return
+    got = head_stats(head_at, torch.tensor(plan.targets, dtype=torch.long, device=device))
+    lp, mu, sigma = (t.double().cpu().numpy() for t in got)
+    for key, ids in plan.owners:
+        out[key] = TokenStats(lp[ids], mu[ids], sigma[ids])
+
+
 # ---- loglikelihood -------------------------------------------------------------------------
 @dataclass
 class LLRequest:
@@ -306,11 +366,19 @@ class LLRequest:
     continuation_enc: list[int]
     share: int  # a grouping hint (an MC-TACO question); with packing on, any common prefix is shared
     doc: str | None = None  # which doc asks (named in an out-of-memory message)
+    # token indices t of the model input whose prediction (from position t - 1) is wanted with its
+    # next-token statistics: the memorization texts located in the prompt (eval.in_prompt)
+    stats_at: tuple[int, ...] = ()
 
 
-def loglikelihoods(engine: Engine, requests: Sequence[LLRequest],
-                   progress: Progress | None = None) -> list[tuple[float, bool]]:
-    """(sum of continuation log-probs, continuation is the greedy choice) per request."""
+def loglikelihoods(engine: Engine, requests: Sequence[LLRequest], progress: Progress | None = None,
+                   stats: dict[int, TokenStats] | None = None) -> list[tuple[float, bool]]:
+    """(sum of continuation log-probs, continuation is the greedy choice) per request.
+
+    With ``stats`` (a dict to fill), ``stats[k]`` = the :class:`TokenStats` of request k's
+    ``stats_at`` tokens, read from the same forward pass (its positions' logits are computed apart
+    from the scored ones, which therefore stay bit for bit as without).
+    """
     max_len = engine.lm.max_length
     # model input and scored positions exactly as lm-eval's _loglikelihood_tokens builds them
     inps: list[tuple[int, ...]] = []
@@ -372,7 +440,13 @@ def loglikelihoods(engine: Engine, requests: Sequence[LLRequest],
                     n = len(requests[k].continuation_enc)
                     w.update(m[len(m) - n:])
             want.append(sorted(w))
-        logits, at, _ = engine.forward([u[0] for u in batch], want)
+        plan = _stats_plan([] if stats is None else
+                           [(k, b, row.maps[j], inps[k], requests[k].stats_at)
+                            for b, (row, members) in enumerate(batch)
+                            for j, ks in enumerate(members) for k in ks])
+        logits, at, _, head_at = engine.forward([u[0] for u in batch], want, extra=plan.pairs)
+        if stats is not None:
+            _fill_stats(stats, plan, head_at, engine.device)
         # lm-eval takes log_softmax in the logits' own dtype (softmax_dtype unset)
         logp = F.log_softmax(logits, dim=-1)
         done = 0
@@ -435,11 +509,15 @@ def finalize_generation(tokenizer: Any, tokens: Sequence[int], until: Sequence[s
 
 def generate_until(engine: Engine, contexts: Sequence[Sequence[int]], until: Sequence[str],
                    max_gen_toks: int, progress: Progress | None = None,
-                   names: Sequence[str] | None = None) -> list[str]:
+                   names: Sequence[str] | None = None, stats_at: Sequence[Sequence[int]] | None = None,
+                   stats: dict[int, TokenStats] | None = None) -> list[str]:
     """Greedy continuations of tokenized ``contexts``, cut at the first stop string.
 
     ``until`` gets the EOS text appended as lm-eval does. A row stops once a stop string appears
     in its decoded text (text before it can no longer change) or after ``max_gen_toks`` tokens.
+    With ``stats`` (a dict to fill), ``stats[i]`` = the :class:`TokenStats` of context i's tokens
+    ``stats_at[i]`` (indices into the context as given), read from the prefill; a context cut to
+    fit the model gets none.
     """
     tok = engine.tokenizer
     until = list(until)
@@ -468,7 +546,14 @@ def generate_until(engine: Engine, contexts: Sequence[Sequence[int]], until: Seq
     def run(batch: Sequence[tuple[Packed, list[int]]]) -> None:
         rows = [u[0] for u in batch]
         want = [[m[-1] for m in r.maps] for r in rows]
-        logits, at, cache = engine.forward(rows, want, use_cache=True)
+        plan = _stats_plan([] if stats is None or stats_at is None else
+                           [(doc, b, rows[b].maps[j], ctxs[doc], stats_at[doc])
+                            for b, (_, docs) in enumerate(batch) for j, doc in enumerate(docs)
+                            if len(ctxs[doc]) == len(contexts[doc])])
+        logits, at, cache, head_at = engine.forward(rows, want, use_cache=True, extra=plan.pairs)
+        if stats is not None:
+            _fill_stats(stats, plan, head_at, engine.device)
+        del head_at
         # each generation row: (packed row b, member j, doc index)
         members = [(b, j, doc) for b, (_, docs) in enumerate(batch) for j, doc in enumerate(docs)]
         first = logits[[at[(b, rows[b].maps[j][-1])] for b, j, _ in members]].argmax(-1)

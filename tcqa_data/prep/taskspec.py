@@ -220,15 +220,28 @@ class TaskSpec:
             return self._render("doc_to_decontamination_query", doc)
         return self.text(doc)
 
+    def memorization_query_template(self) -> str:
+        """The name of the template that renders the memorization ``query``: ``memorization_text``
+        (a template name, or its own template), else the decontamination query's (lm-eval's rule:
+        the query template if given, else the prompt)."""
+        m = self.memorization_text or "doc_to_decontamination_query"
+        if m == "doc_to_decontamination_query" and not self.doc_to_decontamination_query:
+            return "doc_to_text"
+        return m if m in self._templates() else "memorization_text"
+
     def memorization_query(self, doc: dict[str, Any]) -> str:
         """The ``query`` text of the memorization scores: ``memorization_text`` if set (a template
         name or a template), else the decontamination query."""
-        m = self.memorization_text
-        if not m:
-            return self.decontamination_query(doc)
-        if m == "doc_to_decontamination_query" and not self.doc_to_decontamination_query:
-            return self.text(doc)
-        return self._render(m if m in self._templates() else "memorization_text", doc)
+        return self._render(self.memorization_query_template(), doc)
+
+    def fields_only(self, template_name: str) -> bool:
+        """True where the template is nothing but its fields and whitespace (rendered with every
+        field empty it is blank): its text is then located field by field in another rendering."""
+        blank = dict.fromkeys(self.template_fields(template_name), "")
+        try:
+            return not self._render(template_name, blank).strip()
+        except (ConfigError, jinja2.TemplateError):
+            return False
 
     def memorization_texts(self, doc: dict[str, Any]) -> dict[str, str]:
         """TEXT name -> text scored for memorization: ``query`` and each attribution field the doc has
