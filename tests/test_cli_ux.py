@@ -152,7 +152,7 @@ def test_index_info_is_readable_and_quiet_checks(small, tmp_path, monkeypatch, c
 # ---- decontaminate ---------------------------------------------------------------------------
 def test_data_files_need_task_and_split(small, tmp_path, monkeypatch, capsys):
     from tcqa_data.errors import ConfigError
-    from tcqa_data.prep.pipeline import parse_data_files
+    from tcqa_data.prep.task_jobs import parse_data_files
 
     for bad in (f"mc_taco={small['data']}", "mc_taco:=x.tsv", "mc_taco:test=", str(small["data"])):
         with pytest.raises(ConfigError, match="expected TASK:SPLIT=PATH"):

@@ -16,7 +16,8 @@ import pytest
 
 from tcqa_data.decontam.index_files import reseal
 from tcqa_data.errors import ConfigError, IndexMismatchError, InputError
-from tcqa_data.prep.pipeline import decontaminate, parse_data_files
+from tcqa_data.prep.pipeline import decontaminate
+from tcqa_data.prep.task_jobs import parse_data_files
 
 # An independent normalization for ground truth, written from the definition (ASCII lowercase,
 # delete ASCII punctuation, split on whitespace), not by calling the code under test.
@@ -398,7 +399,7 @@ def test_portable_ref_rewrites_the_longest_input_path_prefix(tmp_path):
     """Corpus doc refs ``<input path>:<line>`` become ``<file name>:<line>``: the longest input path
     that starts the ref wins (paths may hold colons, and one input's path + ':' may start another's),
     and refs from an id field are left alone."""
-    from tcqa_data.prep.pipeline import portable_ref
+    from tcqa_data.prep.doc_refs import portable_ref
 
     paths = ["/data/a.jsonl", "/data/a.jsonl:v2/b.jsonl", "c:d/e.jsonl", "hf://org/set/cfg:train"]
     (tmp_path / "manifest.json").write_text(json.dumps({"inputs": [{"path": p} for p in paths]}))

@@ -55,7 +55,7 @@ def corpus_texts(index_dir: Path, refs: set[str]) -> dict[str, str]:
     from tcqa_data.decontam.textstore.store import TextStore
     from tcqa_data.errors import TcqaError
     from tcqa_data.io_utils import read_json
-    from tcqa_data.prep.pipeline import portable_ref
+    from tcqa_data.prep.doc_refs import portable_ref
 
     # PREP_DIR records refs as portable_ref writes them (file name, not the path given to index-corpus)
     to_prep_ref = portable_ref(index_dir)

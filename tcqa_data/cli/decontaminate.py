@@ -76,7 +76,8 @@ def decontaminate_cmd(
     from tcqa_data.decontam.index_files import reading
     from tcqa_data.outputs import check_apart
     from tcqa_data.prep.lm_eval_tasks import parse_group_by
-    from tcqa_data.prep.pipeline import decontaminate, parse_data_files
+    from tcqa_data.prep.pipeline import decontaminate
+    from tcqa_data.prep.task_jobs import parse_data_files
 
     if index_dir is not None:
         check_apart(out, index_dir, "index", "--out")  # PREP_DIR is committed whole: never over the index

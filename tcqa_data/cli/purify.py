@@ -50,8 +50,8 @@ def purify_cmd(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or summary."),
 ) -> None:
     """Stream CORPUS against the tasks' n-grams and write it to --out without its contamination."""
-    from tcqa_data.prep.pipeline import parse_data_files
     from tcqa_data.prep.purify import purify
+    from tcqa_data.prep.task_jobs import parse_data_files
 
     task_list = [t.strip() for t in tasks.split(",") if t.strip()]
     report = purify(corpus, task_list, out, data_files=parse_data_files(data_files or [], task_list),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,99 +18,22 @@ import pyarrow as pa
 import tcqa_data
 from tcqa_data.decontam.detect.evidence import IndexEvidence
 from tcqa_data.decontam.detect.rules import DEFAULT_RULE, Rule, doc_status
-from tcqa_data.decontam.detect.score import QueryDoc, auto_ngram, score_docs
+from tcqa_data.decontam.detect.score import auto_ngram, score_docs
 from tcqa_data.errors import ConfigError, IndexMismatchError, TcqaError
 from tcqa_data.io_utils import write_json_atomic, write_parquet_atomic, write_text_atomic
 from tcqa_data.outputs import check_name, code_digests, resolve_inside, writes_output
-from tcqa_data.prep.benchmarks import BenchmarkSplit, group_ids, load_split
+from tcqa_data.prep.benchmarks import BenchmarkSplit, group_ids
+from tcqa_data.prep.doc_refs import portable_doc_refs, portable_path, portable_ref
 from tcqa_data.prep.lm_eval_export import export_lm_eval, export_lm_eval_task, exportable, lm_eval_task_name
 from tcqa_data.prep.report import write_reports
 from tcqa_data.prep.splits import GROUP_POLICIES, add_ids, check_invariants, group_flags, split_table
 from tcqa_data.prep.summary import build_summary, reference_for, split_row, write_summary
-from tcqa_data.prep.taskspec import TaskSpec, is_task_yaml_path, is_tcqa_task
+from tcqa_data.prep.task_jobs import TaskJob, query_docs, task_jobs
+from tcqa_data.prep.taskspec import TaskSpec
 from tcqa_data.progress import progress_bar, rate_text
 
 if TYPE_CHECKING:
-    from tcqa_data.engines import Engine
     from tcqa_data.prep.lm_eval_tasks import LmEvalTask
-
-
-def parse_data_files(items: Iterable[str], tasks: Sequence[str]) -> dict[str, dict[str, str]]:
-    """``TASK:SPLIT=PATH`` items -> {task: {split: path}}; any other form is refused with the expected one.
-
-    Both names are required: ``mc_taco=PATH`` would otherwise read as a split named "mc_taco".
-    """
-    out: dict[str, dict[str, str]] = {}
-    for item in items:
-        key, _, path = item.partition("=")
-        task, _, split = key.partition(":")
-        if not (task.strip() and split.strip() and path.strip()):
-            raise ConfigError(f"--data-files {item!r}: expected TASK:SPLIT=PATH (task, split and file), "
-                              "e.g. mc_taco:test=../shared/data/mc_taco/test_9442.tsv")
-        # with a task given as a YAML path, its spec's `task` name is checked later, in decontaminate
-        if not is_tcqa_task(task) and task in tasks:
-            raise ConfigError(f"--data-files {item!r}: task {task!r} is resolved through lm-eval, which "
-                              "reads its data as its YAML says; point dataset_path/dataset_kwargs "
-                              "(e.g. dataset_path: json, data_files) at local files in a task YAML "
-                              "under --lm-eval-include instead")
-        if task not in tasks and not any(t.endswith((".yaml", ".yml")) for t in tasks):
-            raise ConfigError(f"--data-files {item!r}: task {task!r} is not among --tasks {list(tasks)}")
-        out.setdefault(task, {})[check_name(split, "split name", "--data-files")] = path
-    return out
-
-
-def portable_path(path: str | os.PathLike) -> str:
-    """A path as PREP_DIR files record it: the file or folder name (hub and hf:// ids unchanged).
-
-    Files in PREP_DIR never hold absolute paths, so a prepared folder can be moved or shared, and
-    the same inputs give the same bytes wherever they and the output live. Content is identified
-    by checksums (the index manifest's sha256 per input), not by where it was read from.
-    """
-    text = os.fspath(path)
-    if text.startswith(("hub:", "hf://")):
-        return text
-    return Path(text).resolve().name or text
-
-
-def portable_ref(index_dir: str | os.PathLike, manifest: Mapping[str, Any] | None = None
-                 ) -> Callable[[str | None], str | None]:
-    """A function that rewrites a ``"<input path>:<line>"`` corpus doc ref of the index at
-    ``index_dir`` (its ``manifest``, read from there when not given) to ``"<file name>:<line>"``,
-    as PREP_DIR files record it.
-
-    Doc refs without an id field embed the input path as given to index-corpus; PREP_DIR files
-    must not. Refs from an id field (titles, urls) are left as they are.
-    """
-    if manifest is None:
-        from tcqa_data.decontam.ngrams.index import MANIFEST
-        from tcqa_data.io_utils import read_json
-
-        manifest = read_json(Path(index_dir) / MANIFEST)
-    inputs = manifest.get("inputs", [])
-    renamed = {e["path"] + ":": portable_path(e["path"]) + ":" for e in inputs}
-
-    def fix(ref: str | None) -> str | None:
-        # the longest input path + ":" that starts the ref: every such prefix ends at one of the
-        # ref's colons, so a lookup per colon, from the last (a loop over the inputs cost
-        # ~0.25 ms a ref against an index of 487 inputs: 5 CPU-s of a decontaminate run)
-        if ref is not None:
-            i = ref.rfind(":")
-            while i >= 0:
-                new = renamed.get(ref[:i + 1])
-                if new is not None:
-                    return new + ref[i + 1:]
-                i = ref.rfind(":", 0, i)
-        return ref
-
-    return fix
-
-
-def portable_doc_refs(cols: dict[str, list], fix: Callable[[str | None], str | None]) -> None:
-    """Rewrite the corpus doc refs in ``cols`` (columns ``*_ref``, ``*_refs``) with ``fix``
-    (``portable_ref``)."""
-    for name in cols:  # every corpus doc ref column is named *_ref or *_refs
-        if name.endswith(("_ref", "_refs")):
-            cols[name] = [[fix(r) for r in v] if isinstance(v, list) else fix(v) for v in cols[name]]
 
 
 def _index_summary(idx: Any, index_dir: str | os.PathLike) -> dict[str, Any]:
@@ -177,16 +100,6 @@ class _Run:
     # known once the evidence is filled (after a stream's pass)
     index_summary: dict[str, Any] = dataclasses.field(default_factory=dict)
     fix_ref: Callable[[str | None], str | None] | None = None  # corpus doc refs as PREP_DIR records them
-
-
-@dataclasses.dataclass
-class _TaskJob:
-    """One task's splits, each as (docs, their queries, their role); ``source``: how lm-eval
-    resolved the task (None for built-in and YAML tasks)."""
-
-    task: TaskSpec | LmEvalTask
-    parts: list[tuple[BenchmarkSplit, list[str], str]]
-    source: dict[str, Any] | None = None
 
 
 @writes_output("out_dir", "decontaminate")  # PREP_DIR is committed whole or not at all
@@ -436,108 +349,6 @@ def _run_config(rule: Rule, group_policy: str, max_corpus_freq: int | None, norm
     }
 
 
-def task_jobs(tasks: Sequence[str], data_files: Mapping[str, Mapping[str, str | os.PathLike]] | None,
-              splits: Sequence[str] | None, *, group_by: Mapping[str, Sequence[str]] | None = None,
-              lm_eval_include: Any = None, lm_eval_include_defaults: bool = True) -> list[_TaskJob]:
-    """Every task's splits loaded, with their queries, as ``decontaminate`` takes ``tasks`` (built-in,
-    YAML, or lm-eval names) and its options; ``purify`` loads its tasks through this too. All
-    refusals (names, splits, data files) come before anything is written."""
-    local = {k: dict(v) for k, v in (data_files or {}).items()}
-    for per_task in local.values():  # split names become folder names: refused before any write
-        for split_name in per_task:
-            check_name(split_name, "split name", "data_files (--data-files)")
-    own, lm_tasks = _resolve_tasks(tasks, local, {k: tuple(v) for k, v in (group_by or {}).items()},
-                                   lm_eval_include, lm_eval_include_defaults)
-    return list(_task_jobs(own, lm_tasks, local, splits))
-
-
-def query_docs(spec: TaskSpec | LmEvalTask, b: BenchmarkSplit, queries: Sequence[str]) -> list[QueryDoc]:
-    """A split's docs as the scorer takes them: each query with the doc fields matches are
-    attributed to."""
-    fields = spec.query_fields()
-    return [QueryDoc(q, {f: str(d[f]) for f in fields if d.get(f) is not None})
-            for q, d in zip(queries, b.docs(), strict=True)]
-
-
-def _resolve_tasks(tasks: Sequence[str], data_files: dict[str, dict[str, str | os.PathLike]],
-                   group_by: dict[str, tuple[str, ...]], lm_eval_include: Any, lm_eval_include_defaults: bool
-                   ) -> tuple[list[tuple[str, TaskSpec]], list[LmEvalTask]]:
-    """The built-in and YAML tasks (each with the name it was given as) and the tasks resolved
-    through lm-eval. Refused here, before anything is written: data files or ``group_by`` for
-    tasks not given, a task given twice."""
-    own = [t for t in tasks if is_tcqa_task(t)]
-    specs = [TaskSpec.resolve(t) for t in own]
-    specs = [dataclasses.replace(s, group_by=group_by.pop(t, group_by.pop(s.task, s.group_by)))
-             for t, s in zip(own, specs, strict=True)]
-    # local files may be keyed by the name given in `tasks` (maybe a YAML path) or by spec.task
-    known = set(own) | {s.task for s in specs}
-    unknown = sorted(set(data_files) - known)
-    if unknown:
-        raise ConfigError(f"data files given for tasks {unknown} that are not among the built-in or YAML "
-                          f"tasks {own}")
-    lm_names = [t for t in tasks if not is_tcqa_task(t)]
-    lm_tasks: list[LmEvalTask] = []
-    if lm_names:
-        from tcqa_data.prep.lm_eval_tasks import resolve_lm_eval_tasks
-
-        lm_tasks = resolve_lm_eval_tasks(lm_names, include_path=lm_eval_include, group_by=group_by,
-                                         include_defaults=lm_eval_include_defaults)
-    elif group_by:
-        raise ConfigError(f"--group-by names task(s) {sorted(group_by)} that are not among {list(tasks)}")
-    for task_name, spec in zip(own, specs, strict=True):
-        declared = list(spec.splits().values())
-        if not is_task_yaml_path(task_name) and declared:
-            # a built-in task has fixed splits: a misspelled one (tset) is refused before any file
-            # is read (a task YAML of your own keeps free names)
-            for split in data_files.get(task_name) or data_files.get(spec.task) or {}:
-                if split not in declared:
-                    raise ConfigError(f"task {spec.task!r} has no split {split!r} (--data-files "
-                                      f"{task_name}:{split}=...); its splits are {declared}")
-    names = [s.task for s in specs] + [t.task for t in lm_tasks]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"tasks {sorted({n for n in names if names.count(n) > 1})} are given twice")
-    return list(zip(own, specs, strict=True)), lm_tasks
-
-
-def _task_jobs(own: list[tuple[str, TaskSpec]], lm_tasks: list[LmEvalTask],
-               data_files: dict[str, dict[str, str | os.PathLike]], splits: Sequence[str] | None
-               ) -> Iterator[_TaskJob]:
-    """Each task's splits, loaded when its turn comes: built-in and YAML tasks first, then those
-    resolved through lm-eval."""
-    for name, spec in own:
-        yield _spec_job(spec, data_files.get(name) or data_files.get(spec.task) or {}, splits)
-    for lt in lm_tasks:
-        yield _lm_eval_job(lt, splits)
-
-
-def _spec_job(spec: TaskSpec, local: dict[str, str | os.PathLike], splits: Sequence[str] | None) -> _TaskJob:
-    """A built-in or YAML task: its local files' splits, else its declared ones (from the hub),
-    those in ``splits`` only; each split's queries from the task's template."""
-    role_of = {name: role for role, name in spec.splits().items()}
-    wanted = list(local) if local else list(spec.splits().values())
-    if splits:
-        wanted = [s for s in wanted if s in splits]
-    if not wanted:
-        declared = list(spec.splits().values())
-        raise ConfigError(f"task {spec.task!r}: no split to process (declared {declared}, "
-                          f"local files {list(local)}, --splits {list(splits or [])})")
-    loaded = [load_split(spec, s, local.get(s)) for s in wanted]
-    return _TaskJob(spec, [(b, [spec.decontamination_query(d) for d in b.docs()],
-                            role_of.get(b.split, "test")) for b in loaded])
-
-
-def _lm_eval_job(lt: LmEvalTask, splits: Sequence[str] | None) -> _TaskJob:
-    """A task resolved through lm-eval: the split lm-eval evaluates, its docs and queries as lm-eval
-    gives them."""
-    if splits and lt.split not in splits:
-        raise ConfigError(f"lm-eval task {lt.task!r} evaluates split {lt.split!r}, which --splits "
-                          f"{list(splits)} leaves out")
-    b = BenchmarkSplit(task=lt.task, split=lt.split, source=lt.source, table=lt.table)
-    return _TaskJob(lt, [(b, lt.queries, lt.role)],
-                    {"lm_eval_task": lt.task, "requested_as": lt.requested_as, "query": lt.query_description,
-                     "group_by": list(lt.group_by)})
-
-
 def _choose_n(task: str, queries: Iterable[str], run: _Run) -> tuple[int, str]:
     """The task's n-gram size and how it was chosen; refused unless the index holds it."""
     if run.fixed_n is None:
@@ -555,7 +366,7 @@ def _choose_n(task: str, queries: Iterable[str], run: _Run) -> tuple[int, str]:
     return n, how
 
 
-def _process_task(job: _TaskJob, run: _Run, rows: list[dict[str, Any]]
+def _process_task(job: TaskJob, run: _Run, rows: list[dict[str, Any]]
                   ) -> tuple[dict[str, Any], dict[str, Any]]:
     """One task's splits at one n-gram size, its PREP_DIR files; returns its manifest entry and
     its summary (split -> counts); appends each split's run-summary row to ``rows``."""
@@ -583,50 +394,15 @@ def _process_task(job: _TaskJob, run: _Run, rows: list[dict[str, Any]]
     return entry, summary
 
 
-def _stream_pass(run: _Run, jobs: Sequence[_TaskJob], where: dict[str, Any]) -> None:
+def _stream_pass(run: _Run, jobs: Sequence[TaskJob], where: dict[str, Any]) -> None:
     """Fill the run's ``StreamEvidence`` with every query of ``jobs`` at each task's n (``fill_stream``)."""
+    from tcqa_data.decontam.stream.evidence import fill_stream
+
     groups = []
     for job in jobs:
         queries = [q for _, qs, _ in job.parts for q in qs]
         groups.append((_choose_n(job.task.task, queries, run)[0], queries))
     fill_stream(run.evidence, groups, quiet=run.quiet, short_min_words=run.short_min_words, **where)
-
-
-def fill_stream(evidence: Any, groups: Sequence[tuple[int, Sequence[str]]], *, quiet: bool,
-                short_min_words: int | None, workers: int = 1, engine: str | Engine = "local",
-                ray_address: str | None = None, out: str | os.PathLike | None = None) -> list[str]:
-    """One corpus pass of a ``StreamEvidence`` against each group's queries at its n, those of
-    ``short_min_words`` up to n - 1 words whole; returns the table's queries (distinct, sorted: a
-    query's number in the table is its place here). ``workers``, ``engine``, ``ray_address``: where
-    the shards run (``engines.make_engine``; or an ``Engine`` the caller made and closes, which
-    runs the shards whatever ``workers`` says); on Ray their files go beside ``out``."""
-    from contextlib import nullcontext
-
-    from tcqa_data.decontam.core.hashing import word_counts
-    from tcqa_data.engines import Engine, make_engine
-
-    queries = sorted({q for _, qs in groups for q in qs})
-    number = {q: i for i, q in enumerate(queries)}
-    whole: dict[int, set[int]] = {}
-    for n, qs in groups:
-        distinct = list(set(qs)) if short_min_words else []
-        for q, m in zip(distinct, word_counts(distinct, evidence.normalization).tolist(), strict=True):
-            if short_min_words <= m < n:
-                whole.setdefault(m, set()).add(number[q])
-    given = isinstance(engine, Engine)
-    eng = engine if given else make_engine(engine, workers, ray_address) if engine != "local" else None
-    work_dir = None
-    if eng is not None and eng.name == "ray" and out is not None:
-        work_dir = Path(out).resolve().parent
-        work_dir.mkdir(parents=True, exist_ok=True)
-    with nullcontext() if eng is None or given else eng, progress_bar(quiet, bytes_mode=True) as prog:
-        bar = prog.add_task("stream corpus", total=sum(i.size for i in evidence.inputs), rate="")
-        evidence.fill(queries, sorted({n for n, _ in groups}), workers=workers, engine=eng,
-                      work_dir=None if work_dir is None else str(work_dir),
-                      whole={m: sorted(v) for m, v in whole.items()},
-                      progress=lambda nbytes, ndocs: prog.update(bar, advance=nbytes))
-    return queries
-
 
 
 def _process_split(spec: TaskSpec | LmEvalTask, b: BenchmarkSplit, queries: list[str], role: str,

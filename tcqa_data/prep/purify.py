@@ -1,6 +1,6 @@
 """``tcqa-data purify``: the training corpus minus its contamination.
 
-1. the tasks' docs are loaded as ``decontaminate`` loads them (``pipeline.task_jobs``: built-in or
+1. the tasks' docs are loaded as ``decontaminate`` loads them (``task_jobs.task_jobs``: built-in or
    YAML tasks with local data files or the hub, and lm-eval task, group or tag names) and their
    decontamination queries go into one benchmark table;
 2. one pass over the corpus (``decontam/stream``) finds every corpus doc holding one of their
@@ -40,7 +40,7 @@ import pyarrow as pa
 import tcqa_data
 from tcqa_data.decontam.detect.rules import DEFAULT_RULE, Rule
 from tcqa_data.decontam.detect.score import QueryDoc, score_docs
-from tcqa_data.decontam.stream.evidence import MINHASH_REFUSAL, StreamEvidence
+from tcqa_data.decontam.stream.evidence import MINHASH_REFUSAL, StreamEvidence, fill_stream
 from tcqa_data.decontam.stream.purify import MODES, PurifyConfig, Removal
 from tcqa_data.decontam.stream.purify_shards import (
     config_dict,
@@ -64,7 +64,8 @@ from tcqa_data.outputs import (
     remove_stale_staging,
     resolve_inside,
 )
-from tcqa_data.prep.pipeline import fill_stream, portable_path, portable_ref, query_docs, task_jobs
+from tcqa_data.prep.doc_refs import portable_path, portable_ref
+from tcqa_data.prep.task_jobs import query_docs, task_jobs
 from tcqa_data.progress import note, progress_bar
 
 TOP_BENCHMARK_DOCS = 20

@@ -15,16 +15,24 @@ the benchmark table (``table.py``) instead of an index:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from contextlib import nullcontext
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tcqa_data.decontam.core.hashing import word_counts
 from tcqa_data.decontam.detect.evidence import NgramHits
 from tcqa_data.decontam.readers import CorpusInput
 from tcqa_data.decontam.stream.scan import SHARD_BYTES, StreamHits, hf_input, read_texts, scan_corpus
 from tcqa_data.decontam.stream.table import BenchmarkTable, StreamConfig
 from tcqa_data.errors import ConfigError
+from tcqa_data.progress import progress_bar
+
+if TYPE_CHECKING:
+    from tcqa_data.engines import Engine
 
 MINHASH_REFUSAL = ("stream mode (--corpus) gives n-gram and aligned evidence only: a minhash>= term "
                    "needs every corpus window signed and banded, which an index build does; build one "
@@ -168,3 +176,36 @@ class StreamEvidence:
     def texts(self, ordinals: Sequence[int]) -> list[str]:
         self.prefetch_texts(ordinals)
         return [self._texts[int(o)] for o in ordinals]
+
+
+def fill_stream(evidence: StreamEvidence, groups: Sequence[tuple[int, Sequence[str]]], *, quiet: bool,
+                short_min_words: int | None, workers: int = 1, engine: str | Engine = "local",
+                ray_address: str | None = None, out: str | os.PathLike | None = None) -> list[str]:
+    """One corpus pass of a ``StreamEvidence`` against each group's queries at its n, those of
+    ``short_min_words`` up to n - 1 words whole; returns the table's queries (distinct, sorted: a
+    query's number in the table is its place here). ``workers``, ``engine``, ``ray_address``: where
+    the shards run (``engines.make_engine``; or an ``Engine`` the caller made and closes, which
+    runs the shards whatever ``workers`` says); on Ray their files go beside ``out``."""
+    from tcqa_data.engines import Engine, make_engine
+
+    queries = sorted({q for _, qs in groups for q in qs})
+    number = {q: i for i, q in enumerate(queries)}
+    whole: dict[int, set[int]] = {}
+    for n, qs in groups:
+        distinct = list(set(qs)) if short_min_words else []
+        for q, m in zip(distinct, word_counts(distinct, evidence.normalization).tolist(), strict=True):
+            if short_min_words <= m < n:
+                whole.setdefault(m, set()).add(number[q])
+    given = isinstance(engine, Engine)
+    eng = engine if given else make_engine(engine, workers, ray_address) if engine != "local" else None
+    work_dir = None
+    if eng is not None and eng.name == "ray" and out is not None:
+        work_dir = Path(out).resolve().parent
+        work_dir.mkdir(parents=True, exist_ok=True)
+    with nullcontext() if eng is None or given else eng, progress_bar(quiet, bytes_mode=True) as prog:
+        bar = prog.add_task("stream corpus", total=sum(i.size for i in evidence.inputs), rate="")
+        evidence.fill(queries, sorted({n for n, _ in groups}), workers=workers, engine=eng,
+                      work_dir=None if work_dir is None else str(work_dir),
+                      whole={m: sorted(v) for m, v in whole.items()},
+                      progress=lambda nbytes, ndocs: prog.update(bar, advance=nbytes))
+    return queries
