@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,26 @@ SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 # NLTK's Punkt tables ship with the shared data; users set NLTK_DATA themselves.
 if "NLTK_DATA" not in os.environ and (SHARED_DATA / "nltk_data").is_dir():
     os.environ["NLTK_DATA"] = str(SHARED_DATA / "nltk_data")
+
+
+@contextmanager
+def private_ray(env: dict[str, str] | None = None) -> Iterator[object]:
+    """A private local Ray instance of 2 CPUs for the block (the test skips when ray is missing),
+    shut down afterwards. Its workers get the tests' and the repo's folders on their path (they
+    import test modules by name) and ``env`` in their environment; ``--engine ray`` joins it."""
+    if importlib.util.find_spec("ray") is None:
+        pytest.skip("ray is not installed (pip install 'tcqa-data[ray]')")
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    paths = os.pathsep.join([str(REPO_ROOT / "tests"), str(REPO_ROOT)])
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING",
+             runtime_env={"env_vars": {**(env or {}), "PYTHONPATH": paths}})
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
 
 
 def shared_file(relative: str) -> Path:

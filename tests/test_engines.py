@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import private_ray
 
 from tcqa_data.engines import (
     LocalEngine,
@@ -112,14 +113,8 @@ def ray_cluster():
 
     Workers import this test module by name, so they get its folder on their path.
     """
-    if not HAS_RAY:
-        pytest.skip("ray is not installed (pip install 'tcqa-data[ray]')")
-    import ray
-
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING",
-             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)])}})
-    yield
-    ray.shutdown()
+    with private_ray():
+        yield
 
 
 @pytest.fixture(scope="module")

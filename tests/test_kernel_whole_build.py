@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 from pathlib import Path
 
 import pytest
+from conftest import private_ray
 from typer.testing import CliRunner
 
 from tcqa_data.cli import app
@@ -112,17 +112,8 @@ def test_numpy_fallback_builds_the_same_index_from_every_format(inputs, numba_bu
 def ray_numpy():
     """A local Ray instance (2 CPUs) whose workers run the numpy fallback (``TCQA_KERNEL=numpy``
     in their environment); ``--engine ray`` joins it."""
-    if not HAS_RAY:
-        pytest.skip("ray is not installed (pip install 'tcqa-data[ray]')")
-    import ray
-
-    if ray.is_initialized():
-        ray.shutdown()
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING",
-             runtime_env={"env_vars": {"TCQA_KERNEL": "numpy",
-                                       "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)])}})
-    yield ray
-    ray.shutdown()
+    with private_ray({"TCQA_KERNEL": "numpy"}) as ray:
+        yield ray
 
 
 @pytest.mark.ray

@@ -18,6 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import private_ray
 from test_stream import bench, injected_corpus  # noqa: F401 - fixtures
 
 from tcqa_data.errors import InputError
@@ -105,21 +106,10 @@ def test_every_input_is_a_shard_with_contamination_removed(inputs, reference):
 
 def test_local_workers_and_ray_write_the_same_bytes(inputs, bench, reference, tmp_path):  # noqa: F811
     """Shards as tasks on 2 local processes and on Ray (a private local instance of 2 CPUs)."""
-    import importlib.util
-
     purify([str(inputs)], TASKS, tmp_path / "local2", data_files=bench, workers=2, quiet=True)
     _same_output(tmp_path / "local2", reference[0])
-    if importlib.util.find_spec("ray") is None:
-        pytest.skip("ray is not installed (pip install 'tcqa-data[ray]')")
-    import ray
-
-    here = Path(__file__).resolve().parent
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING",
-             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([str(here), str(here.parent)])}})
-    try:
+    with private_ray():
         report = purify([str(inputs)], TASKS, tmp_path / "ray", data_files=bench, engine="ray", quiet=True)
-    finally:
-        ray.shutdown()
     assert report["shards"]["written"] == 4
     _same_output(tmp_path / "ray", reference[0])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["local2", "ray"]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from conftest import private_ray
 
 from tcqa_data.errors import ConfigError
 from tcqa_data.prep.pipeline import decontaminate
@@ -220,24 +221,11 @@ def test_bad_corpus_lines_name_file_and_line_or_are_counted(corpus, bench, tmp_p
 
 def test_ray_gives_the_bytes_of_one_local_pass(corpus, bench, tmp_path):
     """Shards as Ray tasks (a local instance of 2 CPUs): the PREP_DIR of one local pass."""
-    import importlib.util
-
-    if importlib.util.find_spec("ray") is None:
-        pytest.skip("ray is not installed (pip install 'tcqa-data[ray]')")
-    import os
-
-    import ray
-
-    here = Path(__file__).resolve().parent
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING",
-             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([str(here), str(here.parent)])}})
-    try:
+    with private_ray():
         args = dict(data_files={"squad_completion": bench["squad_completion"]}, quiet=True,
                     corpus=[str(corpus[0])])
         decontaminate(None, ["squad_completion"], tmp_path / "local", **args)
         decontaminate(None, ["squad_completion"], tmp_path / "ray", engine="ray", **args)
-    finally:
-        ray.shutdown()
     def files(root: Path) -> list[Path]:
         return sorted(p.relative_to(root) for p in root.rglob("*") if p.is_file())
 
