@@ -125,3 +125,31 @@ def build_tiny_model(folder: Path) -> Path:
         model.get_output_embeddings().weight[newline] *= 2.0
     model.save_pretrained(folder)
     return folder
+
+
+def direct_memorization_scores(lm, ids: list[int], positions: list[int], text: str) -> dict[str, float]:
+    """Every memorization score of ``text`` computed directly, in float64 from the full log-softmax:
+    the model run on ``ids`` alone (one row, unpacked, no cache), the tokens at ``positions`` scored
+    (each predicted at the position before it). The reference the packed, batched scores are held to."""
+    import zlib
+
+    import numpy as np
+    import torch
+
+    from tcqa_data.eval.memorization import KS
+
+    with torch.inference_mode():
+        logits = lm.model(input_ids=torch.tensor([ids])).logits[0].double()
+    logp = torch.log_softmax(logits, -1).numpy()
+    rows = np.array(positions) - 1  # token t is predicted at position t - 1
+    lp = logp[rows, np.array(ids)[positions]]
+    p = np.exp(logp[rows])
+    mu = (p * logp[rows]).sum(-1)
+    sigma = np.sqrt((p * logp[rows] ** 2).sum(-1) - mu**2)
+    z = (lp - mu) / sigma
+    out = {"loss": lp.mean(), "zlib": lp.mean() / len(zlib.compress(text.encode("utf-8")))}
+    for k in KS:
+        n = max(1, int(len(lp) * k / 100))
+        out[f"min_k_{k}"] = np.sort(lp)[:n].mean()
+        out[f"min_k_pp_{k}"] = np.sort(z)[:n].mean()
+    return out

@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import csv
 import json
-import zlib
 from itertools import islice
 
-import numpy as np
 import pytest
-import torch
-from eval_fixtures import smollm2_gguf
+from eval_fixtures import direct_memorization_scores, smollm2_gguf
 
-from tcqa_data.eval.memorization import KS, SCORE_NAMES, memorization_scores, token_stats
+from tcqa_data.eval.memorization import SCORE_NAMES, memorization_scores, token_stats
 from tcqa_data.eval.models import load_model
 from tcqa_data.eval.scoring import Engine
 from tcqa_data.prep.taskspec import TaskSpec
@@ -30,23 +27,11 @@ def smollm2():
 
 
 def _direct_scores(lm, text: str) -> dict[str, float]:
+    """The scores of the text alone: prefix token + its tokens, every token after the prefix scored."""
     tok = lm.tokenizer
     prefix = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
     ids = [prefix] + tok(text, add_special_tokens=False)["input_ids"]
-    with torch.inference_mode():
-        logits = lm.model(input_ids=torch.tensor([ids])).logits[0, :-1].double()
-    logp = torch.log_softmax(logits, -1).numpy()
-    lp = logp[np.arange(len(ids) - 1), ids[1:]]
-    p = np.exp(logp)
-    mu = (p * logp).sum(-1)
-    sigma = np.sqrt((p * logp**2).sum(-1) - mu**2)
-    z = (lp - mu) / sigma
-    out = {"loss": lp.mean(), "zlib": lp.mean() / len(zlib.compress(text.encode("utf-8")))}
-    for k in KS:
-        n = max(1, int(len(lp) * k / 100))
-        out[f"min_k_{k}"] = np.sort(lp)[:n].mean()
-        out[f"min_k_pp_{k}"] = np.sort(z)[:n].mean()
-    return out
+    return direct_memorization_scores(lm, ids, list(range(1, len(ids))), text)
 
 
 def _texts(mc_taco_test, squad_validation) -> list[str]:

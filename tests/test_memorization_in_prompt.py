@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import csv
 import json
-import zlib
 from itertools import islice
 
-import numpy as np
 import pytest
-import torch
-from eval_fixtures import smollm2_gguf
+from eval_fixtures import direct_memorization_scores, smollm2_gguf
 
-from tcqa_data.eval.memorization import KS, SCORE_NAMES
+from tcqa_data.eval.memorization import SCORE_NAMES
 from tcqa_data.eval.models import load_model
 from tcqa_data.eval.runner import score_generation, score_multiple_choice
 from tcqa_data.eval.scoring import Engine
@@ -48,29 +45,11 @@ def _field_tokens(prompt: str, spans: list[tuple[int, int]], value: str, start: 
     return out
 
 
-def _direct(lm, ids: list[int], positions: list[int], text: str) -> dict[str, float]:
-    with torch.inference_mode():
-        logits = lm.model(input_ids=torch.tensor([ids])).logits[0].double()
-    logp = torch.log_softmax(logits, -1).numpy()
-    rows = np.array(positions) - 1  # token t is predicted at position t - 1
-    lp = logp[rows, np.array(ids)[positions]]
-    p = np.exp(logp[rows])
-    mu = (p * logp[rows]).sum(-1)
-    sigma = np.sqrt((p * logp[rows] ** 2).sum(-1) - mu**2)
-    z = (lp - mu) / sigma
-    out = {"loss": lp.mean(), "zlib": lp.mean() / len(zlib.compress(text.encode("utf-8")))}
-    for k in KS:
-        n = max(1, int(len(lp) * k / 100))
-        out[f"min_k_{k}"] = np.sort(lp)[:n].mean()
-        out[f"min_k_pp_{k}"] = np.sort(z)[:n].mean()
-    return out
-
-
 def _check(lm, got: dict, ids: list[int], where: dict[str, list[int]], texts: dict[str, str]) -> None:
     assert list(got) == list(texts)
     for name, positions in where.items():
         assert positions, name
-        want = _direct(lm, ids, positions, texts[name])
+        want = direct_memorization_scores(lm, ids, positions, texts[name])
         for score in SCORE_NAMES:
             # packed rows in float32 through a different attention layout: agree to float noise
             assert got[name][score] == pytest.approx(want[score], rel=2e-3, abs=2e-3), (name, score)
