@@ -18,7 +18,8 @@ from tcqa_data.analysis.run import analyze_after_evaluate
 from tcqa_data.eval import metrics as M
 from tcqa_data.eval.models import LoadedModel
 from tcqa_data.eval.results import render_markdown
-from tcqa_data.eval.runner import OutputClaim, run_evaluation
+from tcqa_data.eval.runner import Evaluation
+from tcqa_data.eval.runner import evaluate as evaluate_stage
 from tcqa_data.report_render import Block
 
 
@@ -40,25 +41,21 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
     ``write``, or with ``memorization_only``. Returns the results.json object with the per-doc samples under
     ``"_samples"``.
     """
-    with OutputClaim(output) as claim:  # the folder's lock, from before the scoring to the commit
-        run = run_evaluation(prep_dir, model, tasks, clean_only, device, dtype, batch_size, limit_groups,
-                             gguf_file=gguf_file, trust_remote_code=trust_remote_code, split=split,
-                             bootstrap=bootstrap, seed=seed, quiet=quiet, packing=packing,
-                             sample_groups=sample_groups, sample_seed=sample_seed,
-                             memorization=memorization, memorization_only=memorization_only,
-                             memorization_context=memorization_context,
-                             before_scoring=claim if write else None)
-        if write:
-            with run.committing(claim.folder, locked=True) as stage:
-                if memorization_only:
-                    why = "--memorization-only: no task metric to analyze"
-                    run.results["analysis"] = {"skipped": {t.data.task: why for t in run.tasks}}
-                elif not clean_only:
-                    run.results["analysis"] = analyze_after_evaluate(
-                        run.prep_dir, run.tasks, stage / "analysis", bootstrap, seed,
-                        results_dir=claim.folder)
-                run.write(stage, report_extra(run.results))
-    return run.returned()
+    def analysis(run: Evaluation, stage: Path, folder: Path) -> list[Block]:
+        if memorization_only:
+            why = "--memorization-only: no task metric to analyze"
+            run.results["analysis"] = {"skipped": {t.data.task: why for t in run.tasks}}
+        elif not clean_only:
+            run.results["analysis"] = analyze_after_evaluate(run.prep_dir, run.tasks, stage / "analysis",
+                                                             bootstrap, seed, results_dir=folder)
+        return report_extra(run.results)
+
+    return evaluate_stage(prep_dir, model, tasks, clean_only, device, dtype, batch_size, output, limit_groups,
+                          gguf_file=gguf_file, trust_remote_code=trust_remote_code, split=split,
+                          bootstrap=bootstrap, seed=seed, quiet=quiet, write=write, packing=packing,
+                          sample_groups=sample_groups, sample_seed=sample_seed, memorization=memorization,
+                          memorization_only=memorization_only, memorization_context=memorization_context,
+                          extend=analysis)
 
 
 def report_extra(results: dict[str, Any]) -> list[Block]:

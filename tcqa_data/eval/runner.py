@@ -500,9 +500,13 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
              seed: int = M.BOOTSTRAP_SEED, quiet: bool = False, write: bool = True,
              packing: bool | None = None, sample_groups: int | None = None,
              sample_seed: int = 0, memorization: bool = True,
-             memorization_only: bool = False, memorization_context: str = "prompt") -> dict[str, Any]:
+             memorization_only: bool = False, memorization_context: str = "prompt",
+             extend: Callable[[Evaluation, Path, Path], Sequence[Block]] | None = None) -> dict[str, Any]:
     """The eval stage alone: score ``model`` on the prepared tasks in ``prep_dir``; write results to
-    ``output``. ``tcqa_data.workflow.evaluate`` (the CLI's ``evaluate``) also analyzes the pass.
+    ``output``. ``tcqa_data.workflow.evaluate`` (the CLI's ``evaluate``) also analyzes the pass,
+    through ``extend``: called inside EVAL_DIR's commit with the run, the staging folder and the
+    final folder; what it writes into the staging folder is committed with EVAL_DIR, and the blocks
+    it returns end both reports.
 
     ``limit_groups`` (the first N groups) or ``sample_groups`` (every dirty group plus a seeded
     sample of clean ones, see ``select_groups``) evaluate part of each split; with ``clean_only``
@@ -525,5 +529,5 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
                              before_scoring=claim if write else None)
         if write:
             with run.committing(claim.folder, locked=True) as stage:
-                run.write(stage)
+                run.write(stage, extend(run, stage, claim.folder) if extend is not None else ())
     return run.returned()
