@@ -445,25 +445,40 @@ def bucket_columns(local, df, docs, base, first_cell, last_cell, none, df_overfl
     return no, nm
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _window_top(n, base):
+    """``base ** (n - 1)`` (mod 2**64): the weight of a window's last token in the rolling hash."""
+    top = np.uint64(1)
+    for _ in range(n - 1):
+        top *= base
+    return top
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _first_window(tok, a, n, base):
+    """The rolling hash's sum of the window ``tok[a:a + n]`` (token j weighted ``base ** j``); the
+    kernels roll it on by one token at a time."""
+    s = np.uint64(0)
+    p = np.uint64(1)
+    for j in range(n):
+        s += tok[a + j] * p
+        p *= base
+    return s
+
+
 @njit(cache=True, nogil=True)
 def ngram_hashes_into(tok, doc_tok, n, base, base_inv, add, h_out, d_out, pos, doc_base):
     """The rolling n-gram hashes of every doc (see ``ngram_hashes``) written from ``h_out[pos]`` /
     ``d_out[pos]`` (the caller made room), docs as ``doc_base`` + the doc's index: a map's batches
     go straight into its run buffer. Returns the new end."""
     ndocs = len(doc_tok) - 1
-    top = np.uint64(1)
-    for _ in range(n - 1):
-        top *= base
+    top = _window_top(n, base)
     out = pos
     for k in range(ndocs):
         a, b = doc_tok[k], doc_tok[k + 1]
         if b - a < n:
             continue
-        s = np.uint64(0)
-        p = np.uint64(1)
-        for j in range(n):
-            s += tok[a + j] * p
-            p *= base
+        s = _first_window(tok, a, n, base)
         doc = doc_base + k
         for i in range(a, b - n + 1):
             if i > a:
@@ -482,9 +497,7 @@ def ngram_hashes_present(tok, doc_tok, n, base, base_inv, add, high, shift, low,
     looks up the few n-grams a benchmark may hold without writing every corpus n-gram out.
     ``h_out``/``d_out`` need room for every n-gram (the caller's buffers). Returns the count."""
     ndocs = len(doc_tok) - 1
-    top = np.uint64(1)
-    for _ in range(n - 1):
-        top *= base
+    top = _window_top(n, base)
     sh = np.uint64(shift)
     m = np.uint64(mask)
     three, seven, one = np.uint64(3), np.uint64(7), np.uint8(1)
@@ -493,11 +506,7 @@ def ngram_hashes_present(tok, doc_tok, n, base, base_inv, add, high, shift, low,
         a, b = doc_tok[k], doc_tok[k + 1]
         if b - a < n:
             continue
-        s = np.uint64(0)
-        p = np.uint64(1)
-        for j in range(n):
-            s += tok[a + j] * p
-            p *= base
+        s = _first_window(tok, a, n, base)
         for i in range(a, b - n + 1):
             if i > a:
                 s = (s - tok[i - 1]) * base_inv + tok[i + n - 1] * top
