@@ -258,8 +258,15 @@ def iter_jsonl_objects(path: str | os.PathLike) -> Iterator[tuple[int, dict[str,
     a JSON object is an ``InputError`` naming the file and line."""
     from tcqa_data.errors import InputError
 
-    with open(path, encoding="utf-8") as fh:
-        for line_no, line in enumerate(fh, 1):
+    with open(path, "rb") as fh:
+        for line_no, raw in enumerate(fh, 1):
+            if line_no == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a BOM is no part of the first record
+                raw = raw[3:]
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(f"not valid UTF-8 (byte {exc.start} of the line)", path=str(path),
+                                 line=line_no) from None
             if not line.strip():
                 continue
             try:
@@ -269,3 +276,70 @@ def iter_jsonl_objects(path: str | os.PathLike) -> Iterator[tuple[int, dict[str,
             if not isinstance(rec, dict):
                 raise InputError("each line must be a JSON object", path=str(path), line=line_no)
             yield line_no, rec
+
+
+def read_regular_file(path: str | os.PathLike, what: str, max_bytes: int) -> bytes:
+    """The bytes of ``path`` if it is a regular file of at most ``max_bytes``; a FIFO, a device, a
+    folder or a larger file is one ``InputError`` line, found before anything is read from it (the
+    file is opened non-blocking, so a FIFO cannot hang the open, and checked on its descriptor)."""
+    import stat
+
+    from tcqa_data.errors import InputError
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except OSError as exc:
+        raise InputError(f"cannot read {what}: {exc.strerror}", path=str(path)) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode)
+                    or stat.S_ISBLK(st.st_mode) else "a folder" if stat.S_ISDIR(st.st_mode) else "not a file")
+            raise InputError(f"{what} is {kind}, not a regular file", path=str(path))
+        if st.st_size > max_bytes:
+            raise InputError(f"{what} is {st.st_size:,} bytes, over the limit of {max_bytes:,}",
+                             path=str(path))
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(max_bytes + 1)
+    except OSError as exc:
+        raise InputError(f"cannot read {what}: {exc.strerror}", path=str(path)) from None
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:  # grew while read
+        raise InputError(f"{what} is over the limit of {max_bytes:,} bytes", path=str(path))
+    return data
+
+
+def decode_utf8(data: bytes, path: str | os.PathLike, what: str) -> str:
+    """``data`` as UTF-8 text, a leading BOM dropped; invalid UTF-8 is one line naming the byte offset."""
+    from tcqa_data.errors import InputError
+
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{what} is not valid UTF-8 (byte {exc.start})", path=str(path)) from None
+
+
+def read_json_file(path: str | os.PathLike, what: str, max_bytes: int = 1 << 30) -> Any:
+    """A JSON side file (a manifest, results): one ``InputError`` line naming it when it is not a
+    regular file, is not UTF-8 or does not parse."""
+    from tcqa_data.errors import InputError
+
+    text = decode_utf8(read_regular_file(path, what, max_bytes), path, what)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{what} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})",
+                         path=str(path)) from None
+
+
+def read_parquet_file(path: str | os.PathLike, what: str, **kwargs: Any) -> pa.Table:
+    """A Parquet side file (a prepared split); one ``InputError`` line naming it when it does not parse."""
+    from tcqa_data.errors import InputError
+
+    try:
+        return pq.read_table(path, **kwargs)
+    except (pa.ArrowException, OSError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"{what} is not a readable Parquet file: {first[:200]}", path=str(path)) from None

@@ -182,8 +182,8 @@ def test_template_that_reaches_python_is_refused_and_runs_nothing(small, squad30
     code, _, err = run(["decontaminate", small["index"], "--tasks", "squad_evil.yaml", "--out", "out",
                         "--data-files", f"squad_evil.yaml:validation={squad30}"], monkeypatch, capsys)
     assert code == 2
-    one_error_line(err, "task 'squad_evil': template doc_to_decontamination_query was refused",
-                   "__globals__", "unsafe")
+    one_error_line(err, "task 'squad_evil' (squad_evil.yaml): template doc_to_decontamination_query "
+                   "was refused", "__globals__", "unsafe")
     assert not somefile.exists() and not (tmp_path / "out").exists()
     # the same for the prompt template, read by evaluate and analyze
     from tcqa_data.prep.taskspec import TaskSpec
@@ -361,7 +361,7 @@ def lm_prepared(small, lm_tasks, tmp_path_factory) -> Path:
 
     prep = tmp_path_factory.mktemp("lm_prep") / "prep"
     decontaminate(small["index"], ["tcqa_names_squad"], prep, lm_eval_include=lm_tasks / "good",
-                  lm_eval_include_defaults=False, quiet=True)
+                  lm_eval_include_defaults=False, quiet=True, allow_task_code=True)
     return prep
 
 
@@ -399,7 +399,7 @@ def test_evaluate_refuses_exported_code_changed_after_decontaminate(lm_prepared,
 
     monkeypatch.setattr(lm_eval, "simple_evaluate", fake_simple_evaluate)
     args = ["evaluate", prep, "--backend", "lm-eval", "--model", tmp_path / "no_model", "--out",
-            tmp_path / "lm_out"]
+            tmp_path / "lm_out", "--allow-task-code"]
     code, _, err = run(args, monkeypatch, capsys)
     assert code == 2
     one_error_line(err, "gen_utils.py was modified since `tcqa-data decontaminate` exported it",
@@ -414,10 +414,14 @@ def test_evaluate_refuses_exported_code_changed_after_decontaminate(lm_prepared,
     code, out, err = run([*args, "--allow-modified-code"], monkeypatch, capsys)
     assert len(calls) == 1 and calls[0]["tasks"] == ["tcqa_tcqa_names_squad_validation_full"]
     assert "Error" not in err
-    # untouched again: no flag needed
+    # untouched again: no --allow-modified-code needed
     (helper.parent / "extra.py").unlink()
     code, _, err = run(args, monkeypatch, capsys)
     assert len(calls) == 2 and "Error" not in err
+    # the copied helper is the task's own Python: run only with --allow-task-code
+    code, _, err = run(args[:-1], monkeypatch, capsys)
+    assert code == 2 and len(calls) == 2
+    one_error_line(err, "process_results is !function gen_utils.process_results", "--allow-task-code")
 
 
 def test_include_path_from_the_manifest_must_stay_inside(lm_prepared, tmp_path):

@@ -35,7 +35,7 @@ from tcqa_data.analysis.sweep import (
 from tcqa_data.errors import ConfigError, TcqaError
 from tcqa_data.eval import metrics as M
 from tcqa_data.eval.tables import subset_table, task_stats
-from tcqa_data.io_utils import read_json
+from tcqa_data.io_utils import read_json_file
 from tcqa_data.prep.prepared import read_manifest
 from tcqa_data.report_render import percent_ci
 
@@ -283,7 +283,8 @@ def analyze(prep_dir: str | Path, results: str | Path, output: str | Path | None
     skipped: dict[str, str] = {}
     scored = load_scored(prep_dir, results, tasks, split, skipped)
     if scored[0].source.get("kind") == "tcqa-evaluate":
-        boot = read_json(results / "results.json").get("bootstrap") or {}
+        res = read_json_file(results / "results.json", "results.json")
+        boot = (res.get("bootstrap") if isinstance(res, dict) else None) or {}
         bootstrap = bootstrap if bootstrap is not None else boot.get("samples")
         seed = seed if seed is not None else boot.get("seed")
     analysis = analyze_scored(scored, prep_dir, bootstrap=bootstrap or M.BOOTSTRAP_SAMPLES,

@@ -25,7 +25,7 @@ from tcqa_data.analysis import lm_eval_metrics as LM
 from tcqa_data.errors import InputError, TcqaError
 from tcqa_data.eval import metrics as M
 from tcqa_data.eval.tables import TaskTable
-from tcqa_data.io_utils import iter_jsonl_objects, read_json
+from tcqa_data.io_utils import iter_jsonl_objects, read_json_file
 from tcqa_data.outputs import check_name
 from tcqa_data.prep.lm_eval_export import lm_eval_task_name
 from tcqa_data.prep.prepared import (
@@ -118,7 +118,9 @@ def load_scored(prep_dir: str | Path, results: str | Path, tasks: list[str] | No
 
 def from_evaluate(prep_dir: Path, eval_dir: Path, tasks: list[str] | None = None) -> list[ScoredSplit]:
     """Our evaluate output: results.json (task, split, --limit-groups) + samples.jsonl (per doc)."""
-    res = read_json(eval_dir / "results.json")
+    res = read_json_file(eval_dir / "results.json", "results.json")
+    if not isinstance(res, dict):
+        raise TcqaError(f"{eval_dir / 'results.json'}: not a JSON object; re-run `tcqa-data evaluate`")
     if (res.get("memorization") or {}).get("only"):
         raise TcqaError(f"{eval_dir}: evaluated with --memorization-only, so the docs have no task metric; "
                         "analysis needs one (re-run evaluate without --memorization-only)")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+from enum import Enum
 from typing import Any, TypeVar
 
 import typer
@@ -80,6 +81,47 @@ def prefer(value: T, old_value: T | None, old: str, default: T | None = None) ->
                                  param_hint=new)
     typer.secho(f"Note: {old} is deprecated (kept for one release); use {new}", err=True)
     return old_value
+
+
+def choices(name: str, *values: str) -> type[Enum]:
+    """An enumerated option's type (Typer makes it a click.Choice): a value outside ``values`` is a
+    usage error at parse time, naming the choices; the command passes ``.value`` on."""
+    return Enum(name, {v.replace("-", "_"): v for v in values}, type=str)  # type: ignore[return-value]
+
+
+# one type per enumerated option, shared by every command that has it
+OnError = choices("OnError", "raise", "skip")
+Engine = choices("Engine", "local", "ray")
+GroupPolicy = choices("GroupPolicy", "any", "all", "majority")
+Normalization = choices("Normalization", "janitor", "unicode")
+PurifyMode = choices("PurifyMode", "excise", "drop")
+Device = choices("Device", "auto", "cuda", "cpu", "mps")
+Dtype = choices("Dtype", "auto", "float32", "bfloat16", "float16")
+MemorizationContext = choices("MemorizationContext", "prompt", "standalone")
+Backend = choices("Backend", "native", "lm-eval")
+
+
+def value_of(option: Any) -> Any:
+    """An enumerated option's string (None stays None)."""
+    return option.value if isinstance(option, Enum) else option
+
+
+def ngram_option(value: str) -> str:
+    """``--ngram`` of decontaminate: an n-gram size >= 1 or ``auto``, checked at parse time."""
+    if value == "auto":
+        return value
+    try:
+        n = int(value)
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is neither an integer >= 1 nor 'auto'") from None
+    if n < 1:
+        raise typer.BadParameter(f"{n} is not >= 1 (or 'auto')")
+    return value
+
+
+ALLOW_TASK_CODE_HELP = ("Let lm-eval import the Python (!function helpers, class: tasks) that task YAMLs "
+                        "outside the installed lm-eval package name; refused by default, since it runs "
+                        "unsandboxed.")
 
 
 def comma_list(value: str | None) -> list[str] | None:

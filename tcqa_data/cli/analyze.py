@@ -21,7 +21,8 @@ def analyze_cmd(
                                "one evaluated)."),
     index_dir: Path = typer.Option(None, "--index", help="The corpus index, for input vs input+label "
                                    "(default: the one prep_manifest.json names, if found)."),
-    bootstrap: int = typer.Option(None, "--bootstrap", help="Bootstrap resamples (default: evaluate's, "
+    bootstrap: int = typer.Option(None, "--bootstrap", min=1,
+                                  help="Bootstrap resamples (default: evaluate's, "
                                   "else 1000)."),
     bootstrap_seed: int = typer.Option(None, "--bootstrap-seed",
                                        help="Bootstrap seed (default: evaluate's)."),

@@ -7,7 +7,18 @@ from typing import Optional
 
 import typer
 
-from tcqa_data.cli import app, comma_list, warning
+from tcqa_data.cli import (
+    ALLOW_TASK_CODE_HELP,
+    Engine,
+    GroupPolicy,
+    Normalization,
+    OnError,
+    app,
+    comma_list,
+    ngram_option,
+    value_of,
+    warning,
+)
 from tcqa_data.decontam.detect.rules import DEFAULT_RULE, rule_terms_help
 
 
@@ -26,7 +37,7 @@ def decontaminate_cmd(
     text_field: str = typer.Option("text", "--text-field", help="With --corpus: the document text field."),
     id_field: Optional[str] = typer.Option(  # noqa: UP045
         None, "--id-field", help="With --corpus: field used as doc ref (default: file:line)."),
-    on_error: str = typer.Option("raise", "--on-error",
+    on_error: OnError = typer.Option("raise", "--on-error",
                                  help="With --corpus: raise: stop at a bad record; skip: count it."),
     tasks: str = typer.Option("mc_taco,squad_completion", "--tasks",
                               help="Comma-separated built-in task names, task YAML paths, or lm-eval "
@@ -41,14 +52,17 @@ def decontaminate_cmd(
     rule: str = typer.Option(DEFAULT_RULE, "--rule",
                              help=f"Flag rule: {rule_terms_help()}, e.g. "
                                   "'ngram-fraction>=0.5|minhash>=0.8' or 'any-ngram|aligned-field>=0.8'."),
-    ngram: str = typer.Option("13", "--ngram", help="N-gram size the index holds, or 'auto' (GPT-3: 5th "
-                                                   "percentile of query length, clamped to 8..13)."),
+    ngram: str = typer.Option("13", "--ngram", callback=ngram_option,
+                              help="N-gram size the index holds, or 'auto' (GPT-3: 5th "
+                                   "percentile of query length, clamped to 8..13)."),
     max_corpus_freq: Optional[int] = typer.Option(  # noqa: UP045
-        None, "--max-corpus-freq", help="Ignore n-grams found in more than K corpus docs (boilerplate)."),
-    group_policy: str = typer.Option("any", "--group-policy",
+        None, "--max-corpus-freq", min=1,
+        help="Ignore n-grams found in more than K corpus docs (boilerplate)."),
+    group_policy: GroupPolicy = typer.Option("any", "--group-policy",
                                      help="A group is dirty when any | all | majority of its docs are."),
-    normalization: Optional[str] = typer.Option(  # noqa: UP045
-        None, "--normalization", help="Require the index to use this normalization (janitor | unicode)."),
+    normalization: Optional[Normalization] = typer.Option(  # noqa: UP045
+        None, "--normalization",
+        help="Require the index to use this normalization (janitor | unicode)."),
     lm_eval_include: Optional[list[Path]] = typer.Option(  # noqa: UP045
         None, "--lm-eval-include",
         help="A folder of your own lm-eval task YAMLs (lm-eval's --include_path); repeatable."),
@@ -56,18 +70,21 @@ def decontaminate_cmd(
         None, "--group-by",
         help="Docs of TASK with equal FIELD values form one question group, kept whole in clean and dirty: "
              "TASK:FIELD[,FIELD...]; repeatable (default: each doc is its own group)."),
-    workers: int = typer.Option(1, "--workers", help="With --corpus: local processes reading its shards."),
-    engine: str = typer.Option("local", "--engine", help="local: --workers processes here; ray: Ray tasks."),
+    workers: int = typer.Option(1, "--workers", min=1,
+                                help="With --corpus: local processes reading its shards."),
+    engine: Engine = typer.Option("local", "--engine",
+                               help="local: --workers processes here; ray: Ray tasks."),
     ray_address: Optional[str] = typer.Option(  # noqa: UP045
         None, "--ray-address", help="With --engine ray: auto, HOST:PORT or ray://HOST:PORT (default local)."),
     short_min_words: int = typer.Option(
-        8, "--short-min-words",
+        8, "--short-min-words", min=0,
         help="A query of this many words up to n-1 is matched whole (index: from its text store, "
              ">= 6; 0: off, such queries untestable)."),
     source_name: Optional[str] = typer.Option(  # noqa: UP045
         None, "--source-name",
         help="The corpus as contamination_report.csv names it (CONDA's Contaminated Source), e.g. a hub "
              "id such as allenai/c4 (default: its hub dataset or file names)."),
+    allow_task_code: bool = typer.Option(False, "--allow-task-code", help=ALLOW_TASK_CODE_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or summary."),
 ) -> None:
     """Score benchmark docs against INDEX_DIR (or stream --corpus); write splits, evidence, reports."""
@@ -88,13 +105,13 @@ def decontaminate_cmd(
             index_dir, task_list, out,
             data_files=parse_data_files(data_files or [], task_list),
             splits=comma_list(splits),
-            rule=rule, ngram=ngram, max_corpus_freq=max_corpus_freq, group_policy=group_policy,
-            normalization=normalization, lm_eval_include=[str(p) for p in lm_eval_include or []],
+            rule=rule, ngram=ngram, max_corpus_freq=max_corpus_freq, group_policy=value_of(group_policy),
+            normalization=value_of(normalization), lm_eval_include=[str(p) for p in lm_eval_include or []],
             group_by=parse_group_by(group_by or []), quiet=quiet,
-            corpus=corpus or None, text_field=text_field, id_field=id_field, on_error=on_error,
-            workers=workers, engine=engine, ray_address=ray_address, hf_dataset=hf_dataset,
+            corpus=corpus or None, text_field=text_field, id_field=id_field, on_error=value_of(on_error),
+            workers=workers, engine=value_of(engine), ray_address=ray_address, hf_dataset=hf_dataset,
             hf_config=hf_config, hf_split=hf_split, short_min_words=short_min_words or None,
-            source_name=source_name,
+            source_name=source_name, allow_task_code=allow_task_code,
         )
     for note in summary.get("warnings", []):  # shown even with --quiet; also at the top of every report
         warning(note)

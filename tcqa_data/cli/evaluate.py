@@ -6,7 +6,18 @@ from pathlib import Path
 
 import typer
 
-from tcqa_data.cli import app, comma_list, old_spelling, one_split, prefer
+from tcqa_data.cli import (
+    ALLOW_TASK_CODE_HELP,
+    Backend,
+    Device,
+    Dtype,
+    MemorizationContext,
+    app,
+    comma_list,
+    old_spelling,
+    one_split,
+    prefer,
+)
 
 score_app = typer.Typer(help="Score an external predictions file.", no_args_is_help=True)
 app.add_typer(score_app, name="score")
@@ -32,15 +43,18 @@ def evaluate_cmd(
     gguf_file: str = typer.Option(None, "--gguf-file", help="GGUF file name inside the --model folder."),
     tasks: str = typer.Option(None, "--tasks", help="Comma-separated tasks (default: all in PREP_DIR)."),
     clean_only: bool = typer.Option(False, "--clean-only", help="Score only the clean docs."),
-    device: str = typer.Option("auto", "--device", help="auto|cuda|cpu|mps"),
-    dtype: str = typer.Option(
+    device: Device = typer.Option("auto", "--device",
+                               help="auto|cuda|cpu|mps"),
+    dtype: Dtype = typer.Option(
         "auto", "--dtype",
         help="auto (bf16 on CUDA GPUs that support it, else fp16; fp32 off CUDA)|float32|bfloat16|float16"),
     batch_size: str = typer.Option("auto", "--batch-size", help="auto or N (rows per forward pass)."),
     out: Path = typer.Option(None, "--out", help="Output folder (default PREP_DIR/eval/<model>)."),
-    limit_groups: int = typer.Option(None, "--limit-groups", help="Only the first N whole question groups "
+    limit_groups: int = typer.Option(None, "--limit-groups", min=1,
+                                     help="Only the first N whole question groups "
                                      "(of the clean ones with --clean-only)."),
-    sample_groups: int = typer.Option(None, "--sample-groups", help="N whole groups: every dirty group (at "
+    sample_groups: int = typer.Option(None, "--sample-groups", min=1,
+                                      help="N whole groups: every dirty group (at "
                                       "most N/2) plus a seeded sample of clean ones, in the split's order."),
     sample_seed: int = typer.Option(0, "--sample-seed", help="Seed of --sample-groups."),
     splits: str = typer.Option(None, "--splits", help="The prepared split to score, one name (default: test, "
@@ -55,12 +69,13 @@ def evaluate_cmd(
     memorization_only: bool = typer.Option(False, "--memorization-only",
                                            help="Only the memorization scores, no task metric (a quick "
                                            "look at any prepared split)."),
-    memorization_context: str = typer.Option(
+    memorization_context: MemorizationContext = typer.Option(
         "prompt", "--memorization-context",
         help="prompt (each text's tokens where it occurs in the doc's prompt, read from the task's own "
              "forward pass; texts not found there are scored standalone) or standalone (each text alone "
              "after the prefix token, in a separate pass)."),
-    backend: str = typer.Option("native", "--backend", help="native (tcqa-data's scorer) or lm-eval (run "
+    backend: Backend = typer.Option("native", "--backend",
+                                help="native (tcqa-data's scorer) or lm-eval (run "
                                 "lm-evaluation-harness on the exported full YAMLs, then `analyze`)."),
     lm_eval_model: str = typer.Option("hf", "--lm-eval-model", help="With --backend lm-eval: lm-eval's "
                                       "model type (hf, vllm, ...)."),
@@ -70,10 +85,14 @@ def evaluate_cmd(
         False, "--allow-modified-code",
         help="With --backend lm-eval: run the exported Python and YAMLs even where they differ from "
              "the sha256 that decontaminate recorded (lm-eval runs them unsandboxed)."),
+    allow_task_code: bool = typer.Option(False, "--allow-task-code", help="With --backend lm-eval: "
+                                         + ALLOW_TASK_CODE_HELP),
     old_output: Path = old_spelling("--output"),
     old_split: str = old_spelling("--split"),
 ) -> None:
     """Score a model on the full, clean and dirty splits (one pass) and print the comparison."""
+    device, dtype, backend = device.value, dtype.value, backend.value
+    memorization_context = memorization_context.value
     output = prefer(out, old_output, "--output")
     split = one_split(prefer(splits, old_split, "--split"), "evaluate")
     names = comma_list(tasks)
@@ -87,7 +106,8 @@ def evaluate_cmd(
             raise typer.BadParameter(f"{', '.join(given)} apply to the native backend only; lm-eval "
                                      "scores every doc of the full split", param_hint="--backend")
         _evaluate_with_lm_eval(prep_dir, model, lm_eval_model, model_args, names, split, output, batch_size,
-                               None if device == "auto" else device, quiet, allow_modified_code)
+                               None if device == "auto" else device, quiet, allow_modified_code,
+                               allow_task_code)
         return
     if backend != "native":
         raise typer.BadParameter("use native or lm-eval", param_hint="--backend")
@@ -106,14 +126,15 @@ def evaluate_cmd(
 
 def _evaluate_with_lm_eval(prep_dir: Path, model: str, lm_eval_model: str, model_args: str | None,
                            names: list[str] | None, split: str | None, output: Path | None, batch_size: str,
-                           device: str | None, quiet: bool, allow_modified_code: bool = False) -> None:
+                           device: str | None, quiet: bool, allow_modified_code: bool = False,
+                           allow_task_code: bool = False) -> None:
     from tcqa_data.analysis.run import analyze
     from tcqa_data.errors import TcqaError
     from tcqa_data.eval.lm_eval_backend import run_lm_eval
 
     run = run_lm_eval(prep_dir, model_args or f"pretrained={model}", model=lm_eval_model, tasks=names,
                       split=split, output=output, batch_size=_batch_size(batch_size), device=device,
-                      allow_modified_code=allow_modified_code)
+                      allow_modified_code=allow_modified_code, allow_task_code=allow_task_code)
     typer.echo(f"lm-eval wrote {run['output_dir']} ({', '.join(run['tasks'])})")
     try:
         analysis = analyze(prep_dir, run["output_dir"], tasks=names, split=split)

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from tcqa_data.cli import app
+from tcqa_data.cli import ALLOW_TASK_CODE_HELP, Engine, OnError, PurifyMode, app, value_of
 from tcqa_data.decontam.detect.rules import DEFAULT_RULE
 
 
@@ -18,7 +18,8 @@ def purify_cmd(
                               help="Comma-separated built-in task names, task YAML paths, or lm-eval "
                                    "task, group or tag names (needs the lm-eval extra)."),
     out: Path = typer.Option(..., "--out", help="Output folder (never an input, nor inside or around one)."),
-    mode: str = typer.Option("excise", "--mode", help="excise: Janitor.clean's cuts; drop: whole docs."),
+    mode: PurifyMode = typer.Option("excise", "--mode",
+                             help="excise: Janitor.clean's cuts; drop: whole docs."),
     data_files: Optional[list[str]] = typer.Option(  # noqa: UP045 - typer needs Optional here
         None, "--data-files", help="Local data instead of the hub: TASK:SPLIT=PATH; repeatable."),
     splits: Optional[str] = typer.Option(None, "--splits",  # noqa: UP045
@@ -27,10 +28,12 @@ def purify_cmd(
         None, "--lm-eval-include",
         help="A folder of your own lm-eval task YAMLs (lm-eval's --include_path); repeatable."),
     rule: str = typer.Option(DEFAULT_RULE, "--rule", help="Benchmark docs that count (as decontaminate)."),
-    ngram: int = typer.Option(13, "--ngram", help="N-gram size (Janitor: 13)."),
-    window: int = typer.Option(200, "--window", help="Chars cut on each side of a match (Janitor: 200)."),
-    minimum_slice: int = typer.Option(200, "--minimum-slice", help="Shorter pieces dropped (Janitor: 200)."),
-    too_dirty_cutoff: int = typer.Option(10, "--too-dirty-cutoff",
+    ngram: int = typer.Option(13, "--ngram", min=1, help="N-gram size (Janitor: 13)."),
+    window: int = typer.Option(200, "--window", min=0,
+                               help="Chars cut on each side of a match (Janitor: 200)."),
+    minimum_slice: int = typer.Option(200, "--minimum-slice", min=0,
+                                      help="Shorter pieces dropped (Janitor: 200)."),
+    too_dirty_cutoff: int = typer.Option(10, "--too-dirty-cutoff", min=0,
                                          help="More matches drop the doc whole (Janitor: 10)."),
     janitor_exact: bool = typer.Option(
         False, "--janitor-exact",
@@ -39,14 +42,17 @@ def purify_cmd(
     text_field: str = typer.Option("text", "--text-field", help="Field holding the document text."),
     id_field: Optional[str] = typer.Option(  # noqa: UP045
         None, "--id-field", help="Field used as doc ref (default: file:line)."),
-    on_error: str = typer.Option("raise", "--on-error", help="raise: stop at a bad record; skip: count it."),
-    workers: int = typer.Option(1, "--workers",
+    on_error: OnError = typer.Option("raise", "--on-error",
+                                 help="raise: stop at a bad record; skip: count it."),
+    workers: int = typer.Option(1, "--workers", min=1,
                                 help="Local processes reading the corpus shards and writing the outputs."),
-    engine: str = typer.Option("local", "--engine", help="local: --workers processes here; ray: Ray tasks."),
+    engine: Engine = typer.Option("local", "--engine",
+                               help="local: --workers processes here; ray: Ray tasks."),
     ray_address: Optional[str] = typer.Option(  # noqa: UP045
         None, "--ray-address", help="With --engine ray: auto, HOST:PORT or ray://HOST:PORT (default local)."),
     short_min_words: int = typer.Option(
-        8, "--short-min-words", help="Items of this many words up to n-1 are matched whole (0: off)."),
+        8, "--short-min-words", min=0, help="Items of this many words up to n-1 are matched whole (0: off)."),
+    allow_task_code: bool = typer.Option(False, "--allow-task-code", help=ALLOW_TASK_CODE_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or summary."),
 ) -> None:
     """Stream CORPUS against the tasks' n-grams and write it to --out without its contamination."""
@@ -56,13 +62,14 @@ def purify_cmd(
     task_list = [t.strip() for t in tasks.split(",") if t.strip()]
     report = purify(corpus, task_list, out, data_files=parse_data_files(data_files or [], task_list),
                     splits=[s.strip() for s in splits.split(",") if s.strip()] if splits else None,
-                    rule=rule, ngram=ngram, mode=mode, window=window, minimum_slice=minimum_slice,
+                    rule=rule, ngram=ngram, mode=value_of(mode), window=window, minimum_slice=minimum_slice,
                     too_dirty_cutoff=too_dirty_cutoff, janitor_exact=janitor_exact,
                     text_field=text_field, id_field=id_field,
-                    on_error=on_error, workers=workers,
-                    engine=engine, ray_address=ray_address,
+                    on_error=value_of(on_error), workers=workers,
+                    engine=value_of(engine), ray_address=ray_address,
                     short_min_words=short_min_words or None,
-                    lm_eval_include=[str(p) for p in lm_eval_include or []], quiet=quiet)
+                    lm_eval_include=[str(p) for p in lm_eval_include or []], quiet=quiet,
+                    allow_task_code=allow_task_code)
     if not quiet:
         t, shards = report["totals"], report["shards"]
         typer.echo(f"{t['contaminated_docs']} contaminated docs: {t['dropped']} dropped, {t['cut']} cut, "

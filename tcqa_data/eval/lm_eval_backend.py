@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tcqa_data.errors import TcqaError
-from tcqa_data.io_utils import read_json
+from tcqa_data.io_utils import read_json_file
 from tcqa_data.outputs import (
     check_name,
     claimed_output,
@@ -57,7 +57,11 @@ def exported_full_tasks(prep_dir: str | Path, tasks: list[str] | None = None,
     path = prep_dir / "prep_manifest.json"
     if not path.is_file():
         raise TcqaError(f"{path} is missing; run `tcqa-data decontaminate` first")
-    listed = read_json(path).get("tasks", {})
+    manifest = read_json_file(path, "prep_manifest.json")
+    listed = manifest.get("tasks", {}) if isinstance(manifest, dict) else None
+    if not isinstance(listed, dict):
+        raise TcqaError(f"{path}: 'tasks' is not a mapping of prepared tasks; re-run "
+                        "`tcqa-data decontaminate`")
     unknown = sorted(set(tasks or []) - set(listed))
     if unknown:
         raise TcqaError(f"task(s) {unknown} are not prepared in {prep_dir}; prepared: {sorted(listed)}")
@@ -104,6 +108,37 @@ def check_exported_code(exported: list[ExportedTask]) -> None:
                             "changed it on purpose")
 
 
+# !function modules an export may name without --allow-task-code: the ones decontaminate writes
+# itself, and lm-eval's installed task helpers
+_OWN_MODULES = ("tcqa_dataset.", "tcqa_contains.", "lm_eval.")
+
+
+def check_exported_templates(exported: list[ExportedTask], *, allow_task_code: bool) -> None:
+    """Each exported YAML's templates checked by the sandbox (lm-eval renders them in it too, see
+    ``run_lm_eval``), and its ``!function`` helpers copied from a task's own Python refused unless
+    ``allow_task_code``: one line naming the file and the field."""
+    from tcqa_data.prep.lm_eval_export import FunctionRef, read_exported_yaml
+    from tcqa_data.prep.lm_eval_tasks import FEWSHOT_TEMPLATE_FIELDS, TEMPLATE_FIELDS
+    from tcqa_data.prep.task_code import ALLOW_HINT
+    from tcqa_data.prep.templates import check_source
+
+    for e in exported:
+        for path in sorted(e.include_path.glob("*.yaml")):
+            doc = read_exported_yaml(path)
+            fewshot = doc.get("fewshot_config") if isinstance(doc.get("fewshot_config"), dict) else {}
+            values = [(f, doc.get(f)) for f in TEMPLATE_FIELDS] + \
+                [(f"fewshot_config.{f}", fewshot.get(f)) for f in FEWSHOT_TEMPLATE_FIELDS]
+            for field, value in values:
+                for text in value if isinstance(value, list) else [value]:
+                    if isinstance(text, str):
+                        check_source(text, where=f"{path}: template {field}")
+            for key, value in doc.items():
+                refs = [value] if isinstance(value, FunctionRef) else []
+                if not allow_task_code and any(not r.qual.startswith(_OWN_MODULES) for r in refs):
+                    raise TcqaError(f"{path}: {key} is !function {refs[0].qual}, code copied from a task "
+                                    f"outside the installed lm-eval package; {ALLOW_HINT}")
+
+
 @contextmanager
 def _private_bytecode() -> Iterator[None]:
     """Compiled bytecode goes to a private folder while lm-eval runs: Python would otherwise load a
@@ -127,14 +162,16 @@ def _model_folder(lm_eval_name: str | None) -> str:
 def run_lm_eval(prep_dir: str | Path, model_args: str, *, model: str = "hf", tasks: list[str] | None = None,
                 split: str | None = None, output: str | Path | None = None, batch_size: int | str = "auto",
                 device: str | None = None, limit: int | None = None, bootstrap_iters: int = 0,
-                allow_modified_code: bool = False) -> dict[str, Any]:
+                allow_modified_code: bool = False, allow_task_code: bool = False) -> dict[str, Any]:
     """Run lm-eval on the exported full YAMLs; return ``{"output_dir", "tasks", "results"}``.
 
     ``model``/``model_args`` are lm-eval's (``--model hf --model_args pretrained=...``). ``limit``
     is lm-eval's ``--limit`` (first N docs; the analysis then refuses partial question groups).
     ``bootstrap_iters`` is lm-eval's stderr bootstrap; 0 skips it (lm-eval's default of 100000 takes
     minutes for f1), since ``tcqa-data analyze`` gives every metric its interval.
-    ``allow_modified_code`` runs exported code that differs from what decontaminate wrote.
+    ``allow_modified_code`` runs exported code that differs from what decontaminate wrote;
+    ``allow_task_code`` runs ``!function`` helpers copied from a task's own Python. lm-eval renders
+    every template in tcqa-data's sandbox, with its budgets, while it runs here.
     """
     from tcqa_data.prep.lm_eval_tasks import import_lm_eval
 
@@ -146,6 +183,7 @@ def run_lm_eval(prep_dir: str | Path, model_args: str, *, model: str = "hf", tas
     exported = exported_full_tasks(prep_dir, tasks, split)
     if not allow_modified_code:
         check_exported_code(exported)
+    check_exported_templates(exported, allow_task_code=allow_task_code)
     out = Path(output) if output is not None else Path(prep_dir) / "eval" / "lm_eval"
     command = "evaluate --backend lm-eval"
     # the folder's lock from before lm-eval runs to the commit; lm-eval's files are written into a
@@ -155,7 +193,9 @@ def run_lm_eval(prep_dir: str | Path, model_args: str, *, model: str = "hf", tas
         include = sorted({str(e.include_path) for e in exported})
         manager = TaskManager(include_path=include, include_defaults=False)
         names = [e.lm_eval_task for e in exported]
-        with _private_bytecode():
+        from tcqa_data.prep.templates import sandboxed_lm_eval
+
+        with _private_bytecode(), sandboxed_lm_eval():
             results = lm_eval.simple_evaluate(model=model, model_args=model_args, tasks=names,
                                               task_manager=manager, batch_size=batch_size, device=device,
                                               limit=limit, log_samples=True, bootstrap_iters=bootstrap_iters,

@@ -7,16 +7,16 @@ from typing import Any
 
 from tcqa_data.errors import InputError
 from tcqa_data.eval import metrics as M
+from tcqa_data.io_utils import decode_utf8, read_regular_file
 from tcqa_data.prep.taskspec import TaskSpec
 
 
 def read_predictions(path: str | Path) -> list[bool]:
     """One ``yes``/``no`` per line (stripped, as CogComp's evaluator reads it); True = yes."""
     out = []
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise InputError(f"cannot read predictions: {exc}", path=str(path)) from exc
+    # a FIFO or a device is refused unread (it would block or never end)
+    lines = decode_utf8(read_regular_file(path, "predictions file", 1 << 30), path,
+                        "predictions file").splitlines()
     while lines and not lines[-1].strip():
         lines.pop()  # trailing blank lines are no predictions (the evaluator ignores them too)
     for i, line in enumerate(lines, 1):

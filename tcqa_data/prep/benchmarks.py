@@ -7,6 +7,7 @@ normalized to ints), in file order, so a doc's id is simply its 0-based position
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 from dataclasses import dataclass
@@ -15,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from tcqa_data.errors import InputError, TcqaError
-from tcqa_data.io_utils import iter_jsonl_objects
+from tcqa_data.io_utils import decode_utf8, iter_jsonl_objects, read_parquet_file, read_regular_file
 from tcqa_data.prep.taskspec import TaskSpec
+
+MAX_BENCHMARK_BYTES = 4 << 30  # a local benchmark file read whole; larger is refused unread
 
 LOCAL_FORMATS = (".tsv", ".jsonl", ".json", ".parquet")
 
@@ -80,7 +82,7 @@ def read_local(path: Path, spec: TaskSpec) -> pa.Table:
         return _read_json(path)
     if suffix == ".parquet":
         try:
-            return pq.read_table(path)
+            return read_parquet_file(path, "benchmark Parquet file")
         except (OSError, pa.ArrowException) as exc:
             raise InputError(f"cannot read Parquet: {exc}", path=str(path)) from exc
     raise InputError(f"unsupported data file type {suffix!r}; use one of {LOCAL_FORMATS}", path=str(path))
@@ -92,22 +94,26 @@ def _read_tsv(path: Path, spec: TaskSpec) -> pa.Table:
                          "pass JSONL or Parquet", path=str(path))
     cols = list(spec.tsv_columns)
     data: dict[str, list[str]] = {c: [] for c in cols}
-    with open(path, encoding="utf-8", newline="") as fh:
-        # QUOTE_NONE: MC-TACO's release has bare quote characters inside sentences.
-        for lineno, row in enumerate(csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE), start=1):
-            if not row or row == [""]:
-                continue
-            if len(row) != len(cols):
-                raise InputError(f"expected {len(cols)} tab-separated columns {cols}, found {len(row)}",
-                                 path=str(path), line=lineno)
-            for c, v in zip(cols, row, strict=False):
-                data[c].append(v)
+    # utf-8-sig: a BOM at the start would otherwise be part of the first sentence, splitting its
+    # question's candidates into two groups
+    text = decode_utf8(read_regular_file(path, "TSV file", MAX_BENCHMARK_BYTES), path, "TSV file")
+    # QUOTE_NONE: MC-TACO's release has bare quote characters inside sentences.
+    rows = csv.reader(io.StringIO(text, newline=""), delimiter="\t", quoting=csv.QUOTE_NONE)
+    for lineno, row in enumerate(rows, start=1):
+        if not row or row == [""]:
+            continue
+        if len(row) != len(cols):
+            raise InputError(f"expected {len(cols)} tab-separated columns {cols}, found {len(row)}",
+                             path=str(path), line=lineno)
+        for c, v in zip(cols, row, strict=False):
+            data[c].append(v)
     return pa.table({c: pa.array(v, type=pa.string()) for c, v in data.items()})
 
 
 def _read_json(path: Path) -> pa.Table:
     # a .json file holding one array; anything else is JSON Lines (read once, line by line)
-    text = path.read_text(encoding="utf-8") if path.suffix.lower() == ".json" else None
+    text = decode_utf8(read_regular_file(path, "JSON file", MAX_BENCHMARK_BYTES), path, "JSON file") \
+        if path.suffix.lower() == ".json" else None
     if text is not None and text.lstrip().startswith("["):
         try:
             loaded = json.loads(text)

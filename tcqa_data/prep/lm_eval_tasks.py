@@ -10,9 +10,13 @@ The decontamination query follows lm-eval's definition: the configured
 ``doc_to_decontamination_query`` (a doc field, a callable, or a Jinja template) when
 ``should_decontaminate`` is set, else ``doc_to_text``. A template is rendered as lm-eval's
 ``utils.apply_template`` renders it, but in tcqa-data's sandbox (:mod:`tcqa_data.prep.templates`),
-and used as text. What lm-eval itself renders and runs while it loads a task (``doc_to_text`` on a
-first doc, ``process_docs`` and other ``!function`` helpers) runs unsandboxed: loading a task is
-running its code. lm-eval 0.4.13's ``Task.doc_to_decontamination_query``
+and used as text. lm-eval renders its own templates through the same sandbox while tcqa-data loads
+a task (:func:`~tcqa_data.prep.templates.sandboxed_lm_eval`), and every template field of a
+loaded task (prompt, target, choices, description, query, ...) is rendered on every eval doc
+(:func:`check_task_templates`), so what is exported has passed the sandbox. Python that lm-eval
+imports (``!function`` helpers, ``class:`` tasks) from a file outside the installed lm-eval package
+is refused unless ``allow_task_code`` (:mod:`tcqa_data.prep.task_code`), before lm-eval reads a
+task. lm-eval 0.4.13's ``Task.doc_to_decontamination_query``
 instead passes the rendered text through ``ast.literal_eval``, which raises ``SyntaxError`` on
 ordinary text (MC-TACO's first test query "How long was his mother ill? Durer's father ..."), so
 that method is not called for config-defined tasks.
@@ -23,18 +27,21 @@ from __future__ import annotations
 import difflib
 import logging
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import jinja2
 import pyarrow as pa
+import pydantic
 
 from tcqa_data.errors import ConfigError
 from tcqa_data.outputs import check_name
+from tcqa_data.prep.task_code import check_include_folders
 from tcqa_data.prep.templates import ENV as TEMPLATE_ENV
-from tcqa_data.prep.templates import render
+from tcqa_data.prep.templates import TemplateRefused, check_source, render, sandboxed_lm_eval
 
 INSTALL_HINT = "pip install 'tcqa-data[lm-eval]'"
 
@@ -93,6 +100,7 @@ def resolve_lm_eval_tasks(
     include_path: Sequence[str | os.PathLike] | str | os.PathLike | None = None,
     group_by: Mapping[str, Sequence[str]] | None = None,
     include_defaults: bool = True,
+    allow_task_code: bool = False,
 ) -> list[LmEvalTask]:
     """Load ``names`` (tasks, groups or tags) through lm-eval and compute every doc's query.
 
@@ -100,7 +108,8 @@ def resolve_lm_eval_tasks(
     ``group_by``: task (or requested group) name -> doc fields whose equal values form one question
     group; a task's ``metadata: {group_by: [...]}`` in its YAML says the same. Without either,
     every doc is its own group. ``include_defaults=False`` skips indexing lm-eval's ~200 shipped
-    task folders (faster when only include_path tasks are used).
+    task folders (faster when only include_path tasks are used). ``allow_task_code``: run Python
+    that task YAMLs outside the installed lm-eval name (refused by default).
     """
     tasks_mod = import_lm_eval(f"task(s) {list(names)} (not built-in tasks)")
     if include_path is None:
@@ -112,10 +121,12 @@ def resolve_lm_eval_tasks(
     for p in paths:
         if not Path(p).is_dir():
             raise ConfigError(f"--lm-eval-include {p}: not a folder of lm-eval task YAMLs")
+    # before lm-eval indexes the folders: a FIFO there would block it, a !function would run
+    check_include_folders(paths, allow_task_code=allow_task_code)
     group_by = {k: tuple(v) for k, v in (group_by or {}).items()}
     out: list[LmEvalTask] = []
     seen: set[str] = set()
-    with _quiet_lm_eval():
+    with _quiet_lm_eval(), sandboxed_lm_eval():
         manager = tasks_mod.TaskManager(include_path=paths or None, include_defaults=include_defaults)
         for name in names:
             for task_name, task in _load(manager, name, paths).items():
@@ -172,6 +183,8 @@ def _load(manager: Any, name: str, include_paths: list[str]) -> dict[str, Any]:
                           "decontamination needs the split lm-eval evaluates")
     try:
         loaded = manager.load([name])
+    except TemplateRefused as exc:  # lm-eval rendered a template in the sandbox, which refused it
+        raise ConfigError(f"lm-eval cannot load task {name!r}{where}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - lm-eval raises anything from datasets, YAML, Jinja, ...
         raise ConfigError(f"lm-eval cannot load task {name!r}{where}: {_first_line(exc)}") from exc
     tasks = dict(loaded["tasks"])
@@ -257,6 +270,86 @@ def decontamination_query(task: Any, doc: Mapping[str, Any]) -> str:
     return render(query, dict(doc), where=f"lm-eval task {task.config.task!r}: doc_to_decontamination_query")
 
 
+# TaskConfig fields lm-eval renders as Jinja templates with a doc (``ConfigurableTask.doc_to_*``,
+# ``resolve_field(doc, description)``, ``gen_prefix``); fewshot_config's are rendered on few-shot docs.
+TEMPLATE_FIELDS = ("description", "doc_to_text", "doc_to_target", "doc_to_choice", "gen_prefix",
+                   "doc_to_decontamination_query", "doc_to_image", "doc_to_audio")
+FEWSHOT_TEMPLATE_FIELDS = ("doc_to_text", "doc_to_target", "doc_to_choice", "gen_prefix")
+
+
+class _TemplateFieldTypes(pydantic.BaseModel):
+    """The types lm-eval gives these fields a meaning for; another type is one line, not a crash
+    after the model has loaded."""
+
+    model_config = pydantic.ConfigDict(strict=True, arbitrary_types_allowed=True, extra="ignore")
+    description: str | None = None
+    doc_to_text: str | int | Callable[..., Any] | None = None
+    doc_to_target: str | int | list[Any] | Callable[..., Any] | None = None
+    doc_to_choice: str | list[Any] | dict[Any, Any] | Callable[..., Any] | None = None
+    gen_prefix: str | None = None
+    doc_to_decontamination_query: str | Callable[..., Any] | None = None
+    metric_list: list[dict[str, Any]] | None = None
+    metadata: dict[str, Any] | None = None
+
+
+def _templates_of(task: Any) -> dict[str, Any]:
+    """field -> config value, for each template field of a loaded lm-eval task (fewshot_config's as
+    ``fewshot_config.FIELD``)."""
+    cfg = task.config
+    out = {f: getattr(cfg, f, None) for f in TEMPLATE_FIELDS}
+    fewshot = getattr(cfg, "fewshot_config", None) or {}
+    if isinstance(fewshot, dict):
+        out.update({f"fewshot_config.{f}": fewshot.get(f) for f in FEWSHOT_TEMPLATE_FIELDS})
+    return out
+
+
+def check_task_templates(task: Any, name: str, docs: Any) -> None:
+    """Every template field of a loaded lm-eval task: its type checked, its strings checked by the
+    sandbox, and each top-level template rendered on every eval doc in the sandbox with its budgets;
+    a failure is one ConfigError naming the task's file and the field."""
+    cfg = task.config
+    origin = (getattr(cfg, "metadata", None) or {}).get("config_source") if isinstance(
+        getattr(cfg, "metadata", None), dict) else None
+    where = f"lm-eval task {name!r}" + (f" ({origin})" if origin else "")
+    values = _templates_of(task)
+    try:
+        _TemplateFieldTypes.model_validate({k: v for k, v in values.items() if "." not in k} |
+                                           {"metric_list": cfg.metric_list, "metadata": cfg.metadata})
+    except pydantic.ValidationError as exc:
+        err = exc.errors()[0]
+        field = str(err["loc"][0])
+        value = err.get("input")
+        raise ConfigError(f"{where}: field {field} is {value!r:.80} ({type(value).__name__}); expected "
+                          f"{_EXPECTED_TYPES.get(field, err['msg'])}") from None
+    features = set(getattr(task, "features", None) or [])
+    rendered: dict[str, str] = {}
+    for field_name, value in values.items():
+        for i, text in enumerate(value if isinstance(value, list) else [value]):
+            if isinstance(text, str) and text not in features:
+                label = field_name if not isinstance(value, list) else f"{field_name}[{i}]"
+                check_source(text, where=f"{where}: template {label}")
+                if "." not in field_name and not isinstance(value, list) and \
+                        (field_name != "doc_to_decontamination_query" or cfg.should_decontaminate):
+                    rendered[field_name] = text
+    for i, doc in enumerate(docs):
+        for field_name, text in rendered.items():
+            try:
+                render(text, dict(doc), where=f"{where}: template {field_name} (doc {i})")
+            except jinja2.UndefinedError as exc:
+                raise ConfigError(f"{where}: template {field_name} uses a field doc {i} lacks: "
+                                  f"{exc.message}") from None
+
+
+_EXPECTED_TYPES = {
+    "description": "a template string", "gen_prefix": "a template string",
+    "doc_to_text": "a template, a doc field name, an integer or a !function",
+    "doc_to_target": "a template, a doc field name, an integer, a list or a !function",
+    "doc_to_choice": "a template, a doc field name, a list, a mapping or a !function",
+    "doc_to_decontamination_query": "a template, a doc field name or a !function",
+    "metric_list": "a list of mappings, each with a 'metric' name", "metadata": "a mapping",
+}
+
+
 def _as_text(value: Any) -> str:
     if isinstance(value, str):
         return value
@@ -305,10 +398,13 @@ def _prepare(name: str, task: Any, requested_as: str, group_fields: Sequence[str
     if len(docs) == 0:
         raise ConfigError(f"lm-eval task {name!r}: split {split!r} has no docs; nothing to decontaminate")
     table = docs_table(docs)
+    check_task_templates(task, name, docs)
     queries = []
     for i, doc in enumerate(docs):
         try:
             queries.append(decontamination_query(task, doc))
+        except TemplateRefused:
+            raise
         except Exception as exc:  # noqa: BLE001 - a template or helper failing on a doc
             raise ConfigError(f"lm-eval task {name!r}: decontamination query of doc {i} failed: "
                               f"{_first_line(exc)}") from exc

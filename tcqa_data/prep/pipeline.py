@@ -7,6 +7,7 @@ Outputs are deterministic: the same inputs give byte-identical files (no timesta
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -28,7 +29,7 @@ from tcqa_data.prep.lm_eval_export import export_lm_eval, export_lm_eval_task, e
 from tcqa_data.prep.report import write_reports
 from tcqa_data.prep.splits import GROUP_POLICIES, add_ids, check_invariants, group_flags, split_table
 from tcqa_data.prep.summary import build_summary, reference_for, split_row, write_summary
-from tcqa_data.prep.task_jobs import TaskJob, query_docs, task_jobs
+from tcqa_data.prep.task_jobs import TaskJob, check_task_files, query_docs, task_jobs
 from tcqa_data.prep.taskspec import TaskSpec
 from tcqa_data.progress import progress_bar, rate_text
 
@@ -102,6 +103,18 @@ class _Run:
     fix_ref: Callable[[str | None], str | None] | None = None  # corpus doc refs as PREP_DIR records them
 
 
+def _task_files_first(fn: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+    """Task YAMLs given as paths are read and checked before ``writes_output`` claims the output: a
+    refused task file leaves no lock or staging folder behind."""
+    @functools.wraps(fn)
+    def run(index_dir: Any, tasks: Sequence[str] | str, out_dir: Any, **kwargs: Any) -> dict[str, Any]:
+        check_task_files([t.strip() for t in tasks.split(",")] if isinstance(tasks, str) else tasks)
+        return fn(index_dir, tasks, out_dir, **kwargs)
+
+    return run
+
+
+@_task_files_first
 @writes_output("out_dir", "decontaminate")  # PREP_DIR is committed whole or not at all
 def decontaminate(
     index_dir: str | os.PathLike | None,
@@ -131,6 +144,7 @@ def decontaminate(
     hf_config: str | None = None,
     hf_split: str = "train",
     source_name: str | None = None,
+    allow_task_code: bool = False,
 ) -> dict[str, Any]:
     """Score every doc of ``tasks`` against the index, write PREP_DIR, return the summary.
 
@@ -161,6 +175,10 @@ def decontaminate(
     "Contaminated Source", e.g. a hub id); default: its hub dataset or file names
     (:func:`default_source_name`).
 
+    Every template of every task is rendered on each of its docs in the sandbox with budgets
+    (:mod:`tcqa_data.prep.templates`) before anything is exported; ``allow_task_code`` lets lm-eval
+    import Python that task YAMLs outside the installed lm-eval package name (refused by default).
+
     Steps: the options checked; the evidence opened once (``IndexEvidence``, or ``StreamEvidence``)
     and checked against the rule; the tasks resolved (all refusals before anything is written);
     every task's splits loaded (a stream needs all queries before its one pass); then each split
@@ -190,7 +208,7 @@ def decontaminate(
                         max_corpus_freq=max_corpus_freq, group_policy=group_policy, quiet=quiet,
                         short_min_words=short_min_words)
     jobs = task_jobs(tasks, data_files, splits, group_by=group_by, lm_eval_include=lm_eval_include,
-                     lm_eval_include_defaults=lm_eval_include_defaults)
+                     lm_eval_include_defaults=lm_eval_include_defaults, allow_task_code=allow_task_code)
     manifest_tasks: dict[str, Any] = {}
     summary: dict[str, Any] = {"out_dir": str(run.out), "rule": str(parsed_rule),
                                "warnings": run.config["warnings"], "tasks": {}}

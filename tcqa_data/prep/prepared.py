@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from tcqa_data import FORMAT_VERSION, __version__
 from tcqa_data.errors import TcqaError
-from tcqa_data.io_utils import read_json
+from tcqa_data.io_utils import read_json_file, read_parquet_file
 from tcqa_data.outputs import check_name
 from tcqa_data.prep.taskspec import TaskSpec
 
@@ -49,7 +48,9 @@ def read_manifest(prep_dir: Path) -> dict[str, Any] | None:
     path = prep_dir / "prep_manifest.json"
     if not path.exists():
         return None
-    manifest = read_json(path)
+    manifest = read_json_file(path, "prep_manifest.json")
+    if not isinstance(manifest, dict):
+        raise TcqaError(f"{path}: not a JSON object; re-run `tcqa-data decontaminate`")
     version = manifest.get("format_version")
     if version != FORMAT_VERSION:
         raise TcqaError(f"{path}: prepared with format version {version}, this tcqa-data "
@@ -97,7 +98,7 @@ def read_split(task: str, split: str, spec: TaskSpec | None, d: Path) -> TaskDat
     for name in SUBSETS:
         if not (d / f"{name}.parquet").is_file():
             raise TcqaError(f"{d}: {name}.parquet is missing; the prepared folder is incomplete")
-        tables[name] = pq.read_table(d / f"{name}.parquet")
+        tables[name] = read_parquet_file(d / f"{name}.parquet", f"prepared {name}.parquet")
     for col in ("doc_id", "group_id"):
         if col not in tables["full"].column_names:
             raise TcqaError(f"{d / 'full.parquet'}: column {col!r} is missing; written by an incompatible "

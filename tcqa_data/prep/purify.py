@@ -85,11 +85,11 @@ def check_output_outside_inputs(out_dir: str | os.PathLike, specs: Sequence[str]
 
 
 def _load_queries(tasks: Sequence[str], data_files: Mapping[str, Mapping[str, str]],
-                  splits: Sequence[str] | None, lm_eval_include: Any, lm_eval_include_defaults: bool
-                  ) -> list[tuple[str, str, list[QueryDoc]]]:
+                  splits: Sequence[str] | None, lm_eval_include: Any, lm_eval_include_defaults: bool,
+                  allow_task_code: bool = False) -> list[tuple[str, str, list[QueryDoc]]]:
     """(task, split, its docs' queries) of every split to check, as ``decontaminate`` reads them."""
     jobs = task_jobs(tasks, data_files, splits, lm_eval_include=lm_eval_include,
-                     lm_eval_include_defaults=lm_eval_include_defaults)
+                     lm_eval_include_defaults=lm_eval_include_defaults, allow_task_code=allow_task_code)
     return [(job.task.task, b.split, query_docs(job.task, b, queries))
             for job in jobs for b, queries, _ in job.parts]
 
@@ -101,12 +101,14 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
            text_field: str = "text", id_field: str | None = None, on_error: str = "raise", workers: int = 1,
            short_min_words: int | None = 8, engine: str = "local", ray_address: str | None = None,
            lm_eval_include: Sequence[str | os.PathLike] | str | os.PathLike | None = None,
-           lm_eval_include_defaults: bool = True, quiet: bool = False) -> dict[str, Any]:
+           lm_eval_include_defaults: bool = True, quiet: bool = False,
+           allow_task_code: bool = False) -> dict[str, Any]:
     """Write ``corpus`` minus its contamination by ``tasks`` to ``out_dir`` (module doc); returns the
     report (``purify_report.json``) plus ``shards``: how many output shards were written and how many
     a killed run had finished (reused). ``short_min_words``: benchmark items of that many words up
     to ``ngram - 1`` are matched whole (their word sequence cut as an n-gram's is); off with
-    ``janitor_exact``. ``lm_eval_include``, ``lm_eval_include_defaults``: as ``decontaminate``."""
+    ``janitor_exact``. ``lm_eval_include``, ``lm_eval_include_defaults``, ``allow_task_code``: as
+    ``decontaminate``."""
     if isinstance(tasks, str):
         tasks = [t.strip() for t in tasks.split(",") if t.strip()]
     if not tasks:
@@ -132,7 +134,8 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
     if out.is_symlink():  # the commit swaps folders: the link's target is the output
         out = out.resolve()
     check_output_dir(out)
-    benchmarks = _load_queries(tasks, data_files or {}, splits, lm_eval_include, lm_eval_include_defaults)
+    benchmarks = _load_queries(tasks, data_files or {}, splits, lm_eval_include, lm_eval_include_defaults,
+                               allow_task_code)
 
     # Janitor registers n-grams only: --janitor-exact matches no short item whole
     short = None if janitor_exact else short_min_words

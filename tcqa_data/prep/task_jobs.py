@@ -59,17 +59,29 @@ class TaskJob:
 
 def task_jobs(tasks: Sequence[str], data_files: Mapping[str, Mapping[str, str | os.PathLike]] | None,
               splits: Sequence[str] | None, *, group_by: Mapping[str, Sequence[str]] | None = None,
-              lm_eval_include: Any = None, lm_eval_include_defaults: bool = True) -> list[TaskJob]:
+              lm_eval_include: Any = None, lm_eval_include_defaults: bool = True,
+              allow_task_code: bool = False) -> list[TaskJob]:
     """Every task's splits loaded, with their queries, as ``decontaminate`` takes ``tasks`` (built-in,
     YAML, or lm-eval names) and its options; ``purify`` loads its tasks through this too. All
-    refusals (names, splits, data files) come before anything is written."""
+    refusals (names, splits, data files) come before anything is written. Every template of every
+    task is rendered on each of its docs in the sandbox (what is exported has passed it);
+    ``allow_task_code``: let lm-eval import the Python that task YAMLs outside lm-eval name."""
     local = {k: dict(v) for k, v in (data_files or {}).items()}
     for per_task in local.values():  # split names become folder names: refused before any write
         for split_name in per_task:
             check_name(split_name, "split name", "data_files (--data-files)")
     own, lm_tasks = _resolve_tasks(tasks, local, {k: tuple(v) for k, v in (group_by or {}).items()},
-                                   lm_eval_include, lm_eval_include_defaults)
+                                   lm_eval_include, lm_eval_include_defaults, allow_task_code)
     return list(_task_jobs(own, lm_tasks, local, splits))
+
+
+def check_task_files(tasks: Sequence[str]) -> None:
+    """Each task given as a YAML path read and checked now (a FIFO, a device, an oversized file,
+    the schema, the templates' sources): the one-line refusal comes before any output folder, lock
+    or staging folder is made."""
+    for t in tasks:
+        if is_task_yaml_path(t):
+            TaskSpec.from_yaml(t)
 
 
 def query_docs(spec: TaskSpec | LmEvalTask, b: BenchmarkSplit, queries: Sequence[str]) -> list[QueryDoc]:
@@ -81,8 +93,8 @@ def query_docs(spec: TaskSpec | LmEvalTask, b: BenchmarkSplit, queries: Sequence
 
 
 def _resolve_tasks(tasks: Sequence[str], data_files: dict[str, dict[str, str | os.PathLike]],
-                   group_by: dict[str, tuple[str, ...]], lm_eval_include: Any, lm_eval_include_defaults: bool
-                   ) -> tuple[list[tuple[str, TaskSpec]], list[LmEvalTask]]:
+                   group_by: dict[str, tuple[str, ...]], lm_eval_include: Any, lm_eval_include_defaults: bool,
+                   allow_task_code: bool = False) -> tuple[list[tuple[str, TaskSpec]], list[LmEvalTask]]:
     """The built-in and YAML tasks (each with the name it was given as) and the tasks resolved
     through lm-eval. Refused here, before anything is written: data files or ``group_by`` for
     tasks not given, a task given twice."""
@@ -102,7 +114,8 @@ def _resolve_tasks(tasks: Sequence[str], data_files: dict[str, dict[str, str | o
         from tcqa_data.prep.lm_eval_tasks import resolve_lm_eval_tasks
 
         lm_tasks = resolve_lm_eval_tasks(lm_names, include_path=lm_eval_include, group_by=group_by,
-                                         include_defaults=lm_eval_include_defaults)
+                                         include_defaults=lm_eval_include_defaults,
+                                         allow_task_code=allow_task_code)
     elif group_by:
         raise ConfigError(f"--group-by names task(s) {sorted(group_by)} that are not among {list(tasks)}")
     for task_name, spec in zip(own, specs, strict=True):
@@ -143,8 +156,10 @@ def _spec_job(spec: TaskSpec, local: dict[str, str | os.PathLike], splits: Seque
         raise ConfigError(f"task {spec.task!r}: no split to process (declared {declared}, "
                           f"local files {list(local)}, --splits {list(splits or [])})")
     loaded = [load_split(spec, s, local.get(s)) for s in wanted]
-    return TaskJob(spec, [(b, [spec.decontamination_query(d) for d in b.docs()],
-                            role_of.get(b.split, "test")) for b in loaded])
+    # every template rendered on every doc in the sandbox (a refusal stops the run here), the
+    # decontamination queries among them
+    return TaskJob(spec, [(b, spec.check_templates_on(b.docs()), role_of.get(b.split, "test"))
+                          for b in loaded])
 
 
 def _lm_eval_job(lt: LmEvalTask, splits: Sequence[str] | None) -> TaskJob:

@@ -8,22 +8,85 @@ decontamination query. Templates are Jinja2, rendered the way lm-eval renders th
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import jinja2
 import jinja2.meta
+import pydantic
 import yaml
 
 from tcqa_data.errors import ConfigError
+from tcqa_data.io_utils import decode_utf8, read_regular_file
 from tcqa_data.outputs import check_name
 from tcqa_data.prep.templates import ENV as _ENV
-from tcqa_data.prep.templates import render
+from tcqa_data.prep.templates import check_source, render
 
 OUTPUT_TYPES = ("multiple_choice", "generate_until", "loglikelihood")
+MAX_TASK_FILE_BYTES = 1 << 20  # a task YAML is a few hundred bytes; a larger one is refused unread
+
+
+class _Metric(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="allow", strict=True)
+    metric: str
+
+
+class TaskSpecSchema(pydantic.BaseModel):
+    """The type and range of every task-spec field, checked where a task YAML is read (strict: no
+    field is silently converted, so ``doc_to_choice: 5`` or ``metric_list: acc`` is refused)."""
+
+    model_config = pydantic.ConfigDict(extra="forbid", strict=True)
+    task: str = pydantic.Field(min_length=1)
+    output_type: Literal["multiple_choice", "generate_until", "loglikelihood"]
+    doc_to_text: str
+    doc_to_target: str | int
+    dataset_path: str | None = None
+    dataset_name: str | None = None
+    dataset_aliases: list[str] = []
+    dataset_kwargs: dict[str, Any] | None = None
+    validation_split: str | None = None
+    test_split: str | None = None
+    doc_to_choice: list[str] | None = None
+    target_delimiter: str = " "
+    generation_kwargs: dict[str, Any] | None = None
+    should_decontaminate: bool = False
+    doc_to_decontamination_query: str | None = None
+    metric_list: list[_Metric] | None = None
+    metadata: dict[str, Any] | None = None
+    group_by: list[str] = []
+    label_values: dict[str, int] | None = None
+    tsv_columns: list[str] = []
+    attribution_fields: list[str] = []
+    report_by: list[str] = []
+    memorization_text: str | None = None
+
+
+_LIST_FIELDS = ("doc_to_choice", "dataset_aliases", "group_by", "tsv_columns", "attribution_fields",
+                "report_by")
+_FIELD_EXPECTED = {**dict.fromkeys(_LIST_FIELDS, "a list of strings"),
+                   "doc_to_target": "a string or an integer",
+                   "label_values": "a mapping of label value to integer",
+                   "metric_list": "a list of mappings, each with a 'metric' name"}
+_EXPECTED = {"missing": "the key to be given", "list_type": "a list", "dict_type": "a mapping",
+             "string_type": "a string", "int_type": "an integer", "bool_type": "true or false",
+             "literal_error": "one of " + ", ".join(OUTPUT_TYPES)}
+
+
+def schema_problem(exc: pydantic.ValidationError, source: str) -> str:
+    """One line for the first schema error: the file, the field, its value, what was expected."""
+    err = exc.errors()[0]
+    loc = ".".join(str(part) for part in err["loc"] if part not in ("str", "int"))  # union member tags
+    value = err.get("input")
+    parts = [p for p in err["loc"] if p not in ("str", "int")]
+    expected = _FIELD_EXPECTED.get(str(parts[0])) if parts and err["type"] != "missing" else None
+    expected = expected or _EXPECTED.get(err["type"], err["msg"].removeprefix("Input should be ").rstrip("."))
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return (f"task spec {source}: field {loc} is {value!r:.80} ({type(value).__name__}); "
+            f"expected {expected}{more}")
 
 
 @dataclass(frozen=True)
@@ -70,30 +133,28 @@ class TaskSpec:
         for key in ("task", "output_type", "doc_to_text", "doc_to_target"):
             if key not in raw:
                 raise ConfigError(f"task spec{where} lacks the required key {key!r}")
-        if raw["output_type"] not in OUTPUT_TYPES:
-            raise ConfigError(
-                f"task spec{where}: output_type {raw['output_type']!r} is not one of {OUTPUT_TYPES}"
-            )
+        known = set(cls.__dataclass_fields__) - {"source"}
+        unknown = sorted(str(k) for k in set(raw) - known)
+        if unknown:
+            raise ConfigError(f"task spec{where} has unknown keys {unknown}; known keys: {sorted(known)}")
+        try:
+            checked = TaskSpecSchema.model_validate(raw)
+        except pydantic.ValidationError as exc:
+            raise ConfigError(schema_problem(exc, source or "(given as a mapping)")) from None
         # the task and split names become PREP_DIR folder names: refused here, before anything is read
         origin = f"task YAML {source}" if source else "a task spec"
-        check_name(raw["task"], "task name", origin)
+        check_name(checked.task, "task name", origin)
         for key in ("validation_split", "test_split"):
             if raw.get(key) is not None:
                 check_name(raw[key], f"{key} name", origin)
-        known = set(cls.__dataclass_fields__) - {"source"}
-        unknown = sorted(set(raw) - known)
-        if unknown:
-            raise ConfigError(f"task spec{where} has unknown keys {unknown}; known keys: {sorted(known)}")
-        if not isinstance(raw.get("dataset_kwargs") or {}, dict):
-            raise ConfigError(f"task spec{where}: dataset_kwargs must be a mapping of "
-                              "datasets.load_dataset keyword arguments")
-        kwargs = dict(raw)
-        kwargs["dataset_kwargs"] = dict(raw.get("dataset_kwargs") or {})
+        kwargs = {k: v for k, v in checked.model_dump().items() if k in raw}
+        kwargs["metric_list"] = tuple(raw.get("metric_list") or ())
+        for key in ("dataset_kwargs", "generation_kwargs", "metadata", "label_values"):
+            kwargs[key] = dict(raw.get(key) or {})
         for key in ("doc_to_choice", "dataset_aliases", "group_by", "tsv_columns", "attribution_fields",
                     "report_by"):
             if kwargs.get(key) is not None:
                 kwargs[key] = tuple(kwargs[key])
-        kwargs["metric_list"] = tuple(kwargs.get("metric_list") or ())
         kwargs["doc_to_target"] = str(kwargs["doc_to_target"])
         spec = cls(**kwargs, source=source)
         spec._check_templates()
@@ -102,10 +163,15 @@ class TaskSpec:
     @classmethod
     def from_yaml(cls, path: str | os.PathLike) -> TaskSpec:
         path = Path(path)
+        # a FIFO, a device or a huge file is refused unread (``--tasks /dev/zero`` would never end)
+        text = decode_utf8(read_regular_file(path, "task spec", MAX_TASK_FILE_BYTES), path, "task spec")
         try:
-            raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError) as exc:
-            raise ConfigError(f"cannot read task spec {path}: {exc}") from exc
+            raw = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            at = f" (line {mark.line + 1})" if mark is not None else ""
+            raise ConfigError(f"cannot read task spec {path}: not valid YAML{at}: "
+                              f"{getattr(exc, 'problem', None) or exc}") from None
         if not isinstance(raw, dict):
             raise ConfigError(f"task spec {path} is not a YAML mapping")
         return cls.from_dict(raw, source=str(path))
@@ -157,12 +223,28 @@ class TaskSpec:
         t = self.doc_to_target
         return t if "{{" in t or "{%" in t else "{{" + t + "}}"
 
+    def _where(self, name: str) -> str:
+        return f"task {self.task!r}" + (f" ({self.source})" if self.source else "") + f": template {name}"
+
     def _check_templates(self) -> None:
+        """Every template a string within its budget that parses, reading no ``_`` attribute."""
         for name, template in self._templates().items():
-            try:
-                _ENV.parse(template)
-            except jinja2.TemplateSyntaxError as exc:
-                raise ConfigError(f"task {self.task!r}: template {name} is not valid Jinja2: {exc}") from exc
+            check_source(template, where=self._where(name))
+
+    def check_templates_on(self, docs: Iterable[dict[str, Any]]) -> list[str]:
+        """Render every template of this task (prompt, target, query, memorization text) on each doc in
+        the sandbox, within its budgets, and return the docs' decontamination queries: what
+        decontaminate exports and evaluate renders has passed here, and a refusal is one line naming
+        the file and the template."""
+        names = list(self._templates())
+        query = "doc_to_decontamination_query" if self.doc_to_decontamination_query else "doc_to_text"
+        queries = []
+        for doc in docs:
+            for name in names:
+                text = self._render(name, doc)
+                if name == query:
+                    queries.append(text)
+        return queries
 
     def template_fields(self, template_name: str) -> list[str]:
         """The doc fields a template reads, in order of first use."""
@@ -186,10 +268,10 @@ class TaskSpec:
     def _render(self, template_name: str, doc: dict[str, Any]) -> str:
         template = self._templates()[template_name]
         try:
-            return render(template, doc, where=f"task {self.task!r}: template {template_name}")
+            return render(template, doc, where=self._where(template_name))
         except jinja2.UndefinedError as exc:
             raise ConfigError(
-                f"task {self.task!r}: template {template_name} ({template!r}) uses a field the doc "
+                f"{self._where(template_name)} ({template!r:.200}) uses a field the doc "
                 f"lacks: {exc.message}; doc fields: {sorted(doc)}"
             ) from exc
 
