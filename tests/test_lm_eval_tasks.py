@@ -167,7 +167,8 @@ def prepared(wiki_index, task_dir, tmp_path_factory):
     ours = out / "lm_eval"
     decontaminate(wiki_index, ["tcqa_test_mc_taco", "tcqa_test_suite"], ours,
                   lm_eval_include=task_dir / "tasks", lm_eval_include_defaults=False,
-                  group_by={"tcqa_test_mc_taco": ["sentence", "question"]}, quiet=True)
+                  group_by={"tcqa_test_mc_taco": ["sentence", "question"]}, quiet=True,
+                  allow_task_code=True)  # the suite's !function helpers are this test's own code
     builtin = out / "builtin"
     decontaminate(wiki_index, ["mc_taco"], builtin, quiet=True,
                   data_files={"mc_taco": {"test": task_dir / "data" / "mc_test.tsv"}})
@@ -283,7 +284,7 @@ def test_same_inputs_give_identical_bytes_in_any_folder(prepared, wiki_index, ta
     ours, _ = prepared
     again = tmp_path / "elsewhere" / "prep"
     decontaminate(wiki_index, ["tcqa_test_suite"], again, lm_eval_include=task_dir / "tasks",
-                  lm_eval_include_defaults=False, quiet=True)
+                  lm_eval_include_defaults=False, quiet=True, allow_task_code=True)
     for task in ("tcqa_test_pick", "tcqa_test_squad_gen"):
         files = sorted(p.relative_to(again) for p in (again / task).rglob("*") if p.is_file())
         assert any(f.name == "fewshot.parquet" for f in files)
@@ -448,7 +449,7 @@ def test_backend_lm_eval_writes_samples_per_prepared_doc(prepared, tiny_model, t
 
     ours, _ = prepared
     run = run_lm_eval(ours, f"pretrained={tiny_model},dtype=float32", tasks=["tcqa_test_squad_gen"],
-                      output=tmp_path / "lm_out", batch_size=1, device="cpu")
+                      output=tmp_path / "lm_out", batch_size=1, device="cpu", allow_task_code=True)
     assert run["tasks"] == ["tcqa_tcqa_test_squad_gen_validation_full"]
     (samples,) = sorted((tmp_path / "lm_out").rglob(SAMPLES_GLOB.format(task=run["tasks"][0])))
     recs = [json.loads(line) for line in samples.read_text().splitlines()]
@@ -483,7 +484,7 @@ def test_analyze_lm_eval_task_from_logged_metric_values(prepared, tiny_model, tm
     ours, _ = prepared
     run = run_lm_eval(ours, f"pretrained={tiny_model},dtype=float32",
                       tasks=["tcqa_test_pick", "tcqa_test_mc_taco"], output=tmp_path / "lm_out",
-                      batch_size=4, device="cpu")
+                      batch_size=4, device="cpu", allow_task_code=True)
     res = analyze(ours, tmp_path / "lm_out", tmp_path / "analysis", bootstrap=200)
     expect = {"tcqa_test_pick": {"lm_eval/acc": "acc", "lm_eval/acc_norm": "acc_norm"},
               "tcqa_test_mc_taco": {"lm_eval/acc": "acc", "lm_eval/f1": "f1"}}

@@ -9,6 +9,7 @@ its output folder, and runs nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -188,8 +189,11 @@ def test_template_that_reaches_python_is_refused_and_runs_nothing(small, squad30
     # the same for the prompt template, read by evaluate and analyze
     from tcqa_data.prep.taskspec import TaskSpec
 
-    spec = TaskSpec.from_yaml(tmp_path / "squad_evil.yaml")
-    spec = type(spec).from_dict({**spec.to_dict(), "doc_to_text": ATTACK.format(target=somefile)})
+    spec = TaskSpec.builtin("squad_completion")
+    with pytest.raises(ConfigError, match="template doc_to_text was refused"):  # where it is read
+        TaskSpec.from_dict({**spec.to_dict(), "doc_to_text": ATTACK.format(target=somefile)})
+    # and where it is rendered, for a spec built around that check
+    spec = dataclasses.replace(spec, doc_to_text=ATTACK.format(target=somefile))
     with pytest.raises(ConfigError, match="template doc_to_text was refused"):
         spec.text({"text": "x", "value": "y"})
     assert not somefile.exists()

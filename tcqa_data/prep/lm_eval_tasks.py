@@ -39,7 +39,7 @@ import pydantic
 
 from tcqa_data.errors import ConfigError
 from tcqa_data.outputs import check_name
-from tcqa_data.prep.task_code import check_include_folders
+from tcqa_data.prep.task_code import check_include_folders, check_requested_code
 from tcqa_data.prep.templates import ENV as TEMPLATE_ENV
 from tcqa_data.prep.templates import TemplateRefused, check_source, render, sandboxed_lm_eval
 
@@ -121,15 +121,14 @@ def resolve_lm_eval_tasks(
     for p in paths:
         if not Path(p).is_dir():
             raise ConfigError(f"--lm-eval-include {p}: not a folder of lm-eval task YAMLs")
-    # before lm-eval indexes the folders: a FIFO there would block it, a !function would run
-    check_include_folders(paths, allow_task_code=allow_task_code)
+    check_include_folders(paths)  # before lm-eval indexes the folders: a FIFO there would block it
     group_by = {k: tuple(v) for k, v in (group_by or {}).items()}
     out: list[LmEvalTask] = []
     seen: set[str] = set()
     with _quiet_lm_eval(), sandboxed_lm_eval():
         manager = tasks_mod.TaskManager(include_path=paths or None, include_defaults=include_defaults)
         for name in names:
-            for task_name, task in _load(manager, name, paths).items():
+            for task_name, task in _load(manager, name, paths, allow_task_code).items():
                 if task_name in seen:
                     continue
                 # the name becomes a PREP_DIR folder: checked before any doc is read or written
@@ -161,7 +160,7 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-def _load(manager: Any, name: str, include_paths: list[str]) -> dict[str, Any]:
+def _load(manager: Any, name: str, include_paths: list[str], allow_task_code: bool = False) -> dict[str, Any]:
     """{task name: Task} for one requested name, with one-line errors naming the task."""
     entry = manager.task_index.get(name)
     if entry is None:
@@ -181,6 +180,7 @@ def _load(manager: Any, name: str, include_paths: list[str]) -> dict[str, Any]:
             and not cfg.get("test_split") and not cfg.get("validation_split"):
         raise ConfigError(f"lm-eval task {name!r}{where} declares neither test_split nor validation_split; "
                           "decontamination needs the split lm-eval evaluates")
+    check_requested_code(manager, name, allow_task_code=allow_task_code)  # before lm-eval imports any
     try:
         loaded = manager.load([name])
     except TemplateRefused as exc:  # lm-eval rendered a template in the sandbox, which refused it

@@ -102,16 +102,53 @@ def task_code(path: str | os.PathLike) -> list[str]:
     return out
 
 
-def check_include_folders(include_paths: Sequence[str | os.PathLike], *, allow_task_code: bool) -> None:
-    """Every YAML lm-eval would index in ``include_paths`` read here first: a FIFO, a device, an
-    oversized or unreadable file, or (without ``allow_task_code``) one that names code, is one
-    ConfigError line naming the file and the field."""
+def check_include_folders(include_paths: Sequence[str | os.PathLike]) -> None:
+    """Every YAML lm-eval would index in ``include_paths`` is a regular file of a sane size: a FIFO,
+    a device or an oversized file is one ConfigError line naming it (lm-eval's index would block on
+    it or read it forever). What a file holds is checked for the tasks asked for
+    (:func:`check_requested_code`); lm-eval's index skips YAML that does not parse."""
     for root in include_paths:
-        for path in sorted(Path(root).rglob("*.y*ml")):
-            if path.suffix not in (".yaml", ".yml"):
-                continue
-            refs = task_code(path)
-            if refs and not allow_task_code:
+        for path in sorted(Path(root).rglob("*")):
+            if path.suffix in (".yaml", ".yml") and not path.is_dir():
+                read_regular_file(path, "task YAML", MAX_TASK_YAML_BYTES)
+
+
+def _member_names(entry: Any) -> list[str]:
+    """The names a group or tag entry of lm-eval's task index stands for."""
+    kind = getattr(getattr(entry, "kind", None), "name", "")
+    if kind == "TAG":
+        return sorted(getattr(entry, "tags", ()) or ())
+    if kind != "GROUP" or entry.yaml_path is None or is_shipped(entry.yaml_path):
+        return []
+    cfg = read_task_yaml(entry.yaml_path)
+    members = cfg.get("task", []) if isinstance(cfg, dict) else []
+    members = members if isinstance(members, list) else [members]
+    return [m for m in members if isinstance(m, str)]  # inline task configs are in the group's file
+
+
+def check_requested_code(manager: Any, name: str, *, allow_task_code: bool) -> None:
+    """Before lm-eval loads ``name`` (a task, group or tag): the non-shipped YAMLs it would read
+    (the task's own, a group's and its members', a tag's tasks', and what they include) name no
+    code, unless ``allow_task_code``; else one ConfigError line naming the file and the field."""
+    if allow_task_code:
+        return
+    seen: set[str] = set()
+    todo = [name]
+    while todo:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        entry = manager.task_index.get(current)
+        if entry is None:
+            continue  # lm-eval reports it when it loads
+        if entry.yaml_path is not None:
+            refs = task_code(entry.yaml_path)
+            if refs:
                 more = f" (and {len(refs) - 1} more)" if len(refs) > 1 else ""
-                raise ConfigError(f"task YAML {path}: {refs[0]}{more} is code outside the installed lm-eval "
-                                  f"package; {ALLOW_HINT}")
+                raise ConfigError(f"task YAML {entry.yaml_path}: {refs[0]}{more} is code outside the "
+                                  f"installed lm-eval package; {ALLOW_HINT}")
+        elif isinstance(entry.cfg, dict) and "class" in entry.cfg:
+            raise ConfigError(f"lm-eval task {current!r}: class {entry.cfg['class']!r} is a Python task "
+                              f"class outside the installed lm-eval package; {ALLOW_HINT}")
+        todo.extend(_member_names(entry))
