@@ -336,6 +336,8 @@ def test_lm_eval_shipped_code_is_installed_code():
     ["purify", "c.jsonl", "--out", "o", "--mode", "trim"],
     ["evaluate", "P", "--model", "m", "--device", "tpu"],
     ["evaluate", "P", "--model", "m", "--limit-groups", "0"],
+    ["index-corpus", "c.jsonl", "--out", "o", "--provenance", "0"],
+    ["index-corpus", "c.jsonl", "--out", "o", "--text-store", "zip"],
 ])
 def test_numeric_and_enumerated_options_are_checked_at_parse_time(tmp_path, monkeypatch, capsys, args):
     monkeypatch.chdir(tmp_path)

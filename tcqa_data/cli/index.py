@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from tcqa_data.cli import app, warning
+from tcqa_data.cli import Engine, Normalization, OnError, app, choices, value_of, warning
 from tcqa_data.errors import ConfigError
 
 
@@ -21,6 +21,8 @@ def _parse_ngrams(value: str) -> list[int]:
     return ns
 
 
+TextStore = choices("TextStore", "auto", "copy", "none")  # index-corpus --text-store
+
 @app.command("index-corpus")
 def index_corpus(
     corpus: list[str] = typer.Argument(None, help="Corpus files, globs or folders (.jsonl[.gz|.zst], "
@@ -30,21 +32,24 @@ def index_corpus(
                               help="Also index the demo corpus shipped with tcqa-data (162 English "
                                    "Wikipedia articles, 2.7 MB: tcqa_data/data/demo/README.md)."),
     ngram: str = typer.Option("13", "--ngram", help="N-gram size(s), e.g. 13 or 8,13."),
-    normalization: str = typer.Option("janitor", "--normalization",
+    normalization: Normalization = typer.Option("janitor", "--normalization",
                                       help="janitor (exactly lm-eval's Janitor) or unicode."),
     text_field: str = typer.Option("text", "--text-field", help="Field holding the document text."),
     id_field: str = typer.Option(None, "--id-field", help="Field used as doc ref (default: file:line)."),
     hf_dataset: str = typer.Option(None, "--hf-dataset", help="Stream a Hugging Face dataset instead."),
     hf_config: str = typer.Option(None, "--hf-config", help="Its config name."),
     hf_split: str = typer.Option("train", "--hf-split", help="Its split."),
-    workers: int = typer.Option(None, "--workers", help="Local worker processes (default: all cores)."),
+    workers: int = typer.Option(None, "--workers", min=1,
+                                help="Local worker processes (default: all cores)."),
     append: bool = typer.Option(False, "--append", help="Add new inputs to an existing index."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing index."),
-    on_error: str = typer.Option("raise", "--on-error", help="raise: stop at a bad record; skip: count it."),
+    on_error: OnError = typer.Option("raise", "--on-error",
+                                     help="raise: stop at a bad record; skip: count it."),
     no_minhash: bool = typer.Option(False, "--no-minhash", help="Build only the n-gram index."),
-    num_perm: int = typer.Option(128, "--num-perm", help="MinHash permutations."),
-    provenance: int = typer.Option(2, "--provenance", help="Doc ordinals kept per n-gram (index size)."),
-    num_buckets: int = typer.Option(64, "--num-buckets",
+    num_perm: int = typer.Option(128, "--num-perm", min=1, help="MinHash permutations."),
+    provenance: int = typer.Option(2, "--provenance", min=1,
+                                   help="Doc ordinals kept per n-gram (index size)."),
+    num_buckets: int = typer.Option(64, "--num-buckets", min=1,
                                     help="Hash buckets of the n-gram index, a power of two (reduce "
                                          "tasks; more buckets: smaller merges, for large corpora)."),
     ngram_dir_bits: int = typer.Option(None, "--ngram-dir-bits",
@@ -52,12 +57,12 @@ def index_corpus(
                                             "from the corpus at the first build; --append keeps the "
                                             "index's; give an appended index's value to rebuild it "
                                             "byte for byte)."),
-    text_store: str = typer.Option("auto", "--text-store",
+    text_store: TextStore = typer.Option("auto", "--text-store",
                                    help="Corpus text for alignment (aligned>= rule terms): auto (doc "
                                         "locations for .jsonl/.parquet/.txt, a zstd copy for compressed "
                                         "inputs and HF streams), copy (always a copy) or none."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar and no summary line."),
-    engine: str = typer.Option("local", "--engine",
+    engine: Engine = typer.Option("local", "--engine",
                                help="local: worker processes on this machine; ray: Ray tasks "
                                     "(pip install 'tcqa-data[ray]'; see docs/CLUSTER.md)."),
     ray_address: str = typer.Option(None, "--ray-address",
@@ -85,11 +90,12 @@ def index_corpus(
 
         inputs.append(demo_corpus_path())
     manifest = build_index(
-        inputs, out, ngram_sizes=_parse_ngrams(ngram), normalization=normalization,
+        inputs, out, ngram_sizes=_parse_ngrams(ngram), normalization=value_of(normalization),
         text_field=text_field, id_field=id_field, workers=workers, append=append, overwrite=overwrite,
-        on_error=on_error, minhash=not no_minhash, num_perm=num_perm, quiet=quiet,
+        on_error=value_of(on_error), minhash=not no_minhash, num_perm=num_perm, quiet=quiet,
         hf_dataset=hf_dataset, hf_config=hf_config, hf_split=hf_split, provenance=provenance,
-        engine=engine, ray_address=ray_address, text_store=text_store, num_buckets=num_buckets,
+        engine=value_of(engine), ray_address=ray_address, text_store=value_of(text_store),
+        num_buckets=num_buckets,
         ngram_dir_bits=ngram_dir_bits,
     )
     c = manifest["counts"]

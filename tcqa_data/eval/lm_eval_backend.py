@@ -117,7 +117,7 @@ def check_exported_templates(exported: list[ExportedTask], *, allow_task_code: b
     """Each exported YAML's templates checked by the sandbox (lm-eval renders them in it too, see
     ``run_lm_eval``), and its ``!function`` helpers copied from a task's own Python refused unless
     ``allow_task_code``: one line naming the file and the field."""
-    from tcqa_data.prep.lm_eval_export import FunctionRef, read_exported_yaml
+    from tcqa_data.prep.lm_eval_export import read_exported_yaml
     from tcqa_data.prep.lm_eval_tasks import FEWSHOT_TEMPLATE_FIELDS, TEMPLATE_FIELDS
     from tcqa_data.prep.task_code import ALLOW_HINT
     from tcqa_data.prep.templates import check_source
@@ -129,14 +129,26 @@ def check_exported_templates(exported: list[ExportedTask], *, allow_task_code: b
             values = [(f, doc.get(f)) for f in TEMPLATE_FIELDS] + \
                 [(f"fewshot_config.{f}", fewshot.get(f)) for f in FEWSHOT_TEMPLATE_FIELDS]
             for field, value in values:
-                for text in value if isinstance(value, list) else [value]:
-                    if isinstance(text, str):
-                        check_source(text, where=f"{path}: template {field}")
-            for key, value in doc.items():
-                refs = [value] if isinstance(value, FunctionRef) else []
-                if not allow_task_code and any(not r.qual.startswith(_OWN_MODULES) for r in refs):
-                    raise TcqaError(f"{path}: {key} is !function {refs[0].qual}, code copied from a task "
+                if isinstance(value, str):  # (lists and mappings are literal: lm-eval renders them not)
+                    check_source(value, where=f"{path}: template {field}")
+            for key, ref in _function_refs(doc, ""):
+                if not allow_task_code and not ref.qual.startswith(_OWN_MODULES):
+                    raise TcqaError(f"{path}: {key} is !function {ref.qual}, code copied from a task "
                                     f"outside the installed lm-eval package; {ALLOW_HINT}")
+
+
+def _function_refs(value: Any, key: str) -> Iterator[tuple[str, Any]]:
+    """(field, FunctionRef) for each ``!function`` anywhere in an exported YAML's value."""
+    from tcqa_data.prep.lm_eval_export import FunctionRef
+
+    if isinstance(value, FunctionRef):
+        yield key, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _function_refs(v, f"{key}.{k}" if key else str(k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _function_refs(v, f"{key}[{i}]")
 
 
 @contextmanager

@@ -287,7 +287,8 @@ def _function_ref(fn: Any, key: str, task: str, out_dir: Path, copies: dict[str,
     key_path = str(source.resolve())
     if key_path not in copies:
         stem = source.stem
-        taken = set(copies.values()) | {DATASET_MODULE}
+        # never the name of a module tcqa-data writes, nor one that reads as installed lm-eval code
+        taken = set(copies.values()) | {DATASET_MODULE, "tcqa_contains", "lm_eval"}
         n = 1
         while stem in taken:
             n += 1

@@ -324,13 +324,12 @@ def check_task_templates(task: Any, name: str, docs: Any) -> None:
     features = set(getattr(task, "features", None) or [])
     rendered: dict[str, str] = {}
     for field_name, value in values.items():
-        for i, text in enumerate(value if isinstance(value, list) else [value]):
-            if isinstance(text, str) and text not in features:
-                label = field_name if not isinstance(value, list) else f"{field_name}[{i}]"
-                check_source(text, where=f"{where}: template {label}")
-                if "." not in field_name and not isinstance(value, list) and \
-                        (field_name != "doc_to_decontamination_query" or cfg.should_decontaminate):
-                    rendered[field_name] = text
+        # (a list is literal choices or targets, a mapping literal choices: lm-eval renders neither)
+        if isinstance(value, str) and value not in features:
+            check_source(value, where=f"{where}: template {field_name}")
+            if "." not in field_name and \
+                    (field_name != "doc_to_decontamination_query" or cfg.should_decontaminate):
+                rendered[field_name] = value
     for i, doc in enumerate(docs):
         for field_name, text in rendered.items():
             try:
