@@ -297,6 +297,22 @@ def test_lm_eval_prompt_template_is_rendered_in_the_sandbox_by_lm_eval_too(small
     assert not target.exists() and not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(("extra", "field", "expected"), [
+    ("metadata:\n  group_by: 7\n", "metadata.group_by is 7", "a doc field name or a list of them"),
+    ("description: 5\n", "description is 5", "a template string"),
+])
+def test_mistyped_lm_eval_task_field_is_one_line(squad30, tmp_path, extra, field, expected):
+    pytest.importorskip("lm_eval.tasks", reason="needs the lm-eval extra")
+    from tcqa_data.prep.lm_eval_tasks import resolve_lm_eval_tasks
+
+    folder = _lm_task(tmp_path / "tasks", squad30, 'doc_to_text: "{{text}}"\n' + extra)
+    with pytest.raises(ConfigError) as ei:
+        resolve_lm_eval_tasks(["tcqa_trust_squad"], include_path=folder, include_defaults=False)
+    msg = str(ei.value)
+    assert "\n" not in msg and "tcqa_trust_squad" in msg and str(folder / "task.yaml") in msg
+    assert f"field {field}" in msg and expected in msg, msg
+
+
 def test_fifo_in_an_lm_eval_include_folder_is_refused_unread(tmp_path):
     pytest.importorskip("lm_eval.tasks", reason="needs the lm-eval extra")
     from tcqa_data.prep.lm_eval_tasks import resolve_lm_eval_tasks

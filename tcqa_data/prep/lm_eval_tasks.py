@@ -277,6 +277,13 @@ TEMPLATE_FIELDS = ("description", "doc_to_text", "doc_to_target", "doc_to_choice
 FEWSHOT_TEMPLATE_FIELDS = ("doc_to_text", "doc_to_target", "doc_to_choice", "gen_prefix")
 
 
+class _Metadata(pydantic.BaseModel):
+    """The metadata keys tcqa-data reads (``group_by``); lm-eval's own pass through."""
+
+    model_config = pydantic.ConfigDict(strict=True, extra="allow")
+    group_by: str | list[str] | None = None
+
+
 class _TemplateFieldTypes(pydantic.BaseModel):
     """The types lm-eval gives these fields a meaning for; another type is one line, not a crash
     after the model has loaded."""
@@ -289,7 +296,7 @@ class _TemplateFieldTypes(pydantic.BaseModel):
     gen_prefix: str | None = None
     doc_to_decontamination_query: str | Callable[..., Any] | None = None
     metric_list: list[dict[str, Any]] | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: _Metadata | None = None
 
 
 def _templates_of(task: Any) -> dict[str, Any]:
@@ -317,7 +324,7 @@ def check_task_templates(task: Any, name: str, docs: Any) -> None:
                                            {"metric_list": cfg.metric_list, "metadata": cfg.metadata})
     except pydantic.ValidationError as exc:
         err = exc.errors()[0]
-        field = str(err["loc"][0])
+        field = ".".join(str(p) for p in err["loc"] if p not in ("str", "int", "list[str]"))
         value = err.get("input")
         raise ConfigError(f"{where}: field {field} is {value!r:.80} ({type(value).__name__}); expected "
                           f"{_EXPECTED_TYPES.get(field, err['msg'])}") from None
@@ -346,6 +353,7 @@ _EXPECTED_TYPES = {
     "doc_to_choice": "a template, a doc field name, a list, a mapping or a !function",
     "doc_to_decontamination_query": "a template, a doc field name or a !function",
     "metric_list": "a list of mappings, each with a 'metric' name", "metadata": "a mapping",
+    "metadata.group_by": "a doc field name or a list of them",
 }
 
 
