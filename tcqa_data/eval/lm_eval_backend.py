@@ -118,8 +118,7 @@ def check_exported_templates(exported: list[ExportedTask], *, allow_task_code: b
     ``run_lm_eval``), and its ``!function`` helpers copied from a task's own Python refused unless
     ``allow_task_code``: one line naming the file and the field."""
     from tcqa_data.prep.lm_eval_export import read_exported_yaml
-    from tcqa_data.prep.lm_eval_tasks import FEWSHOT_TEMPLATE_FIELDS, TEMPLATE_FIELDS
-    from tcqa_data.prep.task_code import ALLOW_HINT
+    from tcqa_data.prep.task_code import ALLOW_HINT, FEWSHOT_TEMPLATE_FIELDS, TEMPLATE_FIELDS
     from tcqa_data.prep.templates import check_source
 
     for e in exported:

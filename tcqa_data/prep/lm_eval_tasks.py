@@ -12,14 +12,14 @@ The decontamination query follows lm-eval's definition: the configured
 ``utils.apply_template`` renders it, but in tcqa-data's sandbox (:mod:`tcqa_data.prep.templates`),
 and used as text. lm-eval renders its own templates through the same sandbox while tcqa-data loads
 a task (:func:`~tcqa_data.prep.templates.sandboxed_lm_eval`), and every template field of a
-loaded task (prompt, target, choices, description, query, ...) is rendered on every eval doc
-(:func:`check_task_templates`), so what is exported has passed the sandbox. Python that lm-eval
-imports (``!function`` helpers, ``class:`` tasks) from a file outside the installed lm-eval package
-is refused unless ``allow_task_code`` (:mod:`tcqa_data.prep.task_code`), before lm-eval reads a
-task. lm-eval 0.4.13's ``Task.doc_to_decontamination_query``
-instead passes the rendered text through ``ast.literal_eval``, which raises ``SyntaxError`` on
-ordinary text (MC-TACO's first test query "How long was his mother ill? Durer's father ..."), so
-that method is not called for config-defined tasks.
+loaded task (prompt, target, choices, description, query, ...) is rendered on every eval doc, so
+what is exported has passed the sandbox; Python that lm-eval imports (``!function`` helpers,
+``class:`` tasks) from a file outside the installed lm-eval package is refused unless
+``allow_task_code``, before lm-eval reads a task (both: :mod:`tcqa_data.prep.task_code`).
+lm-eval 0.4.13's ``Task.doc_to_decontamination_query`` instead passes the rendered text through
+``ast.literal_eval``, which raises ``SyntaxError`` on ordinary text (MC-TACO's first test query
+"How long was his mother ill? Durer's father ..."), so that method is not called for config-defined
+tasks.
 """
 
 from __future__ import annotations
@@ -27,21 +27,19 @@ from __future__ import annotations
 import difflib
 import logging
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jinja2
 import pyarrow as pa
-import pydantic
 
 from tcqa_data.errors import ConfigError
 from tcqa_data.outputs import check_name
-from tcqa_data.prep.task_code import check_include_folders, check_requested_code
+from tcqa_data.prep.task_code import check_include_folders, check_requested_code, check_task_templates
 from tcqa_data.prep.templates import ENV as TEMPLATE_ENV
-from tcqa_data.prep.templates import TemplateRefused, check_source, render, sandboxed_lm_eval
+from tcqa_data.prep.templates import TemplateRefused, render, sandboxed_lm_eval
 
 INSTALL_HINT = "pip install 'tcqa-data[lm-eval]'"
 
@@ -268,93 +266,6 @@ def decontamination_query(task: Any, doc: Mapping[str, Any]) -> str:
         return _as_text(doc[query])
     # lm-eval's apply_template, in the sandbox
     return render(query, dict(doc), where=f"lm-eval task {task.config.task!r}: doc_to_decontamination_query")
-
-
-# TaskConfig fields lm-eval renders as Jinja templates with a doc (``ConfigurableTask.doc_to_*``,
-# ``resolve_field(doc, description)``, ``gen_prefix``); fewshot_config's are rendered on few-shot docs.
-TEMPLATE_FIELDS = ("description", "doc_to_text", "doc_to_target", "doc_to_choice", "gen_prefix",
-                   "doc_to_decontamination_query", "doc_to_image", "doc_to_audio")
-FEWSHOT_TEMPLATE_FIELDS = ("doc_to_text", "doc_to_target", "doc_to_choice", "gen_prefix")
-
-
-class _Metadata(pydantic.BaseModel):
-    """The metadata keys tcqa-data reads (``group_by``); lm-eval's own pass through."""
-
-    model_config = pydantic.ConfigDict(strict=True, extra="allow")
-    group_by: str | list[str] | None = None
-
-
-class _TemplateFieldTypes(pydantic.BaseModel):
-    """The types lm-eval gives these fields a meaning for; another type is one line, not a crash
-    after the model has loaded."""
-
-    model_config = pydantic.ConfigDict(strict=True, arbitrary_types_allowed=True, extra="ignore")
-    description: str | None = None
-    doc_to_text: str | int | Callable[..., Any] | None = None
-    doc_to_target: str | int | list[Any] | Callable[..., Any] | None = None
-    doc_to_choice: str | list[Any] | dict[Any, Any] | Callable[..., Any] | None = None
-    gen_prefix: str | None = None
-    doc_to_decontamination_query: str | Callable[..., Any] | None = None
-    metric_list: list[dict[str, Any]] | None = None
-    metadata: _Metadata | None = None
-
-
-def _templates_of(task: Any) -> dict[str, Any]:
-    """field -> config value, for each template field of a loaded lm-eval task (fewshot_config's as
-    ``fewshot_config.FIELD``)."""
-    cfg = task.config
-    out = {f: getattr(cfg, f, None) for f in TEMPLATE_FIELDS}
-    fewshot = getattr(cfg, "fewshot_config", None) or {}
-    if isinstance(fewshot, dict):
-        out.update({f"fewshot_config.{f}": fewshot.get(f) for f in FEWSHOT_TEMPLATE_FIELDS})
-    return out
-
-
-def check_task_templates(task: Any, name: str, docs: Any) -> None:
-    """Every template field of a loaded lm-eval task: its type checked, its strings checked by the
-    sandbox, and each top-level template rendered on every eval doc in the sandbox with its budgets;
-    a failure is one ConfigError naming the task's file and the field."""
-    cfg = task.config
-    origin = (getattr(cfg, "metadata", None) or {}).get("config_source") if isinstance(
-        getattr(cfg, "metadata", None), dict) else None
-    where = f"lm-eval task {name!r}" + (f" ({origin})" if origin else "")
-    values = _templates_of(task)
-    try:
-        _TemplateFieldTypes.model_validate({k: v for k, v in values.items() if "." not in k} |
-                                           {"metric_list": cfg.metric_list, "metadata": cfg.metadata})
-    except pydantic.ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"] if p not in ("str", "int", "list[str]"))
-        value = err.get("input")
-        raise ConfigError(f"{where}: field {field} is {value!r:.80} ({type(value).__name__}); expected "
-                          f"{_EXPECTED_TYPES.get(field, err['msg'])}") from None
-    features = set(getattr(task, "features", None) or [])
-    rendered: dict[str, str] = {}
-    for field_name, value in values.items():
-        # (a list is literal choices or targets, a mapping literal choices: lm-eval renders neither)
-        if isinstance(value, str) and value not in features:
-            check_source(value, where=f"{where}: template {field_name}")
-            if "." not in field_name and \
-                    (field_name != "doc_to_decontamination_query" or cfg.should_decontaminate):
-                rendered[field_name] = value
-    for i, doc in enumerate(docs):
-        for field_name, text in rendered.items():
-            try:
-                render(text, dict(doc), where=f"{where}: template {field_name} (doc {i})")
-            except jinja2.UndefinedError as exc:
-                raise ConfigError(f"{where}: template {field_name} uses a field doc {i} lacks: "
-                                  f"{exc.message}") from None
-
-
-_EXPECTED_TYPES = {
-    "description": "a template string", "gen_prefix": "a template string",
-    "doc_to_text": "a template, a doc field name, an integer or a !function",
-    "doc_to_target": "a template, a doc field name, an integer, a list or a !function",
-    "doc_to_choice": "a template, a doc field name, a list, a mapping or a !function",
-    "doc_to_decontamination_query": "a template, a doc field name or a !function",
-    "metric_list": "a list of mappings, each with a 'metric' name", "metadata": "a mapping",
-    "metadata.group_by": "a doc field name or a list of them",
-}
 
 
 def _as_text(value: Any) -> str:

@@ -1,4 +1,5 @@
-"""What a task file may make lm-eval run: refused unless the user says ``--allow-task-code``.
+"""What a task file may make lm-eval run: Python refused unless the user says ``--allow-task-code``,
+and every template field checked by tcqa-data's sandbox on the task's docs.
 
 lm-eval imports Python named in a task YAML (``!function module.name`` for ``process_docs``,
 ``doc_to_text``, metrics, ``custom_dataset``...; ``class:`` for a Python task class) and runs it
@@ -8,19 +9,27 @@ lm-eval itself, and pass; a YAML anywhere else (the ``--lm-eval-include`` folder
 records the tags, and refused if it names code. The same reading refuses a FIFO, a device or a
 huge file in those folders (lm-eval's task index would block on a FIFO or read ``/dev/zero``
 forever), with one line, before lm-eval is asked for anything.
+
+Templates: every template field of a loaded lm-eval task (:data:`TEMPLATE_FIELDS`) is type-checked
+(pydantic), checked by the sandbox and rendered on every eval doc with its budgets
+(:func:`check_task_templates`), so the lm-eval YAMLs decontaminate exports hold only templates that
+passed.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import jinja2
+import pydantic
 import yaml
 
 from tcqa_data.errors import ConfigError
 from tcqa_data.io_utils import decode_utf8, read_regular_file
+from tcqa_data.prep.templates import check_source, render
 
 ALLOW_HINT = ("lm-eval would import and run it unsandboxed; pass --allow-task-code if you trust "
               "this code")
@@ -152,3 +161,90 @@ def check_requested_code(manager: Any, name: str, *, allow_task_code: bool) -> N
             raise ConfigError(f"lm-eval task {current!r}: class {entry.cfg['class']!r} is a Python task "
                               f"class outside the installed lm-eval package; {ALLOW_HINT}")
         todo.extend(_member_names(entry))
+
+
+# TaskConfig fields lm-eval renders as Jinja templates with a doc (``ConfigurableTask.doc_to_*``,
+# ``resolve_field(doc, description)``, ``gen_prefix``); fewshot_config's are rendered on few-shot docs.
+TEMPLATE_FIELDS = ("description", "doc_to_text", "doc_to_target", "doc_to_choice", "gen_prefix",
+                   "doc_to_decontamination_query", "doc_to_image", "doc_to_audio")
+FEWSHOT_TEMPLATE_FIELDS = ("doc_to_text", "doc_to_target", "doc_to_choice", "gen_prefix")
+
+
+class _Metadata(pydantic.BaseModel):
+    """The metadata keys tcqa-data reads (``group_by``); lm-eval's own pass through."""
+
+    model_config = pydantic.ConfigDict(strict=True, extra="allow")
+    group_by: str | list[str] | None = None
+
+
+class _TemplateFieldTypes(pydantic.BaseModel):
+    """The types lm-eval gives these fields a meaning for; another type is one line, not a crash
+    after the model has loaded."""
+
+    model_config = pydantic.ConfigDict(strict=True, arbitrary_types_allowed=True, extra="ignore")
+    description: str | None = None
+    doc_to_text: str | int | Callable[..., Any] | None = None
+    doc_to_target: str | int | list[Any] | Callable[..., Any] | None = None
+    doc_to_choice: str | list[Any] | dict[Any, Any] | Callable[..., Any] | None = None
+    gen_prefix: str | None = None
+    doc_to_decontamination_query: str | Callable[..., Any] | None = None
+    metric_list: list[dict[str, Any]] | None = None
+    metadata: _Metadata | None = None
+
+
+def _templates_of(task: Any) -> dict[str, Any]:
+    """field -> config value, for each template field of a loaded lm-eval task (fewshot_config's as
+    ``fewshot_config.FIELD``)."""
+    cfg = task.config
+    out = {f: getattr(cfg, f, None) for f in TEMPLATE_FIELDS}
+    fewshot = getattr(cfg, "fewshot_config", None) or {}
+    if isinstance(fewshot, dict):
+        out.update({f"fewshot_config.{f}": fewshot.get(f) for f in FEWSHOT_TEMPLATE_FIELDS})
+    return out
+
+
+def check_task_templates(task: Any, name: str, docs: Any) -> None:
+    """Every template field of a loaded lm-eval task: its type checked, its strings checked by the
+    sandbox, and each top-level template rendered on every eval doc in the sandbox with its budgets;
+    a failure is one ConfigError naming the task's file and the field."""
+    cfg = task.config
+    origin = (getattr(cfg, "metadata", None) or {}).get("config_source") if isinstance(
+        getattr(cfg, "metadata", None), dict) else None
+    where = f"lm-eval task {name!r}" + (f" ({origin})" if origin else "")
+    values = _templates_of(task)
+    try:
+        _TemplateFieldTypes.model_validate({k: v for k, v in values.items() if "." not in k} |
+                                           {"metric_list": cfg.metric_list, "metadata": cfg.metadata})
+    except pydantic.ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"] if p not in ("str", "int", "list[str]"))
+        value = err.get("input")
+        raise ConfigError(f"{where}: field {field} is {value!r:.80} ({type(value).__name__}); expected "
+                          f"{_EXPECTED_TYPES.get(field, err['msg'])}") from None
+    features = set(getattr(task, "features", None) or [])
+    rendered: dict[str, str] = {}
+    for field_name, value in values.items():
+        # (a list is literal choices or targets, a mapping literal choices: lm-eval renders neither)
+        if isinstance(value, str) and value not in features:
+            check_source(value, where=f"{where}: template {field_name}")
+            if "." not in field_name and \
+                    (field_name != "doc_to_decontamination_query" or cfg.should_decontaminate):
+                rendered[field_name] = value
+    for i, doc in enumerate(docs):
+        for field_name, text in rendered.items():
+            try:
+                render(text, dict(doc), where=f"{where}: template {field_name} (doc {i})")
+            except jinja2.UndefinedError as exc:
+                raise ConfigError(f"{where}: template {field_name} uses a field doc {i} lacks: "
+                                  f"{exc.message}") from None
+
+
+_EXPECTED_TYPES = {
+    "description": "a template string", "gen_prefix": "a template string",
+    "doc_to_text": "a template, a doc field name, an integer or a !function",
+    "doc_to_target": "a template, a doc field name, an integer, a list or a !function",
+    "doc_to_choice": "a template, a doc field name, a list, a mapping or a !function",
+    "doc_to_decontamination_query": "a template, a doc field name or a !function",
+    "metric_list": "a list of mappings, each with a 'metric' name", "metadata": "a mapping",
+    "metadata.group_by": "a doc field name or a list of them",
+}
