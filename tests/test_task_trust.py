@@ -438,3 +438,16 @@ def test_bom_at_the_start_of_a_jsonl_file_is_dropped(tmp_path):
     path = tmp_path / "docs.jsonl"
     path.write_bytes(b"\xef\xbb\xbf" + b'{"text": "a"}\n{"text": "b"}\n')
     assert [rec for _, rec in iter_jsonl_objects(path)] == [{"text": "a"}, {"text": "b"}]
+
+
+def test_many_renders_each_within_budget_are_stopped_by_the_total_budget():
+    """A template just under the per-render budget on every doc of a large split: the check's total
+    budget stops it instead of running for hours."""
+    from tcqa_data.prep.templates import RenderClock, RenderLimits, TemplateRefused
+
+    clock = RenderClock("task 'slow' (slow.yaml)", RenderLimits(total_seconds=0.05, mean_seconds=0.0001))
+    with pytest.raises(TemplateRefused, match=r"task 'slow' \(slow.yaml\) was refused: its templates took"):
+        for _ in range(10**6):
+            time.sleep(0.001)
+            clock.tick()
+    assert clock.renders < 1000

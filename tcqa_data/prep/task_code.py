@@ -29,7 +29,7 @@ import yaml
 
 from tcqa_data.errors import ConfigError
 from tcqa_data.io_utils import decode_utf8, read_regular_file
-from tcqa_data.prep.templates import check_source, render
+from tcqa_data.prep.templates import RenderClock, check_source, render
 
 ALLOW_HINT = ("lm-eval would import and run it unsandboxed; pass --allow-task-code if you trust "
               "this code")
@@ -230,10 +230,12 @@ def check_task_templates(task: Any, name: str, docs: Any) -> None:
             if "." not in field_name and \
                     (field_name != "doc_to_decontamination_query" or cfg.should_decontaminate):
                 rendered[field_name] = value
+    clock = RenderClock(where)
     for i, doc in enumerate(docs):
         for field_name, text in rendered.items():
             try:
                 render(text, dict(doc), where=f"{where}: template {field_name} (doc {i})")
+                clock.tick()
             except jinja2.UndefinedError as exc:
                 raise ConfigError(f"{where}: template {field_name} uses a field doc {i} lacks: "
                                   f"{exc.message}") from None

@@ -24,7 +24,7 @@ from tcqa_data.errors import ConfigError
 from tcqa_data.io_utils import decode_utf8, read_regular_file
 from tcqa_data.outputs import check_name
 from tcqa_data.prep.templates import ENV as _ENV
-from tcqa_data.prep.templates import check_source, render
+from tcqa_data.prep.templates import RenderClock, check_source, render
 
 OUTPUT_TYPES = ("multiple_choice", "generate_until", "loglikelihood")
 MAX_TASK_FILE_BYTES = 1 << 20  # a task YAML is a few hundred bytes; a larger one is refused unread
@@ -239,9 +239,11 @@ class TaskSpec:
         names = list(self._templates())
         query = "doc_to_decontamination_query" if self.doc_to_decontamination_query else "doc_to_text"
         queries = []
+        clock = RenderClock(f"task {self.task!r}" + (f" ({self.source})" if self.source else ""))
         for doc in docs:
             for name in names:
                 text = self._render(name, doc)
+                clock.tick()
                 if name == query:
                     queries.append(text)
         return queries

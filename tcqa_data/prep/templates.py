@@ -52,6 +52,10 @@ class RenderLimits:
     loop_iterations: int = 200_000  # all `for` iterations of one render together
     call_depth: int = 64            # nested calls (recursive macros, `loop(...)`)
     regex_seconds: float = 1.0      # one regex_replace
+    # all renders of one check together (a task's templates on all its docs): a template just under
+    # the per-render budget on every doc of a large split would otherwise run for hours
+    total_seconds: float = 60.0     # plus ...
+    mean_seconds: float = 0.01      # ... this much per render
 
 
 LIMITS = RenderLimits()
@@ -312,6 +316,24 @@ def render(template: str, doc: dict[str, Any], *, where: str, limits: RenderLimi
 def _first_line(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     return lines[0][:300] if lines else ""
+
+
+class RenderClock:
+    """The total time budget of many renders (``total_seconds + mean_seconds`` per render)."""
+
+    def __init__(self, where: str, limits: RenderLimits = LIMITS) -> None:
+        self.where, self.limits = where, limits
+        self.start = time.monotonic()
+        self.renders = 0
+
+    def tick(self) -> None:
+        """Count one render; a TemplateRefused line once the renders so far are over the budget."""
+        self.renders += 1
+        spent = time.monotonic() - self.start
+        if spent > self.limits.total_seconds + self.limits.mean_seconds * self.renders:
+            raise _refused(self.where, f"its templates took {spent:.0f} s for {self.renders:,} renders, "
+                                       f"over the budget of {self.limits.total_seconds:g} s + "
+                                       f"{self.limits.mean_seconds * 1000:g} ms per render")
 
 
 def apply_template(template: str, doc: dict[str, Any]) -> str:
