@@ -84,9 +84,9 @@ _STATE = threading.local()
 
 def _budget() -> _Budget:
     budget = getattr(_STATE, "budget", None)
-    if budget is None:  # a render outside render() (a caller's own compiled().render()): default budgets
-        budget = _STATE.budget = _Budget(LIMITS)
-    return budget
+    # a render outside render() (a caller's own compiled().render()) has no start to time from: its
+    # size budgets hold, its time, iteration and depth budgets start again at each hook
+    return budget if budget is not None else _Budget(LIMITS)
 
 
 def _tick() -> _Budget:
