@@ -451,3 +451,21 @@ def test_many_renders_each_within_budget_are_stopped_by_the_total_budget():
             time.sleep(0.001)
             clock.tick()
     assert clock.renders < 1000
+
+
+def test_evaluate_refuses_a_mistyped_prepared_task_before_loading_a_model(small, tmp_path, monkeypatch,
+                                                                         capsys):
+    """`doc_to_text: [a]` in a PREP_DIR's task.yaml once failed only after evaluate had loaded the model."""
+    from tcqa_data.prep.pipeline import decontaminate
+
+    prep = tmp_path / "prep"
+    decontaminate(small["index"], ["mc_taco"], prep, data_files={"mc_taco": {"validation": small["data"]}},
+                  quiet=True)
+    task_yaml = prep / "mc_taco" / "task.yaml"
+    raw = yaml.safe_load(task_yaml.read_text(encoding="utf-8"))
+    task_yaml.write_text(yaml.safe_dump({**raw, "doc_to_text": ["a"]}), encoding="utf-8")
+    code, _, err = run(["evaluate", prep, "--model", tmp_path / "no_such_model", "--out", tmp_path / "ev"],
+                       monkeypatch, capsys)
+    assert code == 2
+    one_error_line(err, str(task_yaml), "field doc_to_text is ['a']", "expected a string")
+    assert not (tmp_path / "ev").exists()
