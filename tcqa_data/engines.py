@@ -198,7 +198,7 @@ class LocalEngine(Engine):
             # The pool lives as long as the engine, so map and reduce share warm workers.
             self._pool = cf.ProcessPoolExecutor(self.workers,
                                                 mp_context=multiprocessing.get_context("spawn"),
-                                                initializer=quiet_worker)
+                                                initializer=quiet_worker, initargs=(os.getpid(),))
         futures = {self._pool.submit(fn, **kwargs): i for i, kwargs in enumerate(calls)}
         try:
             for fut in cf.as_completed(futures):
@@ -231,12 +231,35 @@ class LocalEngine(Engine):
             self._pool = None
 
 
-def quiet_worker() -> None:
-    """Initializer of every local worker process: Ctrl-C reaches the whole process group, and only
-    the parent should answer it (one line, then it stops the workers: :func:`stop_pool`), not each
-    worker with a KeyboardInterrupt traceback."""
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent(parent: int | None = None) -> None:
+    """Have the kernel kill this worker (SIGKILL) when the process that started it dies, however
+    it dies (kill -9, SIGTERM, out of memory): a worker left running holds the memory, and an
+    output's lock inherited with its fork, so every rerun would be refused. Linux's
+    ``PR_SET_PDEATHSIG``; a no-op elsewhere. ``parent``: the pid that started this worker; if it
+    died before the call, this worker exits at once."""
+    import ctypes
     import signal
 
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)  # the parent died before the prctl: no signal will come
+
+
+def quiet_worker(parent: int | None = None) -> None:
+    """Initializer of every local worker process: it dies with its parent (:func:`die_with_parent`;
+    ``parent``: the parent's pid, ``os.getpid()`` where the pool is made), and Ctrl-C reaches the
+    whole process group, where only the parent should answer it (one line, then it stops the
+    workers: :func:`stop_pool`), not each worker with a KeyboardInterrupt traceback."""
+    import signal
+
+    die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
