@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from tcqa_data.errors import ConfigError, TcqaError
+from tcqa_data.outputs import OUTPUT_ERRNOS, os_error_line
 
 ENGINE_NAMES = ("local", "ray")
 RAY_EXTRA_HINT = "install the ray extra: pip install 'tcqa-data[ray]'"
@@ -48,6 +49,9 @@ def _task_failed(desc: str, index: int, exc: BaseException) -> BaseException:
     """The exception to raise on the driver for a failed task."""
     if isinstance(exc, TcqaError):
         return exc  # already says what is wrong and where
+    if isinstance(exc, OSError) and exc.errno in OUTPUT_ERRNOS:
+        # a full or read-only disk, too many open files: the output side, whatever file it names
+        return TcqaError(f"{desc} task {index}: {os_error_line(exc)}")
     if isinstance(exc, OSError) and exc.filename is not None:
         # Typically an output folder some node cannot write or an input it cannot see.
         return TcqaError(f"{desc} task {index}: cannot access {exc.filename}: "

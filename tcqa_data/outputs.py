@@ -574,6 +574,9 @@ def writes_output(arg: str, command: str, result_key: str = "out_dir", *, carry:
 # A full disk or quota: the work areas a resumable writer keeps for its rerun are removed too,
 # since keeping them keeps the disk full.
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+# Errors of the disk a command writes, whichever file the failing call names (a copy names its
+# source and its destination): one line from os_error_line.
+OUTPUT_ERRNOS = (*_NO_SPACE, errno.EROFS, errno.EMFILE, errno.ENFILE, errno.ENAMETOOLONG)
 
 
 def os_error_in(exc: BaseException) -> OSError | None:
