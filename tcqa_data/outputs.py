@@ -159,8 +159,28 @@ def _nearest_existing(path: Path) -> Path:
     return p
 
 
+def _unwritable(folder: Path) -> str:
+    """Why a folder ``os.access`` says cannot be written: its file system is read-only, or no
+    permission."""
+    try:
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            return "read-only file system"
+    except OSError:
+        pass
+    return "permission denied"
+
+
 def check_output_dir(out: Path) -> None:
-    """``out`` is a folder or can be created as one, and is writable; checked without writing."""
+    """``out`` is a folder or can be created as one, and is writable; checked without writing.
+    Its path is text (no undecodable bytes: manifests and reports record it) and its name fits
+    the file system."""
+    text = os.fspath(out)
+    if text != os.fsencode(text).decode("utf-8", "replace"):
+        raise ConfigError(f"{ascii(text)[1:-1]}: the output path is not valid UTF-8 (undecodable bytes); "
+                          "choose another")
+    if any(len(os.fsencode(part)) > MAX_NAME_BYTES for part in Path(out).parts):
+        raise ConfigError(f"{out}: a folder name of the output path is longer than {MAX_NAME_BYTES} "
+                          "bytes; choose a shorter one")
     if out.exists() and not out.is_dir():
         raise ConfigError(f"{out}: exists and is not a folder")
     anchor = _nearest_existing(out)
@@ -168,7 +188,7 @@ def check_output_dir(out: Path) -> None:
         raise ConfigError(f"{out}: cannot create it, {anchor} is a file")
     if not os.access(anchor, os.W_OK | os.X_OK):
         where = "" if anchor == out.absolute() else f" ({anchor}, where it would be created, is not writable)"
-        raise TcqaError(f"cannot write the output folder {out}: permission denied{where}")
+        raise TcqaError(f"cannot write the output folder {out}: {_unwritable(anchor)}{where}")
 
 
 def check_apart(out: str | os.PathLike, other: str | os.PathLike, what: str, option: str) -> None:
@@ -200,7 +220,7 @@ def staging_dir(final: str | os.PathLike, within: str | os.PathLike | None = Non
     except OSError as exc:
         raise TcqaError(f"cannot create {final.parent}: {exc.strerror or exc}") from exc
     if final.is_dir() and not os.access(final, os.W_OK | os.X_OK):
-        raise TcqaError(f"cannot write the output folder {final}: permission denied")
+        raise TcqaError(f"cannot write the output folder {final}: {_unwritable(final)}")
     stage = parent / f"{STAGING_PREFIX}{_short(final.name)}-{os.getpid()}-{secrets.token_hex(4)}"
     try:
         stage.mkdir()  # never follows a link: a name that exists (a planted link too) is EEXIST

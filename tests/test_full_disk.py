@@ -114,3 +114,32 @@ def test_a_full_disk_keeps_the_previous_output_byte_for_byte(command, disk, data
             assert not (out / "_work").exists()  # the work area went too: it kept the disk full
         shutil.rmtree(out)
     assert outcomes[0] == 2, outcomes
+
+
+def test_a_read_only_disk_and_unwritable_names_are_one_line(disk, data, tmp_path, monkeypatch, capsys):
+    """EROFS, a file name that is not UTF-8 and an output name past 255 bytes: one line each,
+    nothing written."""
+    out = disk / "out"
+    code, err = cli(COMMANDS["decontaminate"][0](data, out), monkeypatch, capsys)
+    assert code == 0, err
+    before = snapshot(out)
+    subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+    try:
+        code, err = cli(COMMANDS["decontaminate"][1](data, out), monkeypatch, capsys)
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(disk)], check=True)
+    assert code == 2 and err.startswith("Error: ") and len(err.strip().splitlines()) == 1, err
+    assert "read-only file system" in err.lower() and str(disk) in err
+    assert snapshot(out) == before and sorted(p.name for p in disk.iterdir()) == ["out"]
+    shutil.rmtree(out)
+
+    undecodable = tmp_path / "in"
+    undecodable.mkdir()
+    shutil.copy(data["a"], undecodable / os.fsdecode(b"caf\xe9.jsonl"))
+    for args, needle in (
+            (["index-corpus", undecodable, "--out", disk / "idx", *CLI_BUILD], "caf\\udce9.jsonl"),
+            (["index-corpus", data["a"], "--out", disk / ("x" * 300), *CLI_BUILD], "shorter")):
+        code, err = cli(args, monkeypatch, capsys)
+        assert code == 2 and err.startswith("Error: ") and len(err.strip().splitlines()) == 1, err
+        assert needle in err, err
+    assert list(disk.iterdir()) == []

@@ -63,7 +63,14 @@ from tcqa_data.decontam.readers.inputs import CorpusInput, resolve_inputs, split
 from tcqa_data.engines import Engine, check_writable_dir, local_output_dir, make_engine, run_tasks, stop_pool
 from tcqa_data.errors import ConfigError, IndexMismatchError
 from tcqa_data.io_utils import read_json, write_json_atomic
-from tcqa_data.outputs import check_owned, file_sha256, next_generation_dir, output_lock, removed_on_full_disk
+from tcqa_data.outputs import (
+    check_output_dir,
+    check_owned,
+    file_sha256,
+    next_generation_dir,
+    output_lock,
+    removed_on_full_disk,
+)
 
 # Uncompressed JSONL / Parquet inputs are cut into shards of this size so one big file still
 # uses every worker. A fixed constant: sharding never changes the output anyway.
@@ -216,8 +223,7 @@ def build_index(
     out = local_output_dir(out_dir)  # object-storage URIs are refused with the reason
     if out.is_symlink() and out.is_dir():  # the commit swaps folders: the link's target is the index
         out = out.resolve()
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"{out}: exists and is not a folder")
+    check_output_dir(out)  # a file there, a name too long or undecodable, not writable: one line
     # resolve first: a typo in an input must not cost the existing index (--overwrite)
     skipped_files: list[dict[str, str]] = []
     specs = [os.fspath(p) for p in inputs]
