@@ -273,3 +273,30 @@ def test_split_names_that_collide_are_refused():
     # undecodable bytes of a file name (Python keeps them as lone surrogates)
     with pytest.raises(TcqaError, match="undecodable byte"):
         check_name(os.fsdecode(b"caf\xe9"), "split name", "--data-files")
+
+
+def test_outputs_written_before_the_marker_are_recognised_by_their_own_files(tmp_path):
+    """The migration: a folder of this version without a marker is its command's when it holds
+    the file that command's format writes last; any other non-empty folder is refused by name."""
+    from tcqa_data.outputs import ownership_problem, write_owner
+
+    cases = {"index-corpus": "manifest.json", "decontaminate": "prep_manifest.json",
+             "purify": "purify_report.json", "evaluate": "results.json", "analyze": "analysis.json"}
+    for command, last in cases.items():
+        folder = tmp_path / command
+        folder.mkdir()
+        (folder / last).write_text("{}")
+        assert ownership_problem(folder, command) is None
+        others = [c for c in cases if c != command and cases[c] != last]
+        assert all("was not written by" in ownership_problem(folder, c) for c in others)
+        write_owner(folder, command)
+        assert all(f"holds the output of `{command}`" in ownership_problem(folder, c) for c in others)
+    lm_eval = tmp_path / "lm_eval"
+    (lm_eval / "org__model").mkdir(parents=True)
+    (lm_eval / "org__model" / "results_2026-01-01T00-00-00.json").write_text("{}")
+    assert ownership_problem(lm_eval, "evaluate --backend lm-eval") is None
+    (lm_eval / "notes.txt").write_text("mine")
+    assert "'notes.txt'" in ownership_problem(lm_eval, "evaluate --backend lm-eval")
+    assert ownership_problem(tmp_path / "missing", "purify") is None
+    (tmp_path / "empty").mkdir()
+    assert ownership_problem(tmp_path / "empty", "purify") is None
