@@ -24,15 +24,20 @@ CLI_BUILD = ["--num-buckets", "8", "--workers", "1", "-q"]
 ROUNDS = 3  # fill levels per command
 
 
-@pytest.fixture(scope="module")
-def disk(tmp_path_factory):
-    mnt = tmp_path_factory.mktemp("disk")
+def _mount_tmpfs(mnt: Path) -> None:
     mounted = os.geteuid() == 0 and subprocess.run(
         ["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(mnt)], capture_output=True).returncode == 0
     if not mounted:
         if os.environ.get("CI"):
             pytest.fail("CI runs as root: the full-disk test must mount its tmpfs")
         pytest.skip("mounting a tmpfs needs root")
+
+
+@pytest.fixture
+def disk(tmp_path_factory):
+    """A small tmpfs of its own per test (files a test's readers still hold open would keep it busy)."""
+    mnt = tmp_path_factory.mktemp("disk")
+    _mount_tmpfs(mnt)
     yield mnt
     subprocess.run(["umount", "-l", str(mnt)], check=False)
 
