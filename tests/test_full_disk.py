@@ -21,7 +21,7 @@ import pytest
 from test_faults import cli, make_corpus, make_index_a, snapshot
 
 CLI_BUILD = ["--num-buckets", "8", "--workers", "1", "-q"]
-ROUNDS = 3  # fill levels per command
+ROUNDS = 3  # fill levels per command (2 for those that load a model)
 
 
 def _mount_tmpfs(mnt: Path) -> None:
@@ -84,12 +84,39 @@ COMMANDS = {
                                f"mc_taco:validation={d['mc40']}", "--out", out, "-q"],
                lambda d, out: ["purify", d["a"], d["b"], "--tasks", "mc_taco", "--data-files",
                                f"mc_taco:validation={d['mc60']}", "--out", out, "-q"]),
+    # a tiny random model on a PREP_DIR of 40 MC-TACO rows (model_data)
+    "evaluate": (lambda d, out: ["evaluate", d["prep"], "--model", d["model"], "--device", "cpu",
+                                 "--limit-groups", "2", "--no-memorization", "--out", out, "-q"],
+                 lambda d, out: ["evaluate", d["prep"], "--model", d["model"], "--device", "cpu",
+                                 "--limit-groups", "3", "--no-memorization", "--out", out, "-q"]),
+    "analyze": (lambda d, out: ["analyze", d["prep"], "--results", d["eval2"], "--bootstrap", "200",
+                                "--out", out, "-q"],
+                lambda d, out: ["analyze", d["prep"], "--results", d["eval3"], "--bootstrap", "200",
+                                "--out", out, "-q"]),
 }
 
 
+@pytest.fixture(scope="module")
+def model_data(data, tiny_model, tmp_path_factory) -> dict[str, Path]:
+    """``data`` with a PREP_DIR, the tiny model and two evaluate results of it (2 and 3 groups)."""
+    from tcqa_data.eval.runner import evaluate
+    from tcqa_data.prep.pipeline import decontaminate
+
+    root = tmp_path_factory.mktemp("disk_model")
+    out = {**data, "prep": root / "prep", "model": tiny_model}
+    decontaminate(data["index_a"], ["mc_taco"], out["prep"],
+                  data_files={"mc_taco": {"validation": data["mc40"]}}, quiet=True)
+    for n in (2, 3):
+        out[f"eval{n}"] = root / f"eval{n}"
+        evaluate(out["prep"], str(tiny_model), device="cpu", limit_groups=n, output=out[f"eval{n}"],
+                 bootstrap=200, memorization=False, quiet=True)
+    return out
+
+
 @pytest.mark.parametrize("command", list(COMMANDS))
-def test_a_full_disk_keeps_the_previous_output_byte_for_byte(command, disk, data, tmp_path, monkeypatch,
+def test_a_full_disk_keeps_the_previous_output_byte_for_byte(command, disk, request, tmp_path, monkeypatch,
                                                              capsys):
+    data = request.getfixturevalue("model_data" if command in ("evaluate", "analyze") else "data")
     first, rerun = COMMANDS[command]
     pristine = tmp_path / "pristine"
     code, err = cli(first(data, pristine), monkeypatch, capsys)
@@ -98,7 +125,7 @@ def test_a_full_disk_keeps_the_previous_output_byte_for_byte(command, disk, data
     need = 2 * _size(pristine)  # about the new output and its staging or work area
     rng = random.Random(f"{command}-40")
     outcomes = []
-    for round_ in range(ROUNDS):
+    for round_ in range(2 if "model" in data else ROUNDS):
         out = disk / "out"
         shutil.copytree(pristine, out, symlinks=True)
         # the first round has no space at all; the others fail at a random point, or finish
