@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from tcqa_data.errors import ConfigError, TcqaError
+from tcqa_data.outputs import OUTPUT_ERRNOS, os_error_line
 
 ENGINE_NAMES = ("local", "ray")
 RAY_EXTRA_HINT = "install the ray extra: pip install 'tcqa-data[ray]'"
@@ -48,6 +49,9 @@ def _task_failed(desc: str, index: int, exc: BaseException) -> BaseException:
     """The exception to raise on the driver for a failed task."""
     if isinstance(exc, TcqaError):
         return exc  # already says what is wrong and where
+    if isinstance(exc, OSError) and exc.errno in OUTPUT_ERRNOS:
+        # a full or read-only disk, too many open files: the output side, whatever file it names
+        return TcqaError(f"{desc} task {index}: {os_error_line(exc)}")
     if isinstance(exc, OSError) and exc.filename is not None:
         # Typically an output folder some node cannot write or an input it cannot see.
         return TcqaError(f"{desc} task {index}: cannot access {exc.filename}: "
@@ -198,7 +202,7 @@ class LocalEngine(Engine):
             # The pool lives as long as the engine, so map and reduce share warm workers.
             self._pool = cf.ProcessPoolExecutor(self.workers,
                                                 mp_context=multiprocessing.get_context("spawn"),
-                                                initializer=quiet_worker)
+                                                initializer=quiet_worker, initargs=(os.getpid(),))
         futures = {self._pool.submit(fn, **kwargs): i for i, kwargs in enumerate(calls)}
         try:
             for fut in cf.as_completed(futures):
@@ -231,12 +235,35 @@ class LocalEngine(Engine):
             self._pool = None
 
 
-def quiet_worker() -> None:
-    """Initializer of every local worker process: Ctrl-C reaches the whole process group, and only
-    the parent should answer it (one line, then it stops the workers: :func:`stop_pool`), not each
-    worker with a KeyboardInterrupt traceback."""
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent(parent: int | None = None) -> None:
+    """Have the kernel kill this worker (SIGKILL) when the process that started it dies, however
+    it dies (kill -9, SIGTERM, out of memory): a worker left running holds the memory, and an
+    output's lock inherited with its fork, so every rerun would be refused. Linux's
+    ``PR_SET_PDEATHSIG``; a no-op elsewhere. ``parent``: the pid that started this worker; if it
+    died before the call, this worker exits at once."""
+    import ctypes
     import signal
 
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)  # the parent died before the prctl: no signal will come
+
+
+def quiet_worker(parent: int | None = None) -> None:
+    """Initializer of every local worker process: it dies with its parent (:func:`die_with_parent`;
+    ``parent``: the parent's pid, ``os.getpid()`` where the pool is made), and Ctrl-C reaches the
+    whole process group, where only the parent should answer it (one line, then it stops the
+    workers: :func:`stop_pool`), not each worker with a KeyboardInterrupt traceback."""
+    import signal
+
+    die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 

@@ -39,6 +39,11 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         yield tmp_path
         os.chmod(tmp_path, _default_file_mode())
         os.replace(tmp_path, path)
+    except OSError as exc:
+        if exc.filename is not None or exc.errno is None:
+            raise
+        # a write that failed (a full disk): the error names the file it was writing
+        raise OSError(exc.errno, os.strerror(exc.errno), str(path)) from exc
     finally:
         if tmp_path.exists():
             tmp_path.unlink()

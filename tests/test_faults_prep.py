@@ -63,12 +63,12 @@ def test_failed_decontaminate_rerun_leaves_the_prep_dir_as_it_was(index_a, bench
     code, err = cli(_prep_args(index_a, prep, bench["mc60"], bench["squad_bad"]), monkeypatch, capsys)
     assert_one_line_error(code, err, "squad_bad.jsonl", "value")
     assert snapshot(prep) == before
-    # the good rerun replaces it whole, keeping eval/
+    # the good rerun replaces it whole (issue 40): results of the previous data go with it
     code, err = cli(_prep_args(index_a, prep, bench["mc60"], bench["squad"]), monkeypatch, capsys)
     assert code == 0, err
     m = json.loads((prep / "prep_manifest.json").read_text())
     assert m["tasks"]["mc_taco"]["splits"]["validation"]["docs"] == 60
-    assert (prep / "eval" / "kept.txt").read_text() == "results"
+    assert not (prep / "eval").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tcqa-staging-")]
 
 

@@ -192,9 +192,10 @@ def test_staged_output_commits_whole_keeps_what_it_did_not_write_and_fails_clean
     from tcqa_data.outputs import staged_output
 
     out = tmp_path / "prep"
-    (out / "eval").mkdir(parents=True)
-    (out / "eval" / "kept.txt").write_text("kept")
-    (out / "task.txt").write_text("old")
+    with staged_output(out, "cmd") as stage:  # cmd's own folder (its owner marker)
+        (stage / "eval").mkdir()
+        (stage / "eval" / "kept.txt").write_text("kept")
+        (stage / "task.txt").write_text("old")
     with pytest.raises(RuntimeError):
         with staged_output(out, "cmd") as stage:
             (stage / "task.txt").write_text("half")

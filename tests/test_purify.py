@@ -164,8 +164,8 @@ def test_formats_are_kept_and_output_is_deterministic(corpus, bench, excised, tm
         purify([str(src)], TASKS, out, data_files=bench, quiet=True)
         outs.append(out)
     names = sorted(p.name for p in outs[0].iterdir())
-    assert names == ["a.jsonl.gz", "b.parquet", "purify_report.json", "purify_report.md",
-                     "removal_log.parquet"]
+    assert names == [".tcqa-output.json", "a.jsonl.gz", "b.parquet", "purify_report.json", "purify_report.md",
+                     "removal_log.parquet"]  # the first: the owner marker (outputs.OWNER_MARKER)
     for name in names:
         assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), name
     want = [r["text"] for r in _records(excised[0] / corpus[0].name)]

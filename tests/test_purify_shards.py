@@ -68,8 +68,9 @@ def _same_output(out: Path, reference: Path) -> None:
 
 def test_every_input_is_a_shard_with_contamination_removed(inputs, reference):
     out, report = reference
-    assert sorted(_files(out)) == ["a.jsonl", "b.jsonl", "purify_report.json", "purify_report.md",
-                                   "removal_log.parquet", "sub/c.jsonl.gz", "sub/d.parquet"]
+    assert sorted(_files(out)) == [".tcqa-output.json", "a.jsonl", "b.jsonl", "purify_report.json",
+                                   "purify_report.md", "removal_log.parquet", "sub/c.jsonl.gz",
+                                   "sub/d.parquet"]
     assert report["shards"] == {"total": 4, "reused": 0, "written": 4}
     assert "shards" not in json.loads((out / "purify_report.json").read_text())  # run-independent bytes
     per_input = report["inputs"]

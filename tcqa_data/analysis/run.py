@@ -299,7 +299,9 @@ def analyze(prep_dir: str | Path, results: str | Path, output: str | Path | None
 
         base = results if results.is_dir() else results.parent
         out = Path(output) if output is not None else base / "analysis"
-        with staged_output(out, "analyze") as stage:  # whole or not at all, one writer at a time
+        # whole or not at all, one writer at a time; the default folder is never a link (followed,
+        # it would write outside the results folder)
+        with staged_output(out, "analyze", follow_link=output is not None) as stage:
             write_analysis(stage, analysis)
         analysis["output_dir"] = str(out)
     return analysis

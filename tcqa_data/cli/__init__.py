@@ -174,7 +174,9 @@ def main() -> None:
     """The ``tcqa-data`` entry point and its single error handler: an error the user can act on is
     one ``Error: ...`` line on stderr (exit 2), no traceback. Usage errors from the option parser
     come out in the same style (``rich_markup_mode=None`` above: click's plain ``Error: ...``).
-    Ctrl-C is one line and exit status 130 (``_on_sigint``)."""
+    Ctrl-C is one line and exit status 130 (``_on_sigint``). An OS error (a full or read-only disk,
+    no permission, too many open files, a name too long) is one line naming the path: every output
+    is staged and committed whole, so the previous one is unchanged."""
     import signal
 
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
@@ -183,6 +185,18 @@ def main() -> None:
         app()
     except TcqaError as exc:
         error(str(exc))
+        sys.exit(2)
+    except OSError as exc:  # a full disk, a read-only one, no permission, too many open files...
+        from tcqa_data.outputs import os_error_line
+
+        error(os_error_line(exc))
+        sys.exit(2)
+    except UnicodeEncodeError as exc:
+        if not isinstance(exc.object, str) or not any("\udc80" <= c <= "\udcff" for c in exc.object):
+            raise
+        # a file name with bytes that are not UTF-8 (Python keeps them as lone surrogates)
+        error(f"the name {ascii(exc.object)} is not valid UTF-8 (a file name with undecodable bytes); "
+              "rename it")
         sys.exit(2)
     except KeyboardInterrupt:
         typer.echo(INTERRUPTED, err=True)

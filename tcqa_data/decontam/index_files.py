@@ -29,6 +29,7 @@ from typing import Any
 import xxhash
 
 from tcqa_data.errors import TcqaError
+from tcqa_data.outputs import OWNER_MARKER
 
 MANIFEST = "manifest.json"
 FILES_KEY = "files"
@@ -80,7 +81,7 @@ def index_files(root: Path) -> Iterator[tuple[str, os.stat_result]]:
         dirs.sort()
         for name in sorted(files):
             rel = (rel_dir / name).as_posix()
-            if rel == MANIFEST:
+            if rel in (MANIFEST, OWNER_MARKER):  # the owner marker is written after the seal
                 continue
             yield rel, os.lstat(os.path.join(dirpath, name))
 

@@ -199,7 +199,8 @@ def run_lm_eval(prep_dir: str | Path, model_args: str, *, model: str = "hf", tas
     command = "evaluate --backend lm-eval"
     # the folder's lock from before lm-eval runs to the commit; lm-eval's files are written into a
     # staging folder committed whole (earlier runs' files are kept, as lm-eval keeps them)
-    with claimed_output(out, command) as folder:
+    # the default folder (PREP_DIR/eval/lm_eval) is ours to name: a link there is refused
+    with claimed_output(out, command, follow_link=output is not None) as folder:
         tracker = EvaluationTracker(output_path=str(folder))
         include = sorted({str(e.include_path) for e in exported})
         manager = TaskManager(include_path=include, include_defaults=False)

@@ -32,7 +32,13 @@ from tcqa_data.eval.scoring import (
     tok_encode_batch,
 )
 from tcqa_data.eval.tables import TaskTable, empty_table, task_metric_names, task_table
-from tcqa_data.outputs import claimed_output, safe_model_dirname, staged_output
+from tcqa_data.outputs import (
+    check_output_dir,
+    claimed_output,
+    output_target,
+    safe_model_dirname,
+    staged_output,
+)
 from tcqa_data.prep.prepared import (
     TaskData,
     available_tasks,
@@ -335,22 +341,29 @@ class OutputClaim:
     ``before_scoring``; ``folder`` is then the folder to commit (``locked=True``). A folder given
     (``output``) is claimed at once, before the model loads."""
 
-    def __init__(self, output: str | Path | None) -> None:
+    def __init__(self, output: str | Path | None, prep_dir: str | Path | None = None) -> None:
         self.output = output
+        self.prep_dir = prep_dir
         self.folder: Path | None = None
         self._held = ExitStack()
 
     def __call__(self, default: Path) -> None:
         if self.folder is None:
-            self._claim(default)
+            # a default folder (PREP_DIR/eval/<model>) is ours to name: a link there is refused
+            self._claim(default, follow_link=False)
 
-    def _claim(self, folder: Path) -> None:
-        self._held.enter_context(claimed_output(folder, "evaluate"))
+    def _claim(self, folder: Path, *, follow_link: bool = True) -> None:
+        self._held.enter_context(claimed_output(folder, "evaluate", follow_link=follow_link))
         self.folder = folder
 
     def __enter__(self) -> OutputClaim:
         if self.output is not None:  # a folder named: claimed before the model loads
             self._claim(Path(self.output))
+        elif self.prep_dir is not None:
+            # the default folder's name comes with the loaded model; where it goes is checked now
+            # (PREP_DIR/eval: a folder of PREP_DIR, never a link out of it, writable)
+            evals = output_target(Path(self.prep_dir) / "eval", follow_link=False)
+            check_output_dir(evals)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -519,7 +532,7 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
     results.json object, with the per-doc samples under the key ``"_samples"``
     (not written into results.json).
     """
-    with OutputClaim(output) as claim:
+    with OutputClaim(output, prep_dir if write else None) as claim:
         run = run_evaluation(prep_dir, model, tasks, clean_only, device, dtype, batch_size, limit_groups,
                              gguf_file=gguf_file, trust_remote_code=trust_remote_code, split=split,
                              bootstrap=bootstrap, seed=seed, quiet=quiet, packing=packing,

@@ -114,8 +114,33 @@ def _task_files_first(fn: Callable[..., dict[str, Any]]) -> Callable[..., dict[s
     return run
 
 
+# The files and folders of PREP_DIR's own and of each task folder's own, which no task or split
+# name may take; a split name's longest use is the file name lm-eval gives the exported task's
+# samples in `evaluate --backend lm-eval` (its timestamp is 26 characters).
+PREP_DIR_OWN = ("prep_manifest.json", "summary.json", "summary.md", "summary.html",
+                "contamination_report.csv", "eval")
+TASK_FOLDER_OWN = ("task.yaml",)
+_LONGEST_SPLIT_USE = "samples_{}_2026-01-01T00-00-00.000000.jsonl"
+
+
+def check_prep_names(jobs: Sequence[TaskJob]) -> None:
+    """Every task and split name of ``jobs`` as PREP_DIR folder names (``outputs.check_name``): not
+    one of the folder's own files (a task ``eval`` would replace the model results, a split
+    ``task.yaml`` the spec), and short enough for every file name built from it."""
+    for job in jobs:
+        task = job.task.task
+        splits = [check_name(b.split, "split name", f"task {task!r}", reserved=TASK_FOLDER_OWN)
+                  for b, _, _ in job.parts]
+        longest_split = max(splits, key=lambda x: len(x.encode("utf-8")), default="")
+        escaped = longest_split.replace("{", "{{").replace("}", "}}")  # a format string, as check_name takes
+        check_name(task, "task name", "--tasks", reserved=PREP_DIR_OWN,
+                   longest_use=_LONGEST_SPLIT_USE.replace("{}", lm_eval_task_name("{}", escaped, "clean")))
+
+
+# PREP_DIR is committed whole or not at all, and a rerun replaces it whole (carry=False): another
+# run's task folders would stay beside the new manifest, which does not list them
 @_task_files_first
-@writes_output("out_dir", "decontaminate")  # PREP_DIR is committed whole or not at all
+@writes_output("out_dir", "decontaminate", carry=False)
 def decontaminate(
     index_dir: str | os.PathLike | None,
     tasks: Sequence[str] | str,
@@ -209,6 +234,7 @@ def decontaminate(
                         short_min_words=short_min_words)
     jobs = task_jobs(tasks, data_files, splits, group_by=group_by, lm_eval_include=lm_eval_include,
                      lm_eval_include_defaults=lm_eval_include_defaults, allow_task_code=allow_task_code)
+    check_prep_names(jobs)  # before the (stream) pass: refused before any work
     manifest_tasks: dict[str, Any] = {}
     summary: dict[str, Any] = {"out_dir": str(run.out), "rule": str(parsed_rule),
                                "warnings": run.config["warnings"], "tasks": {}}

@@ -56,13 +56,17 @@ from tcqa_data.engines import make_engine, run_tasks
 from tcqa_data.errors import ConfigError
 from tcqa_data.io_utils import write_json_atomic, write_parquet_atomic, write_text_atomic
 from tcqa_data.outputs import (
-    check_output_dir,
+    OWNER_MARKER,
+    check_output,
+    check_owned,
     commit_dir,
     fault_point,
     next_generation_dir,
     output_lock,
     remove_stale_staging,
+    removed_on_full_disk,
     resolve_inside,
+    write_owner,
 )
 from tcqa_data.prep.doc_refs import portable_path, portable_ref
 from tcqa_data.prep.task_jobs import query_docs, task_jobs
@@ -126,21 +130,21 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
     check_output_outside_inputs(out_dir, corpus, evidence.inputs)
     root = Path(os.path.commonpath([str(Path(i.path).resolve().parent) for i in evidence.inputs]))
     rels = [Path(i.path).resolve().relative_to(root).as_posix() for i in evidence.inputs]
-    clash = sorted(set(rels) & set(REPORT_FILES))
+    clash = sorted(set(rels) & {*REPORT_FILES, OWNER_MARKER})
     if clash:
         raise ConfigError(f"input {clash[0]} would be written where purify writes its own {clash[0]}; "
                           "rename it or give its folder's parent")
-    out = Path(out_dir)
-    if out.is_symlink():  # the commit swaps folders: the link's target is the output
-        out = out.resolve()
-    check_output_dir(out)
+    # a link is checked as its target (the commit swaps folders); someone else's folder is refused
+    out = check_output(out_dir, "purify")
     benchmarks = _load_queries(tasks, data_files or {}, splits, lm_eval_include, lm_eval_include_defaults,
                                allow_task_code)
 
     # Janitor registers n-grams only: --janitor-exact matches no short item whole
     short = None if janitor_exact else short_min_words
-    with output_lock(out, "purify"), make_engine(engine, workers, ray_address) as eng:
-        work = next_generation_dir(out).absolute()  # the tasks' path, on any node and working folder
+    work = next_generation_dir(out).absolute()  # the tasks' path, on any node and working folder
+    with output_lock(out, "purify"), removed_on_full_disk(work), \
+            make_engine(engine, workers, ray_address) as eng:
+        check_owned(out, "purify")  # as it is now that no other writer runs
         remove_stale_staging(out, keep=work)
         queries = fill_stream(evidence, [(ngram, [d.query for _, _, docs in benchmarks for d in docs])],
                               quiet=quiet, short_min_words=short, workers=workers,
@@ -166,6 +170,7 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
                              _log_table(evidence, log, found.matched, found.flagged, fix))
         write_json_atomic(stage / "purify_report.json", report)
         write_text_atomic(stage / "purify_report.md", _markdown(report))
+        write_owner(stage, "purify")
         fault_point("purify-commit")
         commit_dir(stage, out)
         shutil.rmtree(work, ignore_errors=True)

@@ -63,7 +63,14 @@ from tcqa_data.decontam.readers.inputs import CorpusInput, resolve_inputs, split
 from tcqa_data.engines import Engine, check_writable_dir, local_output_dir, make_engine, run_tasks, stop_pool
 from tcqa_data.errors import ConfigError, IndexMismatchError
 from tcqa_data.io_utils import read_json, write_json_atomic
-from tcqa_data.outputs import file_sha256, output_lock
+from tcqa_data.outputs import (
+    check_output_dir,
+    check_owned,
+    file_sha256,
+    next_generation_dir,
+    output_lock,
+    removed_on_full_disk,
+)
 
 # Uncompressed JSONL / Parquet inputs are cut into shards of this size so one big file still
 # uses every worker. A fixed constant: sharding never changes the output anyway.
@@ -216,8 +223,7 @@ def build_index(
     out = local_output_dir(out_dir)  # object-storage URIs are refused with the reason
     if out.is_symlink() and out.is_dir():  # the commit swaps folders: the link's target is the index
         out = out.resolve()
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"{out}: exists and is not a folder")
+    check_output_dir(out)  # a file there, a name too long or undecodable, not writable: one line
     # resolve first: a typo in an input must not cost the existing index (--overwrite)
     skipped_files: list[dict[str, str]] = []
     specs = [os.fspath(p) for p in inputs]
@@ -225,15 +231,11 @@ def build_index(
     # everything checkable before the first write (no _work/ left behind, nothing overwritten for nothing)
     check_build(out, resolved, mh_params, streamed=bool(hf_dataset))
     check_output_apart(out, specs, resolved)
-    if out.is_dir() and not (out / ni.MANIFEST).exists() and not (out / "_work").exists():
-        # the commit replaces the folder whole: anything else in it would be deleted
-        other = sorted(p.name for p in out.iterdir())
-        if other:
-            more = f" and {len(other) - 3} more" if len(other) > 3 else ""
-            raise ConfigError(f"{out} is a folder that holds no index ({', '.join(other[:3])}{more}); "
-                              "index-corpus writes its index folder whole, replacing what is there: "
-                              "choose a new or empty folder for --out")
-    with output_lock(out, "index-corpus"):
+    # the commit replaces the folder whole: a folder index-corpus did not write is refused
+    check_owned(out, "index-corpus")
+    # a full disk: the work folders go too (a kill keeps them, so that the rerun resumes)
+    with output_lock(out, "index-corpus"), removed_on_full_disk(next_generation_dir(out), out / "_work"):
+        check_owned(out, "index-corpus")  # as it is now that no other writer runs
         return _build_locked(
             out, resolved, skipped_files, params=params, cfg=cfg, ns=ns, mh_params=mh_params, eng=eng,
             engine=engine, workers=workers, append=append, overwrite=overwrite, quiet=quiet,
@@ -260,7 +262,7 @@ def _build_locked(out: Path, resolved: list[CorpusInput], skipped_files: list[di
                   chunk_pairs: int, t0: float, started: str) -> dict[str, Any]:
     """``build_index`` once it holds the output's lock (no other writer runs)."""
     from tcqa_data.decontam.index_files import open_manifest
-    from tcqa_data.outputs import next_generation_dir, remove_stale_staging
+    from tcqa_data.outputs import remove_stale_staging
 
     work = out / "_work"
     mpath = out / ni.MANIFEST
@@ -321,7 +323,8 @@ def _build_locked(out: Path, resolved: list[CorpusInput], skipped_files: list[di
         from concurrent.futures import ProcessPoolExecutor
 
         q = mp.get_context().Queue()
-        pool = ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, initargs=(q,))
+        pool = ProcessPoolExecutor(max_workers=workers, initializer=_init_worker,
+                                   initargs=(q, os.getpid()))
     gc_paused = _pause_cyclic_gc()  # for the map and reduce (not the text store pass's pools)
     failed = True
     try:

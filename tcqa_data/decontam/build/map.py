@@ -54,10 +54,10 @@ def _shard_key(sha: str, shard_index: int) -> str:
 _progress_q = None  # set in pool workers by the initializer
 
 
-def _init_worker(q) -> None:
+def _init_worker(q, parent: int | None = None) -> None:
     global _progress_q
     _progress_q = q
-    quiet_worker()  # Ctrl-C: the parent answers it, once
+    quiet_worker(parent)  # dies with the parent; Ctrl-C: the parent answers it, once
     gc.enable()  # forked from a build that paused it (build._pause_cyclic_gc)
     _fixed_mmap_threshold()
 

@@ -22,7 +22,14 @@ from tcqa_data.decontam.textstore.store import STORE_DIR, _key
 from tcqa_data.engines import Engine, run_tasks
 from tcqa_data.errors import TcqaError
 from tcqa_data.io_utils import atomic_path, write_json_atomic
-from tcqa_data.outputs import commit_dir, fault_point, link_or_copy, next_generation_dir
+from tcqa_data.outputs import (
+    commit_dir,
+    fault_point,
+    link_or_copy,
+    make_own_dir,
+    next_generation_dir,
+    write_owner,
+)
 from tcqa_data.progress import progress_bar, rate_text
 
 KIND = "tcqa-ngram-index"
@@ -323,8 +330,7 @@ def _commit(out: Path, manifest: dict, ns: list[int], text_store: Callable[[Path
 
     work = out / "_work"
     stage = work / "stage"
-    nxt = next_generation_dir(out)
-    nxt.mkdir(exist_ok=True)
+    nxt = make_own_dir(next_generation_dir(out), "the index's next generation")  # never a link
     for n in ns:
         src = stage / "ngrams" / f"n{n}"
         if src.is_dir():
@@ -361,6 +367,7 @@ def _commit(out: Path, manifest: dict, ns: list[int], text_store: Callable[[Path
     # that did not reach the disk (its size at every open, its bytes with index-info --verify),
     # where an fsync of the whole index cost ~20% of a small build
     write_json_atomic(nxt / ni.MANIFEST, sealed)
+    write_owner(nxt, "index-corpus")  # beside the sealed files (index_files leaves it out)
     fault_point("index-sealed")
     commit_dir(nxt, out)
     fault_point("index-committed")
@@ -376,6 +383,8 @@ def _regenerate(out: Path, manifest: dict, text_store: Callable[[Path], None]) -
     from tcqa_data.decontam.index_files import FILES_KEY, SEAL_KEY, seal
 
     nxt = next_generation_dir(out)
+    if nxt.is_symlink():  # a planted link: refused, never followed (remove_stale_staging)
+        make_own_dir(nxt, "the index's next generation")
     shutil.rmtree(nxt, ignore_errors=True)
     shutil.copytree(out, nxt, copy_function=link_or_copy, ignore=shutil.ignore_patterns("_work"))
     bare = {k: v for k, v in manifest.items() if k not in (FILES_KEY, SEAL_KEY)}
@@ -383,6 +392,7 @@ def _regenerate(out: Path, manifest: dict, text_store: Callable[[Path], None]) -
     text_store(nxt)
     sealed = seal(bare, nxt, reuse=(out, manifest))
     write_json_atomic(nxt / ni.MANIFEST, sealed)
+    write_owner(nxt, "index-corpus")
     fault_point("index-sealed")
     commit_dir(nxt, out)
     return sealed

@@ -133,6 +133,11 @@ def resolve_inputs(specs: list[str], skipped: list[dict[str, str]] | None = None
     for p in sorted(chosen.values()):
         fmt = _format_of(p)
         assert fmt is not None
+        if p != os.fsencode(p).decode("utf-8", "replace"):
+            # bytes that are not UTF-8 (kept by Python as lone surrogates) cannot be recorded in a
+            # manifest or a doc ref: refused before anything is read or written
+            raise InputError("the file name is not valid UTF-8 (undecodable bytes); rename it",
+                             path=ascii(p)[1:-1])
         try:
             st = os.stat(p)
         except OSError as exc:  # e.g. a broken symbolic link in a folder, or a file removed meanwhile

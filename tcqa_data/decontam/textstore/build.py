@@ -267,7 +267,8 @@ def _run(fn: Any, calls: list[dict[str, Any]], desc: str, shared: dict[str, Any]
     if engine is None and workers > 1 and len(calls) > 1:
         from concurrent.futures import ProcessPoolExecutor
 
-        pool = ProcessPoolExecutor(max_workers=min(workers, len(calls)), initializer=quiet_worker)
+        pool = ProcessPoolExecutor(max_workers=min(workers, len(calls)), initializer=quiet_worker,
+                                   initargs=(os.getpid(),))
         try:
             results = run_tasks(fn, calls, desc=desc, shared=shared, pool=pool)
         except BaseException:
