@@ -148,3 +148,45 @@ def _store_without_block_digests(idx: Path):
     reseal(idx)
     store = TextStore.open(idx)
     return store
+
+
+def test_an_unsealed_index_is_read_with_a_warning(index_a, bench, tmp_path, monkeypatch, capsys):  # noqa: F811
+    """An index older than checksums records nothing to compare with: read, and said so."""
+    copy = tmp_path / "idx"
+    shutil.copytree(index_a, copy)
+    m = json.loads((copy / "manifest.json").read_text())
+    (copy / BLOCKS_FILE).unlink()
+    (copy / "manifest.json").write_text(json.dumps(
+        {k: v for k, v in m.items() if k not in (BLOCKS_KEY, FILES_KEY, "manifest_xxh3")}))
+    code, err = cli(_prep_args(copy, tmp_path / "prep", bench["mc40"]), monkeypatch, capsys)
+    assert code == 0, err
+    assert "Warning: the index" in err and "predates checksums" in err, err
+
+
+def test_flipped_labels_in_a_prep_dir_stop_evaluate_and_analyze_before_any_model(index_a, bench,  # noqa: F811
+                                                                                   tmp_path, monkeypatch,
+                                                                                   capsys):
+    """The probe flipped labels in a PREP_DIR parquet and moved acc from 72.2 to 27.8 unnoticed."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    prep = tmp_path / "prep"
+    code, err = cli(_prep_args(index_a, prep, bench["mc40"]), monkeypatch, capsys)
+    assert code == 0, err
+    recorded = json.loads((prep / "prep_manifest.json").read_text())["data_sha256"]
+    assert {"mc_taco/validation/full.parquet", "mc_taco/validation/clean.parquet",
+            "mc_taco/validation/dirty.parquet"} <= set(recorded)
+    full = prep / "mc_taco" / "validation" / "full.parquet"
+    table = pq.read_table(full)
+    labels = table.column("label").to_pylist()  # MC-TACO's doc_to_target
+    flipped = [{"yes": "no", "no": "yes", 0: 1, 1: 0}[x] for x in labels]
+    pq.write_table(table.set_column(table.column_names.index("label"), "label",
+                                    pa.array(flipped, table.column("label").type)), full)
+    # the model named does not exist: the check comes first, so the error is the changed file's
+    for args in (["evaluate", prep, "--model", tmp_path / "no-model", "-q"],
+                 ["analyze", prep, "--results", tmp_path / "no-results", "-q"]):
+        code, err = cli(args, monkeypatch, capsys)
+        assert_one_line_error(code, err, str(full), "changed since decontaminate wrote it")
+    full.unlink()
+    code, err = cli(["evaluate", prep, "--model", tmp_path / "no-model", "-q"], monkeypatch, capsys)
+    assert_one_line_error(code, err, str(full), "missing")

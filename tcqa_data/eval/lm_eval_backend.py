@@ -57,7 +57,11 @@ def exported_full_tasks(prep_dir: str | Path, tasks: list[str] | None = None,
     path = prep_dir / "prep_manifest.json"
     if not path.is_file():
         raise TcqaError(f"{path} is missing; run `tcqa-data decontaminate` first")
-    listed = read_json(path).get("tasks", {})
+    manifest = read_json(path)
+    from tcqa_data.prep.prepared import check_data_digests
+
+    check_data_digests(prep_dir, manifest)  # lm-eval reads the exported data files: as written
+    listed = manifest.get("tasks", {})
     unknown = sorted(set(tasks or []) - set(listed))
     if unknown:
         raise TcqaError(f"task(s) {unknown} are not prepared in {prep_dir}; prepared: {sorted(listed)}")

@@ -67,6 +67,11 @@ def _minhash_and_index_checks(idx: IndexEvidence, index_dir: str | os.PathLike, 
     if idx.manifest.get("counts", {}).get("docs", 0) == 0:
         warnings.append(f"the index {portable_path(index_dir)} holds 0 documents: nothing was searched, "
                         "so every doc below is reported clean")
+    from tcqa_data.decontam.index_files import unsealed_warning
+
+    unchecked = unsealed_warning(portable_path(index_dir), idx.manifest)
+    if unchecked:  # read as before checksums existed: refusing would strand every old index
+        warnings.append(unchecked)
     if not idx.has_minhash:
         return False, "off: the index has no MinHash section", warnings
     from tcqa_data.decontam.build.preflight import minhash_windows_problem
@@ -217,6 +222,9 @@ def decontaminate(
         **run.config,
         "tasks": manifest_tasks,
     }
+    from tcqa_data.prep.prepared import DATA_KEY, data_digests
+
+    manifest[DATA_KEY] = data_digests(run.out)  # evaluate and analyze check them before a model loads
     write_json_atomic(run.out / "prep_manifest.json", manifest)
     return summary
 
