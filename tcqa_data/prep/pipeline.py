@@ -72,6 +72,12 @@ def _minhash_and_index_checks(idx: IndexEvidence, index_dir: str | os.PathLike, 
     unchecked = unsealed_warning(portable_path(index_dir), idx.manifest)
     if unchecked:  # read as before checksums existed: refusing would strand every old index
         warnings.append(unchecked)
+    from tcqa_data.decontam.stream.evidence import duplicate_input_warning
+
+    dupes = duplicate_input_warning(idx.manifest.get("skipped_inputs", []),
+                                    f"the index {portable_path(index_dir)}")
+    if dupes:  # as a stream over the same files says
+        warnings.append(dupes)
     if not idx.has_minhash:
         return False, "off: the index has no MinHash section", warnings
     from tcqa_data.decontam.build.preflight import minhash_windows_problem
@@ -320,13 +326,14 @@ def _open_stream_run(corpus: list[str], stream_config: Any, out_dir: str | os.Pa
                      short_min_words: int | None) -> _Run:
     """Stream mode's evidence (``StreamEvidence``, filled later by one corpus pass); a MinHash
     term is refused (it needs every corpus window signed, which is what an index build does)."""
-    from tcqa_data.decontam.stream.evidence import MINHASH_REFUSAL, StreamEvidence
+    from tcqa_data.decontam.stream.evidence import MINHASH_REFUSAL, StreamEvidence, duplicate_input_warning
 
     if rule.uses_minhash:
         raise ConfigError(f"rule {str(rule)!r}: {MINHASH_REFUSAL}")
     idx = StreamEvidence.open(corpus, stream_config)
+    dupes = duplicate_input_warning(idx.skipped_inputs, "the corpus")
     config = _run_config(rule, group_policy, max_corpus_freq, idx.normalization, False,
-                         "off: stream mode (--corpus) computes no MinHash", [])
+                         "off: stream mode (--corpus) computes no MinHash", [dupes] if dupes else [])
     _short_policy(config, short_min_words, "found in the corpus pass")
     return _Run(idx, "stream", Path(out_dir), rule, fixed_n, max_corpus_freq, group_policy, False, config,
                 quiet, stream=True, short_min_words=short_min_words)
