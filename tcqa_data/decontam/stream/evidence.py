@@ -98,12 +98,16 @@ class StreamEvidence:
         self._texts: dict[int, str] = {}
 
     @classmethod
-    def open(cls, specs: Sequence[str], cfg: StreamConfig) -> StreamEvidence:
+    def open(cls, specs: Sequence[str], cfg: StreamConfig, *, distinct: bool = True) -> StreamEvidence:
+        """``distinct``: a file with the bytes of an earlier one is left out (``distinct_inputs``:
+        detection counts each content once, as an index does); ``purify`` keeps every file, since
+        each is written out."""
         from tcqa_data.decontam.core.normalize import check_scheme
         from tcqa_data.decontam.readers import resolve_inputs
 
         check_scheme(cfg.normalization)
-        inputs, skipped = distinct_inputs(resolve_inputs(list(specs)) if specs else [])
+        inputs = resolve_inputs(list(specs)) if specs else []
+        inputs, skipped = distinct_inputs(inputs) if distinct else (inputs, [])
         if cfg.hf_dataset:
             inputs.append(hf_input(cfg))
         if not inputs:
