@@ -71,6 +71,11 @@ ABS_TOL = 1e-6
 _DECIMAL = re.compile(r"(?<![\w.])-?\d+\.\d+(?:[eE][-+]?\d+)?(?![\w.])")
 
 
+def _stored(x: float) -> str:
+    """A model float as stored: 7 significant digits (far inside ``REL_TOL``; keeps the file small)."""
+    return f"{x:.7g}"
+
+
 def _floats_out(obj, found: list):
     """``obj`` (parsed JSON) with every float replaced by a marker, the floats appended to ``found``."""
     if isinstance(obj, dict):
@@ -78,7 +83,7 @@ def _floats_out(obj, found: list):
     if isinstance(obj, list):
         return [_floats_out(v, found) for v in obj]
     if isinstance(obj, float):
-        found.append(repr(obj))
+        found.append(_stored(obj))
         return "<float>"
     return obj
 
@@ -105,7 +110,7 @@ def model_fingerprint(path: Path, root: Path) -> dict:
             col = table.column(name)
             if pa.types.is_floating(col.type):
                 values = col.to_pylist()
-                numbers.extend("nan" if v is None else repr(float(v)) for v in values)
+                numbers.extend("nan" if v is None else _stored(float(v)) for v in values)
                 parts.append(f"{name}: {len(values)} floats")
             else:
                 parts.append(json.dumps(_floats_out(col.to_pylist(), numbers), sort_keys=True, default=str))
@@ -142,6 +147,32 @@ def close(want: str, got: str) -> bool:
     if printed:
         tol = max(tol, 1.0001 * 10.0 ** -len(printed.group(1)))
     return abs(a - b) <= tol
+
+
+def pack(fingerprints: dict) -> dict:
+    """The stored form: each file's numbers as one space-separated string, and a file whose numbers
+    equal an earlier file's (the analysis evaluate writes and the one analyze writes) names it."""
+    out, seen = {}, {}
+    for name in sorted(fingerprints):
+        fp = fingerprints[name]
+        if isinstance(fp, dict):
+            text = " ".join(fp["numbers"])
+            same = {"numbers_of": seen[text]} if text in seen else {"numbers": text}
+            fp = {"masked": fp["masked"], **same}
+            seen.setdefault(text, name)
+        out[name] = fp
+    return out
+
+
+def unpack(stored: dict) -> dict:
+    """:func:`pack` undone."""
+    out = {}
+    for name, fp in stored.items():
+        if isinstance(fp, dict):
+            text = fp["numbers"] if "numbers" in fp else stored[fp["numbers_of"]]["numbers"]
+            fp = {"masked": fp["masked"], "numbers": text.split(" ") if text else []}
+        out[name] = fp
+    return out
 
 
 def same_fingerprint(want, got) -> str | None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from eval_fixtures import build_tiny_model, smollm2_gguf
-from golden_pipeline import run_pipeline, same_fingerprint
+from golden_pipeline import pack, run_pipeline, same_fingerprint, unpack
 from typer.testing import CliRunner
 
 from tcqa_data.cli import app
@@ -41,8 +41,8 @@ def test_pipeline_outputs_equal_the_stored_digests(tmp_path, monkeypatch, wiki_s
     monkeypatch.chdir(root)
     got = run_pipeline(root, wiki_sample, mc_taco_dev, squad_validation, model, _cli)
     if os.environ.get("TCQA_UPDATE_GOLDEN") == "1":
-        GOLDEN.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    want = json.loads(GOLDEN.read_text(encoding="utf-8"))
+        GOLDEN.write_text(json.dumps(pack(got), indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    want = unpack(json.loads(GOLDEN.read_text(encoding="utf-8")))
     assert sorted(got) == sorted(want), {"new": sorted(set(got) - set(want)),
                                          "missing": sorted(set(want) - set(got))}
     changed = {k: why for k in sorted(want) if (why := same_fingerprint(want[k], got[k])) is not None}

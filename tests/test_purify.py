@@ -330,7 +330,8 @@ def test_excise_equals_janitor_on_every_contaminated_article_of_the_wiki_sample(
                                                                                   squad_validation, tmp_path):
     """The whole 20 MB sample, MC-TACO test and based-squad validation registered: every article
     purify cuts or drops has Janitor.clean_python's pieces, exactly."""
-    files = {"mc_taco": {"test": str(mc_taco_test)}, "squad_completion": {"validation": str(squad_validation)}}
+    files = {"mc_taco": {"test": str(mc_taco_test)},
+             "squad_completion": {"validation": str(squad_validation)}}
     out = tmp_path / "out"
     report = purify([str(wiki_sample)], list(files), out, data_files=files, quiet=True)
     got = _pieces_by_row(out, wiki_sample.name, wiki_sample)

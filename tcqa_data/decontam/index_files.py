@@ -352,6 +352,7 @@ class IndexChecks:
         # loaded with the reader: the table of this generation, whatever replaces it later
         self._table = _load_blocks(root, manifest) if self.block_bytes else None
         self._files: dict[str, BlockCheck | None] = {}
+        self._by_path: dict[str, BlockCheck | None] = {}  # as callers name them: one lookup per read
         self._lock = threading.Lock()
 
     def _damaged(self, message: str) -> DamagedIndexError:
@@ -360,6 +361,14 @@ class IndexChecks:
     def get(self, path: str | os.PathLike) -> BlockCheck | None:
         """The check of the index file at ``path`` (as the reader opens it: absolute or relative to
         the working folder), or None for a file the manifest does not record."""
+        key = os.fspath(path)
+        hit = self._by_path.get(key, self)
+        if hit is not self:
+            return hit  # type: ignore[return-value]
+        self._by_path[key] = check = self._get(path)
+        return check
+
+    def _get(self, path: str | os.PathLike) -> BlockCheck | None:
         try:
             rel = Path(os.path.abspath(path)).relative_to(self.root).as_posix()
         except ValueError:

@@ -42,7 +42,7 @@ def _index_summary(idx: Any, index_dir: str | os.PathLike) -> dict[str, Any]:
     for key, value in sorted(idx.manifest.items()):
         if key == "build":  # timestamps and durations: would make reruns differ byte-wise
             continue
-        if key in ("files", "manifest_xxh3"):  # the index's own integrity record (index-info --verify)
+        if key in ("files", "manifest_xxh3", "block_checksums"):  # the index's integrity record
             continue
         if key in ("inputs", "skipped_inputs"):
             value = [{**e, "path": portable_path(e["path"])} for e in value]

@@ -107,7 +107,8 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
     a killed run had finished (reused). ``short_min_words``: benchmark items of that many words up
     to ``ngram - 1`` are matched whole (their word sequence cut as an n-gram's is) in ``drop`` mode
     and with ``janitor_exact=False``; the default, ``janitor_exact``, cuts exactly ``Janitor.clean_python``'s
-    pieces (13-grams only, its windows: ``decontam/stream/excise.py``). ``lm_eval_include``, ``lm_eval_include_defaults``: as ``decontaminate``."""
+    pieces (13-grams only, its windows: ``decontam/stream/excise.py``). ``lm_eval_include``,
+    ``lm_eval_include_defaults``: as ``decontaminate``."""
     if isinstance(tasks, str):
         tasks = [t.strip() for t in tasks.split(",") if t.strip()]
     if not tasks:
