@@ -30,16 +30,18 @@ def corpus(wiki_sample, bench, tmp_path_factory) -> tuple[Path, dict]:  # noqa: 
 
 @pytest.fixture(scope="module")
 def excised(corpus, bench, tmp_path_factory) -> tuple[Path, dict]:  # noqa: F811
+    """``--no-janitor-exact``: windows across all-punctuation words and short items whole."""
     out = tmp_path_factory.mktemp("purified") / "out"
-    report = purify([str(corpus[0])], TASKS, out, data_files=bench, mode="excise", quiet=True)
+    report = purify([str(corpus[0])], TASKS, out, data_files=bench, mode="excise", janitor_exact=False,
+                    quiet=True)
     return out, report
 
 
 @pytest.fixture(scope="module")
 def excised_exact(corpus, bench, tmp_path_factory) -> tuple[Path, dict]:  # noqa: F811
+    """The default: Janitor.clean_python's pieces."""
     out = tmp_path_factory.mktemp("purified_exact") / "out"
-    report = purify([str(corpus[0])], TASKS, out, data_files=bench, mode="excise", janitor_exact=True,
-                    quiet=True)
+    report = purify([str(corpus[0])], TASKS, out, data_files=bench, mode="excise", quiet=True)
     return out, report
 
 
@@ -97,13 +99,14 @@ def test_excise_equals_janitor_clean_python_doc_by_doc(corpus, bench, excised_ex
     assert (out / "purify_report.md").read_text().startswith("# Purified corpus")
 
 
-def test_default_excise_also_cuts_across_punctuation_words(corpus, bench, excised, excised_exact):  # noqa: F811
+def test_no_janitor_exact_also_cuts_across_punctuation_words(corpus, bench, excised, excised_exact):  # noqa: F811
     """MC-TACO writes " , " between words: Janitor never matches a window across it (a doc it keeps
-    whole); the default cuts there too, and equals Janitor on docs where no match crosses one."""
+    whole); --no-janitor-exact cuts there too, and equals Janitor on docs where no match crosses one."""
     jan = _janitor(bench)
     exact = {r["row"]: r for r in pq.read_table(excised_exact[0] / "removal_log.parquet").to_pylist()}
     default = {r["row"]: r for r in pq.read_table(excised[0] / "removal_log.parquet").to_pylist()}
-    # the default also matches the injected short item (12 words) whole; Janitor registers 13-grams only
+    # --no-janitor-exact also matches the injected short item (12 words) whole; Janitor registers
+    # 13-grams only
     lines = corpus[0].read_text(encoding="utf-8").splitlines()
     item = corpus[1]["mc_taco_short"][0]
     short_row = next(i for i, x in enumerate(lines, 1) if item in json.loads(x)["text"])
@@ -151,7 +154,7 @@ def test_the_purified_corpus_flags_nothing(corpus, bench, excised, tmp_path, mod
     assert set(log[log["row"] == row]["matched_doc_ids"].iloc[0]) == set(short["doc_id"])
 
 
-def test_formats_are_kept_and_output_is_deterministic(corpus, bench, excised, tmp_path):  # noqa: F811
+def test_formats_are_kept_and_output_is_deterministic(corpus, bench, excised_exact, tmp_path):  # noqa: F811
     src = tmp_path / "src"
     src.mkdir()
     rows = _records(corpus[0])
@@ -168,7 +171,7 @@ def test_formats_are_kept_and_output_is_deterministic(corpus, bench, excised, tm
                      "removal_log.parquet"]  # the first: the owner marker (outputs.OWNER_MARKER)
     for name in names:
         assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), name
-    want = [r["text"] for r in _records(excised[0] / corpus[0].name)]
+    want = [r["text"] for r in _records(excised_exact[0] / corpus[0].name)]
     with gzip.open(outs[0] / "a.jsonl.gz", "rt", encoding="utf-8") as fh:
         assert [json.loads(x)["text"] for x in fh] == want
     table = pq.read_table(outs[0] / "b.parquet")
@@ -254,3 +257,87 @@ def test_cli_stream_decontaminate_and_purify(corpus, bench, tmp_path, monkeypatc
     code, out, err = run(["purify", corpus[0], "--tasks", ",".join(TASKS), *files, "--out", corpus[0].parent],
                          monkeypatch, capsys)
     assert code == 2 and err.startswith("Error: --out") and len(err.strip().splitlines()) == 1
+
+
+def _registered(tasks_files: dict) -> object:
+    """lm-eval's Janitor with every doc's decontamination query of these task files registered."""
+    from lm_eval.decontamination.janitor import Janitor
+
+    from tcqa_data.prep.benchmarks import load_split
+    from tcqa_data.prep.taskspec import TaskSpec
+
+    jan = Janitor()
+    for task, files in tasks_files.items():
+        spec = TaskSpec.resolve(task)
+        for split, path in files.items():
+            for d in load_split(spec, split, path).docs():
+                jan.register_contaminant_python(spec.decontamination_query(d))
+    return jan
+
+
+def _pieces_by_row(out: Path, name: str, source: Path) -> dict[int, list[str]]:
+    """Each contaminated source row's written pieces (``removal_log.parquet`` in row order)."""
+    written = (out / name).read_text(encoding="utf-8").splitlines()
+    log = {r["row"]: r for r in pq.read_table(out / "removal_log.parquet").to_pylist()}
+    got, pos = {}, 0
+    for line in range(1, len(source.read_text(encoding="utf-8").splitlines()) + 1):
+        entry = log.get(line)
+        if entry is None or entry["action"] == "kept":
+            pos += 1
+            continue
+        got[line] = [json.loads(x)["text"] for x in written[pos:pos + entry["pieces"]]]
+        pos += entry["pieces"]
+    assert pos == len(written)
+    return got
+
+
+def test_the_10_character_cut_a_window_across_an_emptied_word(wiki_sample, squad_validation, tmp_path):
+    """Issue 40's probe: `purify --mode excise` cut 10 chars more than Janitor.clean_python from the
+    second piece of a Wikipedia article. The mechanism: the copy of a benchmark text ends
+    "... word () word." (WikiExtractor leaves "()" where a template was); "()" normalizes to
+    nothing, so Janitor never matches a window holding it, while windows of words that keep
+    characters (as the index sees them) matched one window further. The default now cuts
+    Janitor's pieces; --no-janitor-exact keeps the longer cut."""
+    from tcqa_data.prep.taskspec import TaskSpec
+
+    with open(squad_validation, encoding="utf-8") as fh:
+        rows = [json.loads(next(fh)) for _ in range(20)]
+    bench_file = tmp_path / "squad.jsonl"
+    bench_file.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    words = TaskSpec.resolve("squad_completion").decontamination_query(rows[0]).split()
+    with open(wiki_sample, encoding="utf-8") as fh:
+        article = json.loads(next(fh))["text"]
+    text = f"{article[:1500]} {' '.join(words[:14])} () {words[14]}. {article[1500:3000]}"
+    src = tmp_path / "in" / "c.jsonl"
+    src.parent.mkdir()
+    src.write_text(json.dumps({"id": "life", "text": text}) + "\n", encoding="utf-8")
+    files = {"squad_completion": {"validation": str(bench_file)}}
+    expected = _registered(files).clean_python(text)
+    assert len(expected) == 2
+    for exact in (True, False):
+        out = tmp_path / f"out{exact}"
+        purify([str(src)], ["squad_completion"], out, data_files=files, janitor_exact=exact, quiet=True)
+        got = _pieces_by_row(out, "c.jsonl", src)[1]
+        if exact:
+            assert got == expected
+        else:  # one more window: " () word" more cut from the second piece
+            assert got[0] == expected[0] and expected[1].endswith(got[1])
+            assert len(expected[1]) - len(got[1]) == len(f" () {words[14]}.")
+
+
+@pytest.mark.slow
+def test_excise_equals_janitor_on_every_contaminated_article_of_the_wiki_sample(wiki_sample, mc_taco_test,
+                                                                                  squad_validation, tmp_path):
+    """The whole 20 MB sample, MC-TACO test and based-squad validation registered: every article
+    purify cuts or drops has Janitor.clean_python's pieces, exactly."""
+    files = {"mc_taco": {"test": str(mc_taco_test)},
+             "squad_completion": {"validation": str(squad_validation)}}
+    out = tmp_path / "out"
+    report = purify([str(wiki_sample)], list(files), out, data_files=files, quiet=True)
+    got = _pieces_by_row(out, wiki_sample.name, wiki_sample)
+    assert len(got) == report["totals"]["cut"] + report["totals"]["dropped"] >= 20
+    jan = _registered(files)
+    with open(wiki_sample, encoding="utf-8") as fh:
+        for line, raw in enumerate(fh, 1):
+            if line in got:
+                assert got[line] == jan.clean_python(json.loads(raw)["text"]), line

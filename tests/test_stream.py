@@ -267,3 +267,29 @@ def test_an_empty_corpus_warns_in_every_report(bench, tmp_path):
     report = json.loads((tmp_path / "o" / "mc_taco" / "test" / "report.json").read_text())
     assert any("0 documents" in w for w in report["warnings"])
     assert "0 documents" in (tmp_path / "o" / "mc_taco" / "test" / "report.md").read_text()
+
+
+def test_a_file_given_twice_counts_once_in_both_modes_with_a_warning(corpus, bench, tmp_path):
+    """The probe: the same content in two files with --max-corpus-freq 1 flagged 0 MC-TACO groups in
+    a stream (every n-gram in 2 docs) and 129 against an index (which holds each content once). Both
+    modes now count identical files once, and say so."""
+    from tcqa_data.decontam.build import build_index
+
+    files = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        files.append(tmp_path / name / "corpus.jsonl")
+        files[-1].write_bytes(corpus[0].read_bytes())
+    index = tmp_path / "index"
+    build_index([str(f) for f in files], index, ngram_sizes=(13,), minhash=False, quiet=True, workers=1)
+    args = dict(data_files=bench, rule="any-ngram", max_corpus_freq=1, quiet=True)
+    by_index = decontaminate(index, ["mc_taco", "squad_completion"], tmp_path / "idx", **args)
+    by_stream = decontaminate(None, ["mc_taco", "squad_completion"], tmp_path / "stream",
+                              corpus=[str(f) for f in files], **args)
+    a, b = _tables(tmp_path / "idx"), _tables(tmp_path / "stream")
+    assert list(a) == list(b) and all(a[name] == b[name] for name in a)
+    dirty = pq.read_table(tmp_path / "stream" / "mc_taco" / "test" / "dirty.parquet").num_rows
+    assert dirty > 0
+    for summary in (by_index, by_stream):
+        notes = summary["warnings"]
+        assert any(str(files[1]) in w and "same content as" in w for w in notes), notes

@@ -101,7 +101,7 @@ def index_corpus(
     c = manifest["counts"]
     if manifest != before:
         for s in manifest.get("skipped_inputs", []):
-            if s["reason"].startswith("no reader takes"):
+            if s["reason"].startswith(("no reader takes", "same content as")):
                 warning(f"{s['path']} was not indexed: {s['reason']}")
     if c["docs"] == 0:
         warning(f"the index {out} holds 0 documents (every record was empty or skipped): decontaminating "

@@ -36,9 +36,10 @@ def purify_cmd(
     too_dirty_cutoff: int = typer.Option(10, "--too-dirty-cutoff", min=0,
                                          help="More matches drop the doc whole (Janitor: 10)."),
     janitor_exact: bool = typer.Option(
-        False, "--janitor-exact",
-        help="Excise exactly as Janitor.clean_python: no match across a word that is all punctuation "
-             "(' , '); the default matches there too, as decontaminate does."),
+        True, "--janitor-exact/--no-janitor-exact",
+        help="Excise exactly as Janitor.clean_python (the default). --no-janitor-exact also matches "
+             "across a word that is all punctuation (' , ', '()') and short items whole, as "
+             "decontaminate does, so the output flags nothing; its cuts then differ from Janitor's."),
     text_field: str = typer.Option("text", "--text-field", help="Field holding the document text."),
     id_field: Optional[str] = typer.Option(  # noqa: UP045
         None, "--id-field", help="Field used as doc ref (default: file:line)."),

@@ -8,11 +8,21 @@ gets ``files`` (every file of the index but the manifest, with its size and xxh3
 matches its own checksum, and that every file it names is there with its size, and no other file
 (cheap: one ``stat`` per file), and the checksum of every small file (``ALWAYS_CHECKED_BYTES``:
 the JSON records, small arrays). ``index-info --verify`` checks every file's checksum too
-(:func:`verify_files`). Any damage is one :class:`DamagedIndexError` naming the file and the
-command that repairs it, never a traceback or a silently wrong answer (an edited hash seed or
-bucket count would otherwise find nothing).
+(:func:`verify_files`).
 
-Indexes sealed before this existed (no ``manifest_xxh3``) are read as they are.
+Large files are checked as they are read: the seal also records the xxh3-64 of every 64 KiB block
+of every file (``checksums.npy``, uint64; the manifest's ``block_checksums`` and each file's
+``first_block``), and the readers (n-gram lookups, the text store, MinHash and anchor tables) ask
+:func:`block_check` before they use a file's bytes, which checks each block once per process
+(``tcqa_data/checksums.py``). A run that reads a damaged block stops with one line naming the
+file, whatever it reads (``decontaminate`` reads a few percent of a large index). An index sealed
+before block checksums has each file's whole checksum: its first read of a file checks the file
+whole (same answer, slower; rebuilding adds block checksums). Any damage is one
+:class:`DamagedIndexError` naming the file and the command that repairs it, never a traceback or
+a silently wrong answer (an edited hash seed or bucket count would otherwise find nothing).
+
+Indexes sealed before this existed (no ``manifest_xxh3``) are read as they are: they carry no
+checksum to compare with (:func:`unchecked_warning` says so once per run).
 """
 
 from __future__ import annotations
@@ -26,8 +36,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import xxhash
 
+from tcqa_data.checksums import BLOCK_BYTES, BlockCheck, digest_blocks, num_blocks, whole_file_check
 from tcqa_data.errors import TcqaError
 from tcqa_data.outputs import OWNER_MARKER
 
@@ -37,6 +49,8 @@ SEAL_KEY = "manifest_xxh3"
 WORK_DIR = "_work"  # a build or append in progress: not part of the index
 _CHUNK = 1 << 22
 ALWAYS_CHECKED_BYTES = 64 << 10  # files up to this size are checksummed at every open
+BLOCKS_FILE = "checksums.npy"  # uint64 xxh3-64 of every block of every other file, in manifest order
+BLOCKS_KEY = "block_checksums"
 
 
 class DamagedIndexError(TcqaError):
@@ -88,19 +102,27 @@ def index_files(root: Path) -> Iterator[tuple[str, os.stat_result]]:
 
 def seal(manifest: dict[str, Any], root: Path, *, workers: int = 4,
          reuse: tuple[Path, dict[str, Any]] | None = None) -> dict[str, Any]:
-    """``manifest`` with ``files`` (size and checksum of every index file under ``root``) and its own
-    checksum. ``reuse``: ``(folder, sealed manifest)`` of the previous generation: a file that is a
-    hard link of one it recorded (same inode, same size) keeps its recorded checksum unread."""
+    """``manifest`` with ``files`` (size, checksum and first block of every index file under
+    ``root``), the block checksums file and its own checksum. ``reuse``: ``(folder, sealed
+    manifest)`` of the previous generation: a file that is a hard link of one it recorded (same
+    inode, same size) keeps its recorded checksums unread."""
     old: dict[str, dict[str, Any]] = {}
     old_root: Path | None = None
+    old_blocks: np.ndarray | None = None
     if reuse is not None and isinstance(reuse[1].get(FILES_KEY), dict):
         old_root, old = reuse[0], reuse[1][FILES_KEY]
+        if isinstance(reuse[1].get(BLOCKS_KEY), dict) and \
+                reuse[1][BLOCKS_KEY].get("block_bytes") == BLOCK_BYTES:
+            old_blocks = _load_blocks(old_root, reuse[1])
     records: dict[str, dict[str, Any]] = {}
+    blocks: dict[str, np.ndarray] = {}
     todo: list[str] = []
     for rel, st in index_files(root):
+        if rel == BLOCKS_FILE:
+            continue  # written below
         records[rel] = {"size": int(st.st_size)}
         prev = old.get(rel)
-        if prev is not None and old_root is not None:
+        if prev is not None and old_root is not None and old_blocks is not None and "first_block" in prev:
             try:
                 ost = os.stat(old_root / rel)
             except OSError:
@@ -108,16 +130,48 @@ def seal(manifest: dict[str, Any], root: Path, *, workers: int = 4,
             same = ost is not None and (ost.st_ino, ost.st_dev) == (st.st_ino, st.st_dev)
             if same and prev.get("size") == st.st_size == ost.st_size:
                 records[rel]["xxh3"] = prev["xxh3"]
+                first = int(prev["first_block"])
+                blocks[rel] = old_blocks[first:first + num_blocks(st.st_size, BLOCK_BYTES)]
                 continue
         todo.append(rel)
     # xxhash releases the GIL on large buffers: threads read and hash files in parallel
     with ThreadPoolExecutor(max(1, workers)) as pool:
-        for rel, digest in zip(todo, pool.map(lambda r: checksum_file(root / r), todo), strict=True):
+        for rel, (digest, per_block, _) in zip(todo, pool.map(lambda r: digest_blocks(root / r), todo),
+                                               strict=True):
             records[rel]["xxh3"] = digest
-    out = {k: v for k, v in manifest.items() if k not in (FILES_KEY, SEAL_KEY)}
+            blocks[rel] = per_block
+    at = 0
+    for rel in sorted(records):
+        records[rel]["first_block"] = at
+        at += len(blocks[rel])
+    table = np.concatenate([blocks[r] for r in sorted(records)]) if records else np.zeros(0, np.uint64)
+    from tcqa_data.io_utils import write_npy_atomic
+
+    write_npy_atomic(root / BLOCKS_FILE, table.astype(np.uint64, copy=False))
+    records[BLOCKS_FILE] = {"size": int((root / BLOCKS_FILE).stat().st_size),
+                            "xxh3": checksum_file(root / BLOCKS_FILE)}
+    out = {k: v for k, v in manifest.items() if k not in (FILES_KEY, SEAL_KEY, BLOCKS_KEY)}
     out[FILES_KEY] = records
+    out[BLOCKS_KEY] = {"file": BLOCKS_FILE, "block_bytes": BLOCK_BYTES, "hash": "xxh3-64"}
     out[SEAL_KEY] = manifest_checksum(out)
     return out
+
+
+def _load_blocks(root: Path, manifest: dict[str, Any]) -> np.ndarray:
+    """The block checksums of a sealed index, checked against the manifest's record of the file."""
+    import io
+
+    path = root / BLOCKS_FILE
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise _damaged(root, f"{path} cannot be read ({exc.strerror or exc})") from None
+    if xxhash.xxh3_64_hexdigest(raw) != manifest.get(FILES_KEY, {}).get(BLOCKS_FILE, {}).get("xxh3"):
+        raise _damaged(root, f"{path} does not match its checksum (its bytes were altered)")
+    table = np.load(io.BytesIO(raw), allow_pickle=False)
+    if table.dtype != np.uint64 or table.ndim != 1:
+        raise _damaged(root, f"{path} is not a list of 64-bit checksums")
+    return table
 
 
 def read_manifest(root: Path) -> dict[str, Any]:
@@ -205,7 +259,9 @@ def check_files(root: Path, manifest: dict[str, Any], *, verify: bool = False, w
         raise _damaged(root, f"{root / missing[0]} is missing{more}")
     # small files (the JSON records, small arrays and headers) are checksummed at every open: a few
     # ms for a large index, and a changed byte there would change what every lookup means
-    names = sorted(r for r in records if verify or int(records[r].get("size", 0)) <= ALWAYS_CHECKED_BYTES)
+    # and the block checksums, which every later read trusts
+    names = sorted(r for r in records if verify or r == BLOCKS_FILE
+                   or int(records[r].get("size", 0)) <= ALWAYS_CHECKED_BYTES)
     with ThreadPoolExecutor(max(1, workers)) as pool:
         for rel, digest in zip(names, pool.map(lambda r: checksum_file(root / r), names), strict=True):
             if digest != records[rel].get("xxh3"):
@@ -281,3 +337,85 @@ def reseal(root: str | os.PathLike) -> dict[str, Any]:
     sealed = seal(manifest, root)
     write_json_atomic(root / MANIFEST, sealed)
     return sealed
+
+
+class IndexChecks:
+    """The block checks of one open index (one reader's view of it, see :func:`index_checks`):
+    each block of each file is checked at most once per reader, so a reader opened anew (the next
+    run in the same process) checks again what it reads."""
+
+    def __init__(self, root: Path, manifest: dict[str, Any]) -> None:
+        self.root = root
+        self.manifest = manifest
+        self.records: dict[str, dict[str, Any]] = manifest[FILES_KEY]
+        info = manifest.get(BLOCKS_KEY)
+        self.block_bytes = int(info["block_bytes"]) if isinstance(info, dict) else 0
+        # loaded with the reader: the table of this generation, whatever replaces it later
+        self._table = _load_blocks(root, manifest) if self.block_bytes else None
+        self._files: dict[str, BlockCheck | None] = {}
+        self._by_path: dict[str, BlockCheck | None] = {}  # as callers name them: one lookup per read
+        self._lock = threading.Lock()
+
+    def _damaged(self, message: str) -> DamagedIndexError:
+        return DamagedIndexError(f"{message}: the index {self.root} is damaged; {repair_hint(self.root)}")
+
+    def get(self, path: str | os.PathLike) -> BlockCheck | None:
+        """The check of the index file at ``path`` (as the reader opens it: absolute or relative to
+        the working folder), or None for a file the manifest does not record."""
+        key = os.fspath(path)
+        hit = self._by_path.get(key, self)
+        if hit is not self:
+            return hit  # type: ignore[return-value]
+        self._by_path[key] = check = self._get(path)
+        return check
+
+    def _get(self, path: str | os.PathLike) -> BlockCheck | None:
+        try:
+            rel = Path(os.path.abspath(path)).relative_to(self.root).as_posix()
+        except ValueError:
+            return None
+        with self._lock:
+            if rel in self._files:
+                return self._files[rel]
+            rec = self.records.get(rel)
+            check = None
+            if rec is not None and rel != BLOCKS_FILE:
+                size = int(rec.get("size", 0))
+                if self._table is not None and "first_block" in rec:
+                    first = int(rec["first_block"])
+                    digests = self._table[first:first + num_blocks(size, self.block_bytes)]
+                    if len(digests) != num_blocks(size, self.block_bytes):
+                        raise self._damaged(f"{self.root / BLOCKS_FILE} lacks the blocks of {rel}")
+                    check = BlockCheck(self.root / rel, digests, self.block_bytes, size, self._damaged)
+                elif isinstance(rec.get("xxh3"), str):  # sealed before block checksums: the file whole
+                    check = whole_file_check(self.root / rel, rec["xxh3"], size, self._damaged)
+            self._files[rel] = check
+            return check
+
+    def check_rows(self, path: str | os.PathLike, arr: Any = None, first: Any = 0, last: Any = None) -> None:
+        """Check rows ``[first, last)`` of ``arr`` read from the index file ``path`` (``last`` None:
+        the whole file)."""
+        check = self.get(path)
+        if check is None or check.complete:
+            return
+        if last is None:
+            check.check_all()
+        else:
+            check.check_rows(arr, first, last)
+
+
+def index_checks(root: str | os.PathLike, manifest: dict[str, Any]) -> IndexChecks | None:
+    """Block checks for a reader of the index at ``root`` with this (:func:`open_manifest`) manifest;
+    None when it is unsealed (older than checksums: nothing to compare with)."""
+    if SEAL_KEY not in manifest or not isinstance(manifest.get(FILES_KEY), dict):
+        return None
+    return IndexChecks(Path(os.path.abspath(root)), manifest)
+
+
+def unsealed_warning(root: str | os.PathLike, manifest: dict[str, Any]) -> str | None:
+    """The warning for an index that predates checksums (None for a sealed one): it is read, since
+    it records nothing to compare its files with, and damage to it cannot be found."""
+    if SEAL_KEY in manifest:
+        return None
+    return (f"the index {root} predates checksums: damage to its files cannot be detected; rebuild "
+            "it with `tcqa-data index-corpus ... --overwrite` to have every read checked")

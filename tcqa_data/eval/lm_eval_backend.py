@@ -62,6 +62,9 @@ def exported_full_tasks(prep_dir: str | Path, tasks: list[str] | None = None,
     if not isinstance(listed, dict):
         raise TcqaError(f"{path}: 'tasks' is not a mapping of prepared tasks; re-run "
                         "`tcqa-data decontaminate`")
+    from tcqa_data.prep.prepared import check_data_digests
+
+    check_data_digests(prep_dir, manifest)  # lm-eval reads the exported data files: as written
     unknown = sorted(set(tasks or []) - set(listed))
     if unknown:
         raise TcqaError(f"task(s) {unknown} are not prepared in {prep_dir}; prepared: {sorted(listed)}")

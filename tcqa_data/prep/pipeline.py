@@ -43,7 +43,7 @@ def _index_summary(idx: Any, index_dir: str | os.PathLike) -> dict[str, Any]:
     for key, value in sorted(idx.manifest.items()):
         if key == "build":  # timestamps and durations: would make reruns differ byte-wise
             continue
-        if key in ("files", "manifest_xxh3"):  # the index's own integrity record (index-info --verify)
+        if key in ("files", "manifest_xxh3", "block_checksums"):  # the index's integrity record
             continue
         if key in ("inputs", "skipped_inputs"):
             value = [{**e, "path": portable_path(e["path"])} for e in value]
@@ -68,6 +68,17 @@ def _minhash_and_index_checks(idx: IndexEvidence, index_dir: str | os.PathLike, 
     if idx.manifest.get("counts", {}).get("docs", 0) == 0:
         warnings.append(f"the index {portable_path(index_dir)} holds 0 documents: nothing was searched, "
                         "so every doc below is reported clean")
+    from tcqa_data.decontam.index_files import unsealed_warning
+
+    unchecked = unsealed_warning(portable_path(index_dir), idx.manifest)
+    if unchecked:  # read as before checksums existed: refusing would strand every old index
+        warnings.append(unchecked)
+    from tcqa_data.decontam.stream.evidence import duplicate_input_warning
+
+    dupes = duplicate_input_warning(idx.manifest.get("skipped_inputs", []),
+                                    f"the index {portable_path(index_dir)}")
+    if dupes:  # as a stream over the same files says
+        warnings.append(dupes)
     if not idx.has_minhash:
         return False, "off: the index has no MinHash section", warnings
     from tcqa_data.decontam.build.preflight import minhash_windows_problem
@@ -261,6 +272,9 @@ def decontaminate(
         **run.config,
         "tasks": manifest_tasks,
     }
+    from tcqa_data.prep.prepared import DATA_KEY, data_digests
+
+    manifest[DATA_KEY] = data_digests(run.out)  # evaluate and analyze check them before a model loads
     write_json_atomic(run.out / "prep_manifest.json", manifest)
     return summary
 
@@ -356,13 +370,14 @@ def _open_stream_run(corpus: list[str], stream_config: Any, out_dir: str | os.Pa
                      short_min_words: int | None) -> _Run:
     """Stream mode's evidence (``StreamEvidence``, filled later by one corpus pass); a MinHash
     term is refused (it needs every corpus window signed, which is what an index build does)."""
-    from tcqa_data.decontam.stream.evidence import MINHASH_REFUSAL, StreamEvidence
+    from tcqa_data.decontam.stream.evidence import MINHASH_REFUSAL, StreamEvidence, duplicate_input_warning
 
     if rule.uses_minhash:
         raise ConfigError(f"rule {str(rule)!r}: {MINHASH_REFUSAL}")
     idx = StreamEvidence.open(corpus, stream_config)
+    dupes = duplicate_input_warning(idx.skipped_inputs, "the corpus")
     config = _run_config(rule, group_policy, max_corpus_freq, idx.normalization, False,
-                         "off: stream mode (--corpus) computes no MinHash", [])
+                         "off: stream mode (--corpus) computes no MinHash", [dupes] if dupes else [])
     _short_policy(config, short_min_words, "found in the corpus pass")
     return _Run(idx, "stream", Path(out_dir), rule, fixed_n, max_corpus_freq, group_policy, False, config,
                 quiet, stream=True, short_min_words=short_min_words)

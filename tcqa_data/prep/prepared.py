@@ -18,7 +18,7 @@ import numpy as np
 from tcqa_data import FORMAT_VERSION, __version__
 from tcqa_data.errors import TcqaError
 from tcqa_data.io_utils import read_json_file, read_parquet_file
-from tcqa_data.outputs import check_name
+from tcqa_data.outputs import check_name, file_sha256, relative_inside
 from tcqa_data.prep.taskspec import TaskSpec
 
 SUBSETS = ("full", "clean", "dirty")
@@ -36,16 +36,63 @@ class TaskData:
     path: Path
 
 
+MANIFEST = "prep_manifest.json"
+DATA_KEY = "data_sha256"  # the manifest's record of every data file: relative POSIX path -> sha256
+# not PREP_DIR's own data: evaluate's default output folder (PREP_DIR/eval/<model>) lives inside it
+_NOT_DATA = ("eval",)
+# data files: the prepared docs and rows. A task.yaml is the task's spec, which a user may edit
+# (its metric_list), and exported lm-eval code has its own record (code_sha256)
+DATA_SUFFIXES = (".parquet", ".jsonl", ".csv", ".tsv", ".npy", ".arrow")
+
+
+def data_digests(folder: Path) -> dict[str, str]:
+    """sha256 of every data file (:data:`DATA_SUFFIXES`) ``decontaminate`` wrote under ``folder``,
+    keyed by relative POSIX path; hidden files and ``eval/`` (evaluate's results, kept across
+    reruns) are left out."""
+    out = {}
+    for p in sorted(folder.rglob("*")):
+        rel = p.relative_to(folder)
+        if rel.parts[0] in _NOT_DATA or any(part.startswith(".") for part in rel.parts) \
+                or not p.name.endswith(DATA_SUFFIXES) or not p.is_file():
+            continue
+        out[rel.as_posix()] = file_sha256(p)
+    return out
+
+
+def check_data_digests(prep_dir: Path, manifest: dict[str, Any] | None = None) -> None:
+    """Every data file ``prep_manifest.json`` records is there with its sha256 (before a model is
+    loaded: a flipped label would otherwise change the scores unnoticed); one line naming the first
+    file that is not. A PREP_DIR written before the record (no ``data_sha256``) is read as it is."""
+    manifest = read_manifest(prep_dir) if manifest is None else manifest
+    recorded = (manifest or {}).get(DATA_KEY)
+    if not isinstance(recorded, dict):
+        return
+    fix = "rerun `tcqa-data decontaminate` to prepare it again"
+    for rel, digest in sorted(recorded.items()):
+        path = relative_inside(prep_dir, rel, f"{prep_dir / MANIFEST} {DATA_KEY}")
+        try:
+            now = file_sha256(path)
+        except FileNotFoundError:
+            raise TcqaError(f"{path}: missing; {prep_dir / MANIFEST} records it; {fix}") from None
+        except OSError as exc:
+            raise TcqaError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+        if now != digest:
+            raise TcqaError(f"{path}: changed since decontaminate wrote it (its sha256 differs from the "
+                            f"one {MANIFEST} records); {fix}")
+
+
 def require_prep_dir(prep_dir: str | Path) -> Path:
-    """``prep_dir`` as a Path; an error naming the fix where the folder does not exist."""
+    """``prep_dir`` as a Path, its data files checked against the manifest (:func:`check_data_digests`);
+    an error naming the fix where the folder does not exist."""
     prep_dir = Path(prep_dir)
     if not prep_dir.is_dir():
         raise TcqaError(f"prepared folder {prep_dir} does not exist; run `tcqa-data decontaminate` first")
+    check_data_digests(prep_dir)
     return prep_dir
 
 
 def read_manifest(prep_dir: Path) -> dict[str, Any] | None:
-    path = prep_dir / "prep_manifest.json"
+    path = prep_dir / MANIFEST
     if not path.exists():
         return None
     manifest = read_json_file(path, "prep_manifest.json")

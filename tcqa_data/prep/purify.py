@@ -101,7 +101,7 @@ def _load_queries(tasks: Sequence[str], data_files: Mapping[str, Mapping[str, st
 def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.PathLike, *,
            data_files: Mapping[str, Mapping[str, str]] | None = None, splits: Sequence[str] | None = None,
            rule: str = DEFAULT_RULE, ngram: int = 13, mode: str = "excise", window: int = 200,
-           minimum_slice: int = 200, too_dirty_cutoff: int = 10, janitor_exact: bool = False,
+           minimum_slice: int = 200, too_dirty_cutoff: int = 10, janitor_exact: bool = True,
            text_field: str = "text", id_field: str | None = None, on_error: str = "raise", workers: int = 1,
            short_min_words: int | None = 8, engine: str = "local", ray_address: str | None = None,
            lm_eval_include: Sequence[str | os.PathLike] | str | os.PathLike | None = None,
@@ -110,9 +110,10 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
     """Write ``corpus`` minus its contamination by ``tasks`` to ``out_dir`` (module doc); returns the
     report (``purify_report.json``) plus ``shards``: how many output shards were written and how many
     a killed run had finished (reused). ``short_min_words``: benchmark items of that many words up
-    to ``ngram - 1`` are matched whole (their word sequence cut as an n-gram's is); off with
-    ``janitor_exact``. ``lm_eval_include``, ``lm_eval_include_defaults``, ``allow_task_code``: as
-    ``decontaminate``."""
+    to ``ngram - 1`` are matched whole (their word sequence cut as an n-gram's is) in ``drop`` mode
+    and with ``janitor_exact=False``; the default, ``janitor_exact``, cuts exactly ``Janitor.clean_python``'s
+    pieces (13-grams only, its windows: ``decontam/stream/excise.py``). ``lm_eval_include``,
+    ``lm_eval_include_defaults``, ``allow_task_code``: as ``decontaminate``."""
     if isinstance(tasks, str):
         tasks = [t.strip() for t in tasks.split(",") if t.strip()]
     if not tasks:
@@ -126,7 +127,7 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
         raise ConfigError(f"rule {str(parsed)!r}: {MINHASH_REFUSAL}")
     evidence = StreamEvidence.open(list(corpus), StreamConfig(
         ngram_sizes=(ngram,), anchors=parsed.uses_alignment, keep_pairs=True, text_field=text_field,
-        id_field=id_field, on_error=on_error))
+        id_field=id_field, on_error=on_error), distinct=False)  # every input is written out
     check_output_outside_inputs(out_dir, corpus, evidence.inputs)
     root = Path(os.path.commonpath([str(Path(i.path).resolve().parent) for i in evidence.inputs]))
     rels = [Path(i.path).resolve().relative_to(root).as_posix() for i in evidence.inputs]
@@ -139,8 +140,9 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
     benchmarks = _load_queries(tasks, data_files or {}, splits, lm_eval_include, lm_eval_include_defaults,
                                allow_task_code)
 
-    # Janitor registers n-grams only: --janitor-exact matches no short item whole
-    short = None if janitor_exact else short_min_words
+    # Janitor registers n-grams only: Janitor's cuts (excise, --janitor-exact) match no short item
+    # whole; --mode drop is no Janitor's and drops their docs too
+    short = None if janitor_exact and mode == "excise" else short_min_words
     work = next_generation_dir(out).absolute()  # the tasks' path, on any node and working folder
     with output_lock(out, "purify"), removed_on_full_disk(work), \
             make_engine(engine, workers, ray_address) as eng:

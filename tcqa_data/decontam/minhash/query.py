@@ -42,7 +42,7 @@ class MinHashIndex:
     window ids) are still queried."""
 
     def __init__(self, folder: Path, meta: dict[str, Any],
-                 doc_texts: Callable[[Sequence[int]], list[str]] | None = None) -> None:
+                 doc_texts: Callable[[Sequence[int]], list[str]] | None = None, checks: Any = None) -> None:
         self.folder = folder
         self.meta = meta
         self.params = MinHashParams.from_dict(meta["params"])
@@ -54,6 +54,8 @@ class MinHashIndex:
         self._paged_keys: np.ndarray | None = None  # the band keys of the last page-in (prefetch)
 
         def load(name: str) -> np.ndarray:
+            if checks is not None:  # the index's block checksums (index_files.IndexChecks): the file whole
+                checks.check_rows(folder / f"{name}.npy")
             try:
                 return load_npy(folder / f"{name}.npy")
             except (OSError, ValueError) as e:
@@ -99,15 +101,16 @@ class MinHashIndex:
         ``doc_texts`` (doc ordinals -> texts) verifies candidates of a ``verify="text"`` index;
         by default the index's text store (``INDEX_DIR/textstore``) is read."""
         root = Path(index_dir)
+        checks = None
         if (root / "manifest.json").exists():  # a whole index: checked before its files are read
-            from tcqa_data.decontam.index_files import open_manifest
+            from tcqa_data.decontam.index_files import index_checks, open_manifest
 
-            open_manifest(root)
+            checks = index_checks(root, open_manifest(root))
         for folder in (root / "minhash", root):
             if (folder / "params.json").exists():
                 meta = read_json(folder / "params.json")
                 if meta.get("kind") == "tcqa-minhash-index":
-                    return cls(folder, meta, doc_texts)
+                    return cls(folder, meta, doc_texts, checks)
         raise TcqaError(f"no complete MinHash index in {root} (missing minhash/params.json); "
                         f"build one with `tcqa-data index-corpus`")
 

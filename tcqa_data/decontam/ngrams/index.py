@@ -38,6 +38,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from tcqa_data.checksums import BlockCheck
 from tcqa_data.decontam.core.hashing import HASH_NAME
 from tcqa_data.decontam.core.pagein import page_in
 from tcqa_data.errors import IndexMismatchError, TcqaError
@@ -147,8 +148,11 @@ def false_positive_rates(unique: int, max_cell: int, num_buckets: int, dir_bits:
             "max_cell_false_positive_rate": max_cell / 2.0 ** SUFFIX_BITS}
 
 
-def _load(path: Path) -> np.ndarray:
-    """Memory-map a .npy (a zero-length array cannot be mapped, so read it)."""
+def _load(path: Path, check: BlockCheck | None = None) -> np.ndarray:
+    """Memory-map a .npy (a zero-length array cannot be mapped, so read it); with ``check``, its
+    header's block is checked first (the header says what every row means)."""
+    if check is not None:
+        check.check_ranges(np.zeros(1, np.int64), np.full(1, NPY_HEADER_LEN, np.int64))
     arr = load_npy(path) if path.stat().st_size > NPY_HEADER_LEN else load_npy(path, mmap_mode=None)
     return arr
 
@@ -181,6 +185,11 @@ class NgramIndex:
         self.dir_bits: int | None = (int(manifest["ngram_storage"]["dir_bits"]) if self.layout == 2
                                      else None)
         self._buckets: dict[tuple[int, int], dict[str, np.ndarray]] = {}
+        # per bucket array, its file's block checks (None: an index older than checksums)
+        from tcqa_data.decontam.index_files import index_checks
+
+        self.checks = index_checks(root, manifest)
+        self._checks: dict[int, BlockCheck | None] = {}
         self._refs = None
 
     @classmethod
@@ -212,8 +221,24 @@ class NgramIndex:
         key = (n, b)
         if key not in self._buckets:
             p = bucket_paths(self.root, n, b, self.layout)
-            self._buckets[key] = {k: _load(f) for k, f in p.items()}
+            arrays = {}
+            for k, f in p.items():
+                check = self.checks.get(f) if self.checks is not None else None
+                arrays[k] = _load(f, check)
+                self._checks[id(arrays[k])] = check
+            self._buckets[key] = arrays
         return self._buckets[key]
+
+    def _check(self, arr: np.ndarray, first: Any = None, last: Any = None) -> None:
+        """Check rows ``[first, last)`` of a bucket array (default: all of it) against the index's
+        block checksums before they are used (``index_files.block_check``: once per block)."""
+        check = self._checks.get(id(arr))
+        if check is None or check.complete:
+            return
+        if first is None:
+            check.check_all()
+        else:
+            check.check_rows(arr, first, last)
 
     def lookup(self, hashes: np.ndarray, n: int) -> LookupResult:
         """Vectorized lookup of n-gram hashes (from ``ngram_hashes(..., n, normalization, hash_seed)``)."""
@@ -257,11 +282,14 @@ class NgramIndex:
 
     def _find_v1(self, f: dict[str, np.ndarray], qq: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         hs = f["hashes"]
+        self._check(hs)  # a binary search reads anywhere in it
         if not len(hs):
             none = np.empty((0, self.provenance), np.int64)
             return np.zeros(len(qq), dtype=bool), np.empty(0, np.uint32), none
         pos = np.minimum(np.searchsorted(hs, qq), len(hs) - 1)
         ok = np.asarray(hs[pos]) == qq
+        self._check(f["docs"], pos[ok], pos[ok] + 1)
+        self._check(f["df"], pos[ok], pos[ok] + 1)
         got = np.asarray(f["docs"][pos[ok]])
         if got.dtype == DOC_DTYPE:
             got = np.where(got == DOC_NONE, np.int64(-1), got.astype(np.int64))
@@ -277,9 +305,13 @@ class NgramIndex:
             cells.append((local >> np.uint64(SUFFIX_BITS)).astype(np.int64))
             suffixes.append((local & _M32).astype(np.uint32))
         page_in([(f["dir"], c, c + 2) for (f, _), c in zip(groups, cells, strict=True)])
+        for (f, _), c in zip(groups, cells, strict=True):
+            self._check(f["dir"], c, c + 2)
         ranges = [(np.asarray(f["dir"][c], dtype=np.int64), np.asarray(f["dir"][c + 1], dtype=np.int64))
                   for (f, _), c in zip(groups, cells, strict=True)]
         page_in([(f["keys"], lo, end) for (f, _), (lo, end) in zip(groups, ranges, strict=True)])
+        for (f, _), (lo, end) in zip(groups, ranges, strict=True):
+            self._check(f["keys"], lo, end)
         out = []
         for (f, _), (lo, end), suffix in zip(groups, ranges, suffixes, strict=True):
             keys = f["keys"]
@@ -300,9 +332,13 @@ class NgramIndex:
 
     def _fetch_v2(self, f: dict[str, np.ndarray], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(doc freq uint32, docs int64[k, P]) of found rows."""
+        self._check(f["df"], rows, rows + 1)
+        self._check(f["docs"], rows, rows + 1)
         df = np.asarray(f["df"][rows], dtype=np.uint32)
         big = np.flatnonzero(df == DF_OVERFLOW)
         if len(big):
+            self._check(f["df_over_rows"])  # binary searched: read anywhere
+            self._check(f["df_over"])
             over_rows = np.asarray(f["df_over_rows"])
             df[big] = np.asarray(f["df_over"])[np.searchsorted(over_rows, rows[big].astype(np.uint32))]
         doc0 = np.asarray(f["docs"][rows])
@@ -310,8 +346,10 @@ class NgramIndex:
         out[:, 0] = doc0.astype(np.int64)  # every stored key has a first doc
         more_rows = f["docs_more_rows"]
         if self.provenance > 1 and len(more_rows) and len(rows):
+            self._check(more_rows)
             j = np.minimum(np.searchsorted(more_rows, rows.astype(np.uint32)), len(more_rows) - 1)
             has = np.asarray(more_rows[j]) == rows
+            self._check(f["docs_more"], j[has], j[has] + 1)
             got = np.asarray(f["docs_more"][j[has]])
             none = DOC_NONE if got.dtype == DOC_DTYPE else -1
             out[has, 1:] = np.where(got == none, np.int64(-1), got.astype(np.int64))
@@ -324,6 +362,8 @@ class NgramIndex:
         parts = []
         for b in range(self.num_buckets):
             f = self._bucket(n, b)
+            for arr in f.values():
+                self._check(arr)
             if self.layout == 1:
                 parts.append(np.asarray(f["hashes"]))
                 continue
@@ -345,6 +385,8 @@ class NgramIndex:
         if self._refs is None:
             import pyarrow.parquet as pq
 
+            if self.checks is not None:
+                self.checks.check_rows(self.root / "docs.parquet")
             self._refs = pq.read_table(self.root / "docs.parquet", columns=["doc_ref"]).column("doc_ref")
         ords = np.asarray(ordinals, dtype=np.int64)
         if len(ords) and (ords.min() < 0 or ords.max() >= len(self._refs)):

@@ -39,6 +39,42 @@ MINHASH_REFUSAL = ("stream mode (--corpus) gives n-gram and aligned evidence onl
                    "with `tcqa-data index-corpus` or drop the minhash term")
 
 
+def distinct_inputs(inputs: Sequence[CorpusInput]) -> tuple[list[CorpusInput], list[dict[str, str]]]:
+    """``inputs`` with every file whose bytes equal an earlier one's left out, and the left-out
+    ``{"path", "reason"}`` records. ``index-corpus`` holds each content once (it skips an input
+    with the sha256 of another), so a stream counts it once too: otherwise a doc in two copies
+    has corpus frequency 2 in a stream and 1 in an index, and ``--max-corpus-freq 1`` gives other
+    flags. Only files whose size another input shares are read for their sha256 (a stream reads
+    its corpus once; distinct sizes need no digest)."""
+    from collections import Counter
+
+    from tcqa_data.outputs import file_sha256
+
+    sizes = Counter(i.size for i in inputs)
+    seen: dict[str, str] = {}
+    kept, skipped = [], []
+    for inp in inputs:
+        if sizes[inp.size] > 1:
+            digest = file_sha256(inp.path)
+            if digest in seen:
+                skipped.append({"path": inp.path, "reason": f"same content as {seen[digest]}"})
+                continue
+            seen[digest] = inp.path
+        kept.append(inp)
+    return kept, skipped
+
+
+def duplicate_input_warning(skipped: Sequence[dict[str, str]], where: str) -> str | None:
+    """The warning for inputs left out as copies of another (None if none): each content counts once."""
+    same = [s for s in skipped if str(s.get("reason", "")).startswith("same content as")]
+    if not same:
+        return None
+    first = f"{same[0]['path']} ({same[0]['reason']})"
+    more = f" and {len(same) - 1} more" if len(same) > 1 else ""
+    return (f"{where}: {first}{more} left out: a corpus file with the same bytes as another is counted "
+            "once (corpus frequencies count distinct files' docs, in an index and in a stream alike)")
+
+
 class StreamEvidence:
     """Evidence from one pass of ``inputs`` against the queries (see the module doc).
 
@@ -49,8 +85,11 @@ class StreamEvidence:
     has_minhash = False
     has_text = True
 
-    def __init__(self, inputs: Sequence[CorpusInput], cfg: StreamConfig) -> None:
+    def __init__(self, inputs: Sequence[CorpusInput], cfg: StreamConfig,
+                 skipped_inputs: Sequence[dict[str, str]] = ()) -> None:
         self.inputs = list(inputs)
+        # inputs left out as the same content as another (``distinct_inputs``), as an index skips them
+        self.skipped_inputs = list(skipped_inputs)
         self.cfg = cfg
         self.normalization: str = cfg.normalization
         self.hash_seed: int = cfg.seed
@@ -59,17 +98,21 @@ class StreamEvidence:
         self._texts: dict[int, str] = {}
 
     @classmethod
-    def open(cls, specs: Sequence[str], cfg: StreamConfig) -> StreamEvidence:
+    def open(cls, specs: Sequence[str], cfg: StreamConfig, *, distinct: bool = True) -> StreamEvidence:
+        """``distinct``: a file with the bytes of an earlier one is left out (``distinct_inputs``:
+        detection counts each content once, as an index does); ``purify`` keeps every file, since
+        each is written out."""
         from tcqa_data.decontam.core.normalize import check_scheme
         from tcqa_data.decontam.readers import resolve_inputs
 
         check_scheme(cfg.normalization)
         inputs = resolve_inputs(list(specs)) if specs else []
+        inputs, skipped = distinct_inputs(inputs) if distinct else (inputs, [])
         if cfg.hf_dataset:
             inputs.append(hf_input(cfg))
         if not inputs:
             raise ConfigError("give corpus files, globs or folders (--corpus), or --hf-dataset")
-        return cls(inputs, cfg)
+        return cls(inputs, cfg, skipped)
 
     def fill(self, queries: Sequence[str], ngram_sizes: Sequence[int], progress: Any = None, *,
              whole: Mapping[int, Sequence[int]] | None = None, workers: int = 1,
@@ -106,6 +149,7 @@ class StreamEvidence:
         return {"mode": "stream", "normalization": self.normalization, "hash": {"seed": self.hash_seed},
                 "ngram_sizes": self.ngram_sizes, "provenance_docs": self.cfg.provenance,
                 "inputs": [{"path": i.path, "format": i.format, "size": i.size} for i in self.inputs],
+                "skipped_inputs": self.skipped_inputs,
                 "counts": {"docs": h.num_docs, "chars": h.chars}, "skipped": h.skipped.to_dict()}
 
     # ---- n-grams -------------------------------------------------------------------------------

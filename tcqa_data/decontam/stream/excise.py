@@ -15,14 +15,17 @@
 ``janitor_matches`` gives step 1-2's matches from the table's hashes (the same hash as the index:
 ``core/hashing.py``), ``janitor_pieces`` is step 3 verbatim.
 
-Quirk fixed by default, kept with ``exact=True`` (``purify --janitor-exact``): a window holding a
-word that normalizes to nothing ("," "-" "&") never matches in Janitor (its join has two spaces),
-though the queries' n-grams skip such words. Text tokenized with spaces around punctuation, as
-MC-TACO's sentences are ("a former lover , Tom Ransome , now"), then hides from Janitor: on the
-stream tests' corpus it left a copied MC-TACO sentence in place, and an index of the output
-flagged 28 MC-TACO docs. By default a window is ``n`` words that keep characters, as the index
-and ``decontaminate`` see them, so the output flags nothing; ``exact`` gives ``clean_python``'s
-pieces on every doc.
+Quirk kept with ``exact=True`` (``purify``'s default), fixed with ``exact=False`` (``purify
+--no-janitor-exact``): a window holding a word that normalizes to nothing ("," "-" "&", or the
+"()" WikiExtractor leaves where a template was) never matches in Janitor (its join has two
+spaces), though the queries' n-grams skip such words. With ``exact=False`` a window is ``n``
+words that keep characters, as the index and ``decontaminate`` see them: text tokenized with
+spaces around punctuation, as MC-TACO's sentences are ("a former lover , Tom Ransome , now"),
+then no longer hides (on the stream tests' corpus Janitor left a copied MC-TACO sentence in place,
+and an index of its output flagged 28 MC-TACO docs), but the cuts are no longer Janitor's: a
+copy that ends "... word () word." is cut one window further (the probe of issue 40: 10 chars
+more of the second piece of a Wikipedia article), so it is not the default. ``exact`` gives
+``clean_python``'s pieces on every doc.
 
 Quirks kept, so that the pieces equal ``clean_python``'s:
 

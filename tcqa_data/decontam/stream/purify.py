@@ -58,7 +58,7 @@ class PurifyConfig:
     window: int = WINDOW
     minimum_slice: int = MINIMUM_SLICE
     too_dirty_cutoff: int = TOO_DIRTY_CUTOFF
-    janitor_exact: bool = False
+    janitor_exact: bool = True
     whole_sizes: tuple[int, ...] = ()
     text_field: str = "text"
 

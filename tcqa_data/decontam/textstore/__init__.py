@@ -39,8 +39,11 @@ still read as they are) merges its runs without reading the corpus; a merged tab
 matches the manifest's inputs is not used and its inputs' anchors are recomputed from text. An
 index of 2**32 docs or more keeps per-input runs (ordinals past the 32-bit id).
 
-Location entries keep the absolute path, size and mtime of the file: a moved or changed corpus
-file is a clear error at read time, never wrong text.
+Location entries keep the absolute path and size of the file and the xxh3-64 of each 64 KiB block
+of it (``<key>.blocks.npy``, ``tcqa_data/checksums.py``): a read checks the blocks holding the
+bytes it reads (once per block and store), so a moved or changed corpus file is a clear error at
+read time, never wrong text, even when its size and mtime were kept. A store written before block
+digests is checked against the input's sha256 (the whole file, once per store opened).
 
 Modules: ``store`` (the layout, ``TextStore``: doc texts by ordinal, ``has_text_store``,
 ``store_summary``, ``store_bytes``), ``anchors`` (winnowing, the per-input anchor tables),

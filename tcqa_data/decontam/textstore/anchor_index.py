@@ -14,7 +14,7 @@ import numpy as np
 
 from tcqa_data.decontam.core import packed
 from tcqa_data.decontam.core.arrays import sorted_unique
-from tcqa_data.decontam.index_files import open_manifest
+from tcqa_data.decontam.index_files import IndexChecks, index_checks, open_manifest
 from tcqa_data.decontam.textstore.anchors import (
     _LOW32,
     ANCHOR_K,
@@ -40,8 +40,12 @@ class _Table(NamedTuple):
     end_cell: int
 
 
-def _table_files(root: Path, name: str) -> tuple[np.ndarray, np.ndarray]:
-    return load_npy(root / STORE_DIR / f"{name}.cells.npy"), load_npy(root / STORE_DIR / f"{name}.words.npy")
+def _table_files(root: Path, name: str, checks: IndexChecks | None) -> tuple[np.ndarray, np.ndarray]:
+    paths = (root / STORE_DIR / f"{name}.cells.npy", root / STORE_DIR / f"{name}.words.npy")
+    if checks is not None:  # the index's block checksums: the tables whole
+        for p in paths:
+            checks.check_rows(p)
+    return load_npy(paths[0]), load_npy(paths[1])
 
 
 class AnchorIndex:
@@ -50,6 +54,7 @@ class AnchorIndex:
     def __init__(self, index_dir: str | os.PathLike) -> None:
         root = Path(index_dir)
         manifest = open_manifest(root)
+        checks = index_checks(root, manifest)
         meta = read_json(root / STORE_DIR / META)
         self.scheme = manifest["normalization"]
         self.seed = int(manifest["hash"]["seed"])
@@ -65,7 +70,7 @@ class AnchorIndex:
         merged = meta.get("anchors")
         if covered:
             for part in merged["parts"]:
-                cells, words = _table_files(root, part["name"])
+                cells, words = _table_files(root, part["name"], checks)
                 self.runs.append((_Table(cells, words, int(merged["dir_bits"]), int(merged["id_bits"]),
                                          int(part["cells"][0]), int(part["cells"][1])), 0))
         for e in manifest["inputs"]:
@@ -77,9 +82,11 @@ class AnchorIndex:
                 self.missing_inputs.append(str(e["path"]))
             for run in rec.get("anchors", []):
                 if isinstance(run, str):  # store version 2
+                    if checks is not None:
+                        checks.check_rows(root / STORE_DIR / run)
                     arr: _Table | np.ndarray = load_npy(root / STORE_DIR / run)
                 else:
-                    cells, words = _table_files(root, run["name"])
+                    cells, words = _table_files(root, run["name"], checks)
                     arr = _Table(cells, words, int(run["dir_bits"]), int(run["id_bits"]), 0,
                                  1 << int(run["dir_bits"]))
                 self.runs.append((arr, int(e["doc_offset"])))

@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tcqa_data.checksums import BLOCK_BYTES, digest_blocks
 from tcqa_data.decontam.textstore.anchor_merge import (
     MERGED_MAX_DOCS,
     anchor_overlaps,
@@ -231,6 +232,7 @@ def build_text_store(index_dir: str | os.PathLike, mode: str = "auto", *,
     write_json_atomic(store / META, meta)
     if store.is_dir():
         keep = {META} | {r["file"] for r in entries.values() if "file" in r} \
+            | {r["blocks"]["file"] for r in entries.values() if "blocks" in r} \
             | {f for r in [*entries.values(), *([merged] if merged else [])] for f in _anchor_files(r)}
         for f in store.iterdir():
             if f.name not in keep and not f.name.startswith("."):
@@ -361,6 +363,12 @@ def _store_input(root_dir: str, e: dict[str, Any], manifest: dict[str, Any], mod
         p = os.path.abspath(e["path"])
         st = os.stat(p)
         rec.update({"abs_path": p, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
+        # what each read of it is checked against (a size and mtime can be kept by an edit)
+        whole, blocks, size = digest_blocks(p)
+        if size != st.st_size:
+            raise TcqaError(f"{p}: corpus file changed while the text store was written; rerun index-corpus")
+        rec["blocks"] = {"file": f"{key}.blocks.npy", "block_bytes": BLOCK_BYTES, "xxh3": whole}
+        write_npy_atomic(store / rec["blocks"]["file"], blocks)
     scheme, seed = manifest["normalization"], int(manifest["hash"]["seed"])
     # the build's map winnowed this input's docs already (its compiled JSONL path): no second read
     staged = map_anchor_batches(store, key, int(e["docs"]))
@@ -422,5 +430,6 @@ def _kind(fmt: str, mode: str) -> str:
 
 
 def _files_ok(store: Path, rec: dict[str, Any]) -> bool:
-    files = ([rec["file"]] if "file" in rec else []) + _anchor_files(rec)
+    files = ([rec["file"]] if "file" in rec else []) + _anchor_files(rec) \
+        + ([rec["blocks"]["file"]] if "blocks" in rec else [])
     return all((store / f).is_file() for f in files)

@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
+from tcqa_data.checksums import BlockCheck
 from tcqa_data.decontam.core.arrays import sorted_unique
-from tcqa_data.decontam.index_files import open_manifest
+from tcqa_data.decontam.index_files import index_checks, open_manifest
 from tcqa_data.errors import TcqaError
 from tcqa_data.io_utils import load_npy, read_json
 
@@ -81,6 +82,8 @@ def store_summary(index_dir: str | os.PathLike) -> dict[str, Any] | None:
         out["anchor_entries"] += int(rec["entries"])
         out["anchor_chance_match_rate"] += float(rec["chance_match_rate"])
     for rec in meta.get("inputs", {}).values():
+        if "blocks" in rec and (d / rec["blocks"]["file"]).is_file():
+            out["bytes"]["locations"] += (d / rec["blocks"]["file"]).stat().st_size
         if "file" in rec and (d / rec["file"]).is_file():
             out["bytes"]["copy" if rec["kind"] == "copy" else "locations"] += (d / rec["file"]).stat().st_size
         if not rec.get("anchors"):
@@ -98,6 +101,25 @@ def store_bytes(index_dir: str | os.PathLike) -> int:
     return sum(p.stat().st_size for p in d.iterdir() if p.is_file()) if d.is_dir() else 0
 
 
+class _Sha256Check:
+    """A corpus file of a store written before block digests: its sha256 as the index recorded it,
+    checked once, whole, at the first read (the :class:`BlockCheck` calls a read makes)."""
+
+    def __init__(self, path: str, sha256: str, changed: Any) -> None:
+        self.path, self.sha256, self.changed, self.complete = path, sha256, changed, False
+
+    def check_all(self) -> None:
+        if not self.complete:
+            from tcqa_data.outputs import file_sha256
+
+            if file_sha256(self.path) != self.sha256:
+                raise self.changed(f"{self.path} does not match its checksum (sha256)")
+            self.complete = True
+
+    def check_ranges(self, starts: Any, ends: Any) -> None:
+        self.check_all()
+
+
 class TextStore:
     """Read doc texts by doc ordinal (``TextStore.open(INDEX_DIR).texts([0, 5])``)."""
 
@@ -110,6 +132,10 @@ class TextStore:
         self._arrays: dict[str, np.ndarray] = {}
         self._groups: OrderedDict[tuple[str, int], list[str]] = OrderedDict()
         self._checked: set[str] = set()
+        # the index's files (offsets, copies, block digests) and each corpus file's blocks, checked
+        # as they are read
+        self.checks = index_checks(root, manifest)
+        self._corpus: dict[str, BlockCheck] = {}
 
     @classmethod
     def open(cls, index_dir: str | os.PathLike) -> TextStore:
@@ -141,6 +167,14 @@ class TextStore:
             self._arrays[f] = load_npy(self.root / STORE_DIR / f)
         return self._arrays[f]
 
+    def _rows(self, rec: dict[str, Any], rows: np.ndarray) -> np.ndarray:
+        """Entries ``rows`` of an input's locations file, checked against the index's block checksums."""
+        arr = self._array(rec)
+        rows = np.asarray(rows, dtype=np.int64)
+        if self.checks is not None:
+            self.checks.check_rows(self.root / STORE_DIR / rec["file"], arr, rows, rows + 1)
+        return np.asarray(arr[rows], dtype=np.int64)
+
     def _check_file(self, rec: dict[str, Any]) -> str:
         p = rec["abs_path"]
         if p not in self._checked:
@@ -150,10 +184,34 @@ class TextStore:
                 raise TcqaError(f"{p}: corpus file of the index is gone; alignment and MinHash verification "
                                 "read doc text from it (build the index with --text-store copy to keep a "
                                 "copy)") from None
-            if st.st_size != rec["size"] or st.st_mtime_ns != rec["mtime_ns"]:
-                raise TcqaError(f"{p}: corpus file changed since it was indexed; rebuild the index")
+            if st.st_size != rec["size"]:
+                raise TcqaError(f"{p}: corpus file changed since it was indexed (its size); rebuild the "
+                                "index")
             self._checked.add(p)
         return p
+
+    def _corpus_check(self, rec: dict[str, Any]) -> BlockCheck:
+        """The block check of a location entry's corpus file: its recorded block digests, or (a
+        store written before them) the input's sha256, checked whole at the first read."""
+        p = self._check_file(rec)
+        check = self._corpus.get(p)
+        if check is None:
+            def changed(message: str) -> TcqaError:
+                what = message.replace("does not match its checksum", "changed since it was indexed")
+                return TcqaError(f"{what}; rebuild the index (or build it with --text-store copy to keep "
+                                 "a copy)")
+
+            blocks = rec.get("blocks")
+            if isinstance(blocks, dict):
+                path = self.root / STORE_DIR / blocks["file"]
+                if self.checks is not None:
+                    self.checks.check_rows(path)
+                check = BlockCheck(p, load_npy(path, mmap_mode=None), int(blocks["block_bytes"]),
+                                   int(rec["size"]), changed)
+            else:
+                check = _Sha256Check(p, rec["id"]["sha256"], changed)
+            self._corpus[p] = check
+        return check
 
     def unreadable(self) -> str | None:
         """Why some doc's text cannot be read (an input's corpus file gone or changed since it was
@@ -196,17 +254,25 @@ class TextStore:
         e, rec, j = self._entry(int(ordinal))
         kind = rec["kind"]
         if kind == "copy":
+            if self.checks is not None:
+                self.checks.check_rows(self.root / STORE_DIR / rec["file"])
             return self._parquet_row(self.root / STORE_DIR / rec["file"], j, "text")
         p = self._check_file(rec)
+        check = self._corpus_check(rec)
         if kind == "file":
+            check.check_all()
             with open(p, "rb") as fh:
                 raw = fh.read()
             return raw.removeprefix(b"\xef\xbb\xbf").decode("utf-8")
-        if kind == "rows":
-            return self._parquet_row(Path(p), int(self._array(rec)[j]), self.text_field)
+        if kind == "rows":  # Parquet reads what its metadata says: the file whole, once
+            check.check_all()
+            return self._parquet_row(Path(p), int(self._rows(rec, np.array([j]))[0]), self.text_field)
         with open(p, "rb") as fh:
-            fh.seek(int(self._array(rec)[j]))
-            raw = fh.readline().removeprefix(b"\xef\xbb\xbf")
+            start = int(self._rows(rec, np.array([j]))[0])
+            fh.seek(start)
+            raw = fh.readline()
+            check.check_ranges(np.array([start]), np.array([start + len(raw)]))
+            raw = raw.removeprefix(b"\xef\xbb\xbf")
         return json.loads(raw.decode("utf-8"))[self.text_field]
 
     def texts(self, ordinals: Sequence[int] | np.ndarray) -> list[str]:
@@ -226,6 +292,7 @@ class TextStore:
         it line-buffered for each doc, which cost more than the JSON decoding)."""
         out: dict[int, str] = {}
         for rec, docs, start, end in spans:
+            self._corpus_check(rec).check_ranges(start, end)
             fd = os.open(self._check_file(rec), os.O_RDONLY)
             try:
                 for o, a, b in zip(docs.tolist(), start.tolist(), end.tolist(), strict=True):
@@ -264,11 +331,11 @@ class TextStore:
             offs = self._array(rec)
             docs = ords[which == i]
             local = docs - int(self._inputs[i]["doc_offset"])
-            start = np.asarray(offs[local], dtype=np.int64)
+            start = self._rows(rec, local)
             nxt = local + 1
             end = np.full(len(local), int(rec["size"]), dtype=np.int64)  # the last doc: to the end
             inside = nxt < len(offs)
-            end[inside] = np.asarray(offs[nxt[inside]], dtype=np.int64)
+            end[inside] = self._rows(rec, nxt[inside])
             yield rec, docs, start, end
 
     def prefetch(self, ordinals: Sequence[int] | np.ndarray) -> None:
