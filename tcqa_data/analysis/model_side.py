@@ -26,7 +26,9 @@ import numpy as np
 from tcqa_data.eval import metrics as M
 
 PREFIX = "model:"
-# the score named in the plain-words line (Min-K%++ at k = 20% of the query: the paper's default k)
+# the per-doc headline evaluate writes (memorization.headline: {"score", "name"}; eval.memorization.
+# add_headline), named in the plain-words line; samples without one: Min-K%++ (k=20%) of the query
+HEADLINE_NAME = f"{PREFIX}headline:score"
 HEADLINE = "query", "min_k_pp_20"
 # fewer dirty (or clean) question groups than this: the value is given, no interval (it would be noise)
 MIN_GROUPS_FOR_INTERVAL = 10
@@ -39,6 +41,8 @@ ABSENT = ("the model side is absent: these samples hold no token log-probabiliti
 def score_label(name: str) -> str:
     """'model:query:min_k_pp_20' -> 'Min-K%++ (k=20%) of query'."""
     _, text, score = name.split(":", 2)
+    if name == HEADLINE_NAME:
+        return "headline score (max rank of Min-K%++ k=20% of the query over its contexts)"
     if score.startswith("min_k_pp_"):
         what = f"Min-K%++ (k={score.rsplit('_', 1)[1]}%)"
     elif score.startswith("min_k_"):
@@ -49,14 +53,20 @@ def score_label(name: str) -> str:
 
 
 def model_scores(per_doc: list[dict[str, Any]]) -> dict[str, np.ndarray]:
-    """``model:TEXT:SCORE`` -> per-doc values (NaN where missing); {} when no doc has scores."""
+    """``model:TEXT:SCORE`` -> per-doc values (NaN where missing), the headline first
+    (``model:headline:score``); {} when no doc has scores."""
     names: list[tuple[str, str]] = []
+    out = {}
+    if any("headline" in (o.get("memorization") or {}) for o in per_doc):
+        v = [((o.get("memorization") or {}).get("headline") or {}).get("score") for o in per_doc]
+        out[HEADLINE_NAME] = np.array([np.nan if x is None else float(x) for x in v])
     for o in per_doc:
         for text, scores in (o.get("memorization") or {}).items():
+            if text == "headline":
+                continue
             for s in scores:
                 if (text, s) not in names:
                     names.append((text, s))
-    out = {}
     for text, s in names:
         v = [((o.get("memorization") or {}).get(text) or {}).get(s) for o in per_doc]
         out[f"{PREFIX}{text}:{s}"] = np.array([np.nan if x is None else float(x) for x in v])
@@ -215,7 +225,7 @@ def curves(x: np.ndarray, dirty: np.ndarray, bins: int = 20) -> dict[str, Any]:
 
 def plain_line(agree: dict[str, Any], flag: str = "dirty") -> str:
     """The report's one line on the headline score against the prepared split."""
-    name = f"{PREFIX}{HEADLINE[0]}:{HEADLINE[1]}"
+    name = HEADLINE_NAME if HEADLINE_NAME in agree else f"{PREFIX}{HEADLINE[0]}:{HEADLINE[1]}"
     if name not in agree:
         name = next(iter(agree))
     a = agree[name]["auroc"][flag]
@@ -242,6 +252,8 @@ def text_contexts(per_doc: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
     for o in per_doc:
         where = o.get("memorization_context") or {}
         for text in o.get("memorization") or {}:
+            if text == "headline":
+                continue
             c = out.setdefault(text, {"prompt": 0, "standalone": 0})
             c[where.get(text, "standalone")] += 1
     return out

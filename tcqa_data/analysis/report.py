@@ -219,7 +219,7 @@ def model_side_blocks(e: dict[str, Any], metric: str) -> list[Block]:
     for text in dict.fromkeys(n.split(":")[1] for n in agree):
         blocks.append(Figure(f"memorization scores of {text}: ROC and distributions",
                              lambda text=text: _model_plot(agree, text)))
-        name = f"{MODEL_PREFIX}{text}:{HEADLINE[1]}"
+        name = f"{MODEL_PREFIX}{text}:{'score' if text == 'headline' else HEADLINE[1]}"
         if name in e["sweeps"]:
             blocks += _sweep_blocks(name, e["sweeps"][name], metric)
     return blocks

@@ -45,7 +45,8 @@ def decontaminate_cmd(
     out: Path = typer.Option(..., "--out", help="Output folder (PREP_DIR)."),
     data_files: Optional[list[str]] = typer.Option(  # noqa: UP045 - typer needs Optional here
         None, "--data-files",
-        help="Local data instead of the hub: TASK:SPLIT=PATH (TSV, JSONL or Parquet); repeatable, e.g. "
+        help="Local data instead of the hub: TASK:SPLIT=PATH (TSV, JSONL or Parquet; for lm-eval tasks "
+             "JSONL, Parquet or CSV with the fields the task's YAML reads); repeatable, e.g. "
              "mc_taco:test=../shared/data/mc_taco/test_9442.tsv"),
     splits: Optional[str] = typer.Option(None, "--splits",  # noqa: UP045
                                          help="Comma-separated split names to process (default: all)."),

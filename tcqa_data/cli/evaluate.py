@@ -72,8 +72,9 @@ def evaluate_cmd(
     memorization_context: MemorizationContext = typer.Option(
         "prompt", "--memorization-context",
         help="prompt (each text's tokens where it occurs in the doc's prompt, read from the task's own "
-             "forward pass; texts not found there are scored standalone) or standalone (each text alone "
-             "after the prefix token, in a separate pass)."),
+             "forward pass; texts not found there are scored standalone), standalone (each text alone "
+             "after the prefix token, in a separate pass) or both (TEXT in the prompt and TEXT@standalone; "
+             "the headline score takes the better-ranked context of each doc)."),
     backend: Backend = typer.Option("native", "--backend",
                                 help="native (tcqa-data's scorer) or lm-eval (run "
                                 "lm-evaluation-harness on the exported full YAMLs, then `analyze`)."),

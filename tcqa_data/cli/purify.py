@@ -21,7 +21,8 @@ def purify_cmd(
     mode: PurifyMode = typer.Option("excise", "--mode",
                              help="excise: Janitor.clean's cuts; drop: whole docs."),
     data_files: Optional[list[str]] = typer.Option(  # noqa: UP045 - typer needs Optional here
-        None, "--data-files", help="Local data instead of the hub: TASK:SPLIT=PATH; repeatable."),
+        None, "--data-files",
+        help="Local data instead of the hub: TASK:SPLIT=PATH (as decontaminate); repeatable."),
     splits: Optional[str] = typer.Option(None, "--splits",  # noqa: UP045
                                          help="Comma-separated split names to check (default: all)."),
     lm_eval_include: Optional[list[Path]] = typer.Option(  # noqa: UP045

@@ -40,6 +40,10 @@ import torch
 from tcqa_data.eval.packing import common_prefix_len, concat, fill_rows, trie
 
 KS = (10, 20, 50)
+# suffix of a TEXT name whose scores are of its standalone context beside the in-prompt one
+STANDALONE_SUFFIX = "@standalone"
+# the headline combines this score of the query in each context that ran (see add_headline)
+HEADLINE_TEXT, HEADLINE_SCORE = "query", "min_k_pp_20"
 SCORE_NAMES = ("loss", "zlib", *(f"min_k_{k}" for k in KS), *(f"min_k_pp_{k}" for k in KS))
 # Positions whose full next-token distributions are held at once ([N, vocab] float32).
 STATS_CHUNK = 256
@@ -213,3 +217,45 @@ def doc_memorization(engine, texts_per_doc: Sequence[dict[str, str]]
     scores = {t: memorization_scores(s, t) for t, s in zip(distinct, token_stats(engine, distinct),
                                                                 strict=True)}
     return [{name: scores[t] for name, t in texts.items()} for texts in texts_per_doc]
+
+
+def rank_normalise(values: np.ndarray) -> np.ndarray:
+    """Each finite value's average rank among the finite ones, divided by their number (in (0, 1]);
+    NaN stays NaN."""
+    from scipy.stats import rankdata
+
+    out = np.full(len(values), np.nan)
+    ok = np.isfinite(values)
+    if ok.any():
+        out[ok] = rankdata(values[ok], method="average") / ok.sum()
+    return out
+
+
+def add_headline(per_doc: Sequence[dict]) -> str | None:
+    """Sets each doc's ``memorization["headline"] = {"score", "name"}`` and returns the name (None
+    when no doc has a component).
+
+    The headline is the max, over the contexts that ran (``query`` in the prompt, ``query@standalone``
+    alone), of the doc's rank-normalised Min-K%++ (k=20%) of its query among the docs of the same
+    pass. Why: which context shows an exposure depends on the text the model saw (the task's prompts
+    show in the prompt context, the bare queries standalone), and a user does not know which; the
+    contexts' raw scores are on different scales (different conditioning, different token sets), so
+    they are compared by rank. The max of ranks follows whichever context flags the doc; the cost
+    is a shift of the unseen docs' ranks (the max of two ranks), the same for every doc. Higher = more
+    likely seen. The components stay in ``memorization`` under their names.
+    """
+    components = [c for c in (HEADLINE_TEXT, HEADLINE_TEXT + STANDALONE_SUFFIX)
+                  if any(((o.get("memorization") or {}).get(c) or {}).get(HEADLINE_SCORE) is not None
+                         for o in per_doc)]
+    if not components:
+        return None
+    ranks = []
+    for c in components:
+        raw = [((o.get("memorization") or {}).get(c) or {}).get(HEADLINE_SCORE) for o in per_doc]
+        ranks.append(rank_normalise(np.array([np.nan if v is None else float(v) for v in raw])))
+    best = np.fmax.reduce(np.vstack(ranks), axis=0) if len(ranks) > 1 else ranks[0]
+    name = f"max rank of {HEADLINE_SCORE} over {', '.join(components)}"
+    for o, v in zip(per_doc, best, strict=True):
+        o.setdefault("memorization", {})["headline"] = {"score": None if np.isnan(v) else float(v),
+                                                       "name": name}
+    return name

@@ -21,7 +21,14 @@ from tcqa_data import FORMAT_VERSION, __version__
 from tcqa_data.errors import ConfigError, TcqaError
 from tcqa_data.eval import in_prompt
 from tcqa_data.eval import metrics as M
-from tcqa_data.eval.memorization import KS, SCORE_NAMES, TokenStats, doc_memorization
+from tcqa_data.eval.memorization import (
+    KS,
+    SCORE_NAMES,
+    STANDALONE_SUFFIX,
+    TokenStats,
+    add_headline,
+    doc_memorization,
+)
 from tcqa_data.eval.models import LoadedModel, load_model
 from tcqa_data.eval.scoring import (
     Engine,
@@ -140,7 +147,7 @@ def describe_groups(group_ids: list[int], limit: int = 12) -> str:
     return ", ".join(runs[:limit]) + (f", ... ({len(runs) - limit} more runs)" if len(runs) > limit else "")
 
 
-MEMORIZATION_CONTEXTS = ("prompt", "standalone")
+MEMORIZATION_CONTEXTS = ("prompt", "standalone", "both")
 CONTEXT_DEFINITIONS = {
     "prompt": "in-prompt (tcqa_data.eval.in_prompt): each text's tokens where it occurs in the doc's "
               "prompt (offset mapping inside the field's occurrence; query = its template's fields), each "
@@ -149,6 +156,10 @@ CONTEXT_DEFINITIONS = {
               "(tasks.<task>.memorization_context counts them; samples' memorization_context says which)",
     "standalone": "standalone: each text alone after the prefix token (BOS, else EOS), every token scored, "
                   "cut to the model's context, in a separate packed pass",
+    "both": "both: TEXT in-prompt as 'prompt' says, and TEXT@standalone as 'standalone' says; each "
+            "distinct text scored once per context; a text that begins its prompt (nothing before it "
+            "there either) or was scored standalone already keeps those scores as its standalone ones "
+            "(samples' memorization_context says where each came from)",
 }
 
 
@@ -189,6 +200,27 @@ def add_standalone_scores(engine: Engine, per_doc: list[dict[str, Any]],
         for n in ts:
             count["standalone" if n in own else "prompt"] += 1
     return count
+
+
+def add_standalone_context(engine: Engine, spec: TaskSpec, docs: list[dict[str, Any]],
+                           per_doc: list[dict[str, Any]], texts: list[dict[str, str]]) -> int:
+    """``--memorization-context both``: each doc's ``TEXT@standalone`` beside its in-prompt ``TEXT``
+    (after :func:`add_standalone_scores`). A text scored standalone already, or one that begins the
+    doc's prompt (nothing precedes it there either: the contexts differ by the prefix token alone),
+    keeps its scores; the others are scored alone, each distinct text once. Returns how many
+    (doc, text) pairs the standalone pass scored."""
+    need: list[dict[str, str]] = []
+    for doc, o, ts in zip(docs, per_doc, texts, strict=True):
+        prompt = spec.text(doc)
+        where = o["memorization_context"]
+        need.append({n: t for n, t in ts.items() if where[n] != "standalone" and not prompt.startswith(t)})
+    alone = doc_memorization(engine, need) if any(need) else [{} for _ in per_doc]
+    for o, ts, own, scored in zip(per_doc, texts, need, alone, strict=True):
+        for n in ts:
+            o["memorization"][n + STANDALONE_SUFFIX] = scored[n] if n in own else o["memorization"][n]
+            o["memorization_context"][n + STANDALONE_SUFFIX] = \
+                "standalone" if n in own else o["memorization_context"][n]
+    return sum(len(x) for x in need)
 
 
 # ---- running one task ----------------------------------------------------------------------
@@ -458,7 +490,7 @@ def run_evaluation(prep_dir: str | Path, model: str | LoadedModel, tasks: list[s
                            rate=rate_text(docs_done, time.perf_counter() - _t1, "docs"))
 
             texts = [data.spec.memorization_texts(d) for d in docs] if memorization else None
-            in_pass = texts if memorization_context == "prompt" else None
+            in_pass = texts if memorization_context in ("prompt", "both") else None
             if not docs or (memorization_only and in_pass is None):
                 per_doc: list[dict[str, Any]] = [{} for _ in docs]
             elif data.spec.output_type == "multiple_choice":
@@ -478,6 +510,10 @@ def run_evaluation(prep_dir: str | Path, model: str | LoadedModel, tasks: list[s
             t2 = time.perf_counter()
             with stage(f"{data.task}: memorization scores", quiet):
                 mem_count = add_standalone_scores(engine, per_doc, texts)
+                if memorization_context == "both":
+                    mem_count["standalone_pass"] = add_standalone_context(engine, data.spec, docs, per_doc,
+                                                                          texts)
+                add_headline(per_doc)
             mem_s = time.perf_counter() - t2
         table = task_table(data.spec, docs, per_doc, clean, bootstrap, seed) \
             if docs and not memorization_only else None

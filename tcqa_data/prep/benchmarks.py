@@ -67,14 +67,7 @@ def load_split(spec: TaskSpec, split: str, data_file: str | os.PathLike | None =
 # ---- local files ----------------------------------------------------------------------------
 def read_local(path: Path, spec: TaskSpec) -> pa.Table:
     """Read a TSV (columns from the spec's ``tsv_columns``, no header), JSONL/JSON or Parquet file."""
-    if path.is_dir():
-        raise InputError("is a folder; --data-files takes a data file (TSV, JSONL or Parquet)",
-                         path=str(path))
-    if path.exists() and not path.is_file():
-        raise InputError("is not a regular file (a FIFO, socket or device); give a data file",
-                         path=str(path))
-    if not path.is_file():
-        raise InputError("data file not found", path=str(path))
+    check_data_file(path, LOCAL_FORMATS)
     suffix = path.suffix.lower()
     if suffix == ".tsv":
         return _read_tsv(path, spec)
@@ -85,7 +78,22 @@ def read_local(path: Path, spec: TaskSpec) -> pa.Table:
             return read_parquet_file(path, "benchmark Parquet file")
         except (OSError, pa.ArrowException) as exc:
             raise InputError(f"cannot read Parquet: {exc}", path=str(path)) from exc
-    raise InputError(f"unsupported data file type {suffix!r}; use one of {LOCAL_FORMATS}", path=str(path))
+    raise AssertionError(suffix)  # check_data_file refused it
+
+
+def check_data_file(path: Path, formats: tuple[str, ...]) -> None:
+    """Refuse a ``--data-files`` path that is no regular file, or none of ``formats`` (suffixes)."""
+    if path.is_dir():
+        raise InputError(f"is a folder; --data-files takes a data file ({', '.join(formats)})",
+                         path=str(path))
+    if path.exists() and not path.is_file():
+        raise InputError("is not a regular file (a FIFO, socket or device); give a data file",
+                         path=str(path))
+    if not path.is_file():
+        raise InputError("data file not found", path=str(path))
+    if path.suffix.lower() not in formats:
+        raise InputError(f"unsupported data file type {path.suffix.lower()!r}; use one of {formats}",
+                         path=str(path))
 
 
 def _read_tsv(path: Path, spec: TaskSpec) -> pa.Table:

@@ -35,7 +35,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from tcqa_data.errors import ConfigError
+from tcqa_data.errors import ConfigError, TcqaError
 from tcqa_data.outputs import check_name
 from tcqa_data.prep.task_code import check_include_folders, check_requested_code, check_task_templates
 from tcqa_data.prep.templates import ENV as TEMPLATE_ENV
@@ -75,6 +75,7 @@ class LmEvalTask:
     group_by: tuple[str, ...] = ()
     requested_as: str = ""        # the --tasks name (a group or tag when expanded)
     report_by: tuple[str, ...] = field(default=())
+    data_files: dict[str, str] = field(default_factory=dict)  # split -> the local file read (--data-files)
 
     @property
     def doc_to_decontamination_query(self) -> str:
@@ -99,6 +100,7 @@ def resolve_lm_eval_tasks(
     group_by: Mapping[str, Sequence[str]] | None = None,
     include_defaults: bool = True,
     allow_task_code: bool = False,
+    data_files: Mapping[str, Mapping[str, str | os.PathLike]] | None = None,
 ) -> list[LmEvalTask]:
     """Load ``names`` (tasks, groups or tags) through lm-eval and compute every doc's query.
 
@@ -107,7 +109,8 @@ def resolve_lm_eval_tasks(
     group; a task's ``metadata: {group_by: [...]}`` in its YAML says the same. Without either,
     every doc is its own group. ``include_defaults=False`` skips indexing lm-eval's ~200 shipped
     task folders (faster when only include_path tasks are used). ``allow_task_code``: run Python
-    that task YAMLs outside the installed lm-eval name (refused by default).
+    that task YAMLs outside the installed lm-eval name (refused by default). ``data_files``: task ->
+    split -> local file the task reads instead of its dataset (:mod:`tcqa_data.prep.lm_eval_local`).
     """
     tasks_mod = import_lm_eval(f"task(s) {list(names)} (not built-in tasks)")
     if include_path is None:
@@ -125,15 +128,23 @@ def resolve_lm_eval_tasks(
     seen: set[str] = set()
     with _quiet_lm_eval(), sandboxed_lm_eval():
         manager = tasks_mod.TaskManager(include_path=paths or None, include_defaults=include_defaults)
+        local = None
+        if data_files:
+            from tcqa_data.prep.lm_eval_local import LocalTaskData
+
+            local = LocalTaskData(data_files)
+            local.install(manager, names)
         for name in names:
-            for task_name, task in _load(manager, name, paths, allow_task_code).items():
+            for task_name, task in _load(manager, name, paths, allow_task_code, local).items():
                 if task_name in seen:
                     continue
                 # the name becomes a PREP_DIR folder: checked before any doc is read or written
                 check_name(task_name, "lm-eval task name", _origin(manager, task_name))
                 seen.add(task_name)
                 fields = group_by.get(task_name, group_by.get(name))
-                out.append(_prepare(task_name, task, name, fields))
+                out.append(_prepare(task_name, task, name, fields, local))
+    if local is not None:
+        local.check_used(seen)
     unused = sorted(set(group_by) - seen - set(names))
     if unused:
         raise ConfigError(f"--group-by names task(s) {unused} that are not among the resolved tasks "
@@ -158,7 +169,8 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-def _load(manager: Any, name: str, include_paths: list[str], allow_task_code: bool = False) -> dict[str, Any]:
+def _load(manager: Any, name: str, include_paths: list[str], allow_task_code: bool = False,
+          local: Any = None) -> dict[str, Any]:
     """{task name: Task} for one requested name, with one-line errors naming the task."""
     entry = manager.task_index.get(name)
     if entry is None:
@@ -183,7 +195,12 @@ def _load(manager: Any, name: str, include_paths: list[str], allow_task_code: bo
         loaded = manager.load([name])
     except TemplateRefused as exc:  # lm-eval rendered a template in the sandbox, which refused it
         raise ConfigError(f"lm-eval cannot load task {name!r}{where}: {exc}") from None
+    except TcqaError:
+        raise  # our own one-line refusals (local data files)
     except Exception as exc:  # noqa: BLE001 - lm-eval raises anything from datasets, YAML, Jinja, ...
+        traced = local and next(filter(None, (local.explain(t, exc) for t in sorted(local.applied))), None)
+        if traced:
+            raise traced from exc
         raise ConfigError(f"lm-eval cannot load task {name!r}{where}: {_first_line(exc)}") from exc
     tasks = dict(loaded["tasks"])
     if not tasks:
@@ -309,10 +326,17 @@ def template_fields(spec: Any, columns: Sequence[str]) -> list[str]:
     return sorted((n for n in names if n in columns), key=spec.find)
 
 
-def _prepare(name: str, task: Any, requested_as: str, group_fields: Sequence[str] | None) -> LmEvalTask:
+def _prepare(name: str, task: Any, requested_as: str, group_fields: Sequence[str] | None,
+             local: Any = None) -> LmEvalTask:
     split, role = eval_split(task, name)
     check_name(split, "split name", f"lm-eval task {name!r}")  # a PREP_DIR folder name too
-    docs = task.eval_docs
+    try:
+        docs = task.eval_docs
+    except Exception as exc:  # noqa: BLE001 - process_docs failing on the data
+        traced = local and local.explain(name, exc)
+        if traced:
+            raise traced from exc
+        raise
     if len(docs) == 0:
         raise ConfigError(f"lm-eval task {name!r}: split {split!r} has no docs; nothing to decontaminate")
     table = docs_table(docs)
@@ -324,6 +348,9 @@ def _prepare(name: str, task: Any, requested_as: str, group_fields: Sequence[str
         except TemplateRefused:
             raise
         except Exception as exc:  # noqa: BLE001 - a template or helper failing on a doc
+            traced = local and local.explain(name, exc)
+            if traced:
+                raise traced from exc
             raise ConfigError(f"lm-eval task {name!r}: decontamination query of doc {i} failed: "
                               f"{_first_line(exc)}") from exc
     description, spec = _query_spec(task)
@@ -340,10 +367,11 @@ def _prepare(name: str, task: Any, requested_as: str, group_fields: Sequence[str
     dataset = getattr(cfg, "dataset_path", None) or getattr(task, "DATASET_PATH", None) or "?"
     dataset_name = getattr(cfg, "dataset_name", None) or getattr(task, "DATASET_NAME", None)
     source = f"lm-eval:{name} ({dataset}{'/' + dataset_name if dataset_name else ''}, split {split})"
-    return LmEvalTask(task=name, lm_task=task, split=split, role=role, table=table, source=source,
-                      queries=queries, query_description=description,
+    files = {s: str(p) for s, p in local.files[name].items()} if local and name in local.applied else {}
+    return LmEvalTask(task=name, lm_task=task, split=split, role=role, table=table,
+                      source=files.get(split, source), queries=queries, query_description=description,
                       fields=template_fields(spec, table.column_names), group_by=tuple(group_fields),
-                      requested_as=requested_as)
+                      requested_as=requested_as, data_files=files)
 
 
 def parse_group_by(items: Sequence[str]) -> dict[str, list[str]]:

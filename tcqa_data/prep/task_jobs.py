@@ -17,6 +17,7 @@ from tcqa_data.decontam.detect.score import QueryDoc
 from tcqa_data.errors import ConfigError
 from tcqa_data.outputs import check_name
 from tcqa_data.prep.benchmarks import BenchmarkSplit, load_split
+from tcqa_data.prep.doc_refs import portable_path
 from tcqa_data.prep.taskspec import TaskSpec, is_task_yaml_path, is_tcqa_task
 
 if TYPE_CHECKING:
@@ -35,13 +36,8 @@ def parse_data_files(items: Iterable[str], tasks: Sequence[str]) -> dict[str, di
         if not (task.strip() and split.strip() and path.strip()):
             raise ConfigError(f"--data-files {item!r}: expected TASK:SPLIT=PATH (task, split and file), "
                               "e.g. mc_taco:test=../shared/data/mc_taco/test_9442.tsv")
-        # with a task given as a YAML path, its spec's `task` name is checked later, in decontaminate
-        if not is_tcqa_task(task) and task in tasks:
-            raise ConfigError(f"--data-files {item!r}: task {task!r} is resolved through lm-eval, which "
-                              "reads its data as its YAML says; point dataset_path/dataset_kwargs "
-                              "(e.g. dataset_path: json, data_files) at local files in a task YAML "
-                              "under --lm-eval-include instead")
-        if task not in tasks and not any(t.endswith((".yaml", ".yml")) for t in tasks):
+        # a YAML path's spec `task` name, or a member of an lm-eval group or tag, is checked once resolved
+        if task not in tasks and all(is_tcqa_task(t) and not t.endswith((".yaml", ".yml")) for t in tasks):
             raise ConfigError(f"--data-files {item!r}: task {task!r} is not among --tasks {list(tasks)}")
         out.setdefault(task, {})[check_name(split, "split name", "--data-files")] = path
     return out
@@ -105,17 +101,18 @@ def _resolve_tasks(tasks: Sequence[str], data_files: dict[str, dict[str, str | o
     # local files may be keyed by the name given in `tasks` (maybe a YAML path) or by spec.task
     known = set(own) | {s.task for s in specs}
     unknown = sorted(set(data_files) - known)
-    if unknown:
+    lm_names = [t for t in tasks if not is_tcqa_task(t)]
+    if unknown and not lm_names:
         raise ConfigError(f"data files given for tasks {unknown} that are not among the built-in or YAML "
                           f"tasks {own}")
-    lm_names = [t for t in tasks if not is_tcqa_task(t)]
     lm_tasks: list[LmEvalTask] = []
     if lm_names:
         from tcqa_data.prep.lm_eval_tasks import resolve_lm_eval_tasks
 
         lm_tasks = resolve_lm_eval_tasks(lm_names, include_path=lm_eval_include, group_by=group_by,
                                          include_defaults=lm_eval_include_defaults,
-                                         allow_task_code=allow_task_code)
+                                         allow_task_code=allow_task_code,
+                                         data_files={t: data_files[t] for t in unknown})
     elif group_by:
         raise ConfigError(f"--group-by names task(s) {sorted(group_by)} that are not among {list(tasks)}")
     for task_name, spec in zip(own, specs, strict=True):
@@ -169,6 +166,8 @@ def _lm_eval_job(lt: LmEvalTask, splits: Sequence[str] | None) -> TaskJob:
         raise ConfigError(f"lm-eval task {lt.task!r} evaluates split {lt.split!r}, which --splits "
                           f"{list(splits)} leaves out")
     b = BenchmarkSplit(task=lt.task, split=lt.split, source=lt.source, table=lt.table)
-    return TaskJob(lt, [(b, lt.queries, lt.role)],
-                    {"lm_eval_task": lt.task, "requested_as": lt.requested_as, "query": lt.query_description,
-                     "group_by": list(lt.group_by)})
+    source = {"lm_eval_task": lt.task, "requested_as": lt.requested_as, "query": lt.query_description,
+              "group_by": list(lt.group_by)}
+    if lt.data_files:  # file names only, as PREP_DIR records every input
+        source["data_files"] = {s: portable_path(p) for s, p in sorted(lt.data_files.items())}
+    return TaskJob(lt, [(b, lt.queries, lt.role)], source)

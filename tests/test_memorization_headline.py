@@ -1,0 +1,94 @@
+"""The headline memorization score (``memorization.headline``) and ``--memorization-context both``.
+
+Ground truth: a tiny random Llama (SmolLM2 tokenizer) fine-tuned on half of a real MC-TACO sample,
+once on the decontamination queries in query order ("{question} {sentence}", as a corpus could hold
+them) and once on the task's prompts; the headline must rank the seen docs above the others in both,
+with no knowledge of which exposure happened. Each distinct text is scored once per context; its
+scores equal those of the text scored on its own.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import SHARED_DATA, shared_file
+from eval_fixtures import fine_tuned_tiny_model, read_mc_taco, write_task
+from sklearn.metrics import roc_auc_score
+
+from tcqa_data.eval.memorization import add_headline, memorization_scores, rank_normalise, token_stats
+from tcqa_data.prep.prepared import load_task
+
+N_GROUPS = 24
+HEADLINE_AUROC = 0.8
+
+
+def test_headline_is_the_max_of_the_contexts_ranks():
+    """Docs 0 and 1 top one context each: both head the headline; a missing component is skipped."""
+    per_doc = [{"memorization": {"query": {"min_k_pp_20": p}, "query@standalone": {"min_k_pp_20": s}}}
+               for p, s in ((-1.0, -9.0), (-9.0, -1.0), (-5.0, -5.0), (-6.0, None))]
+    name = add_headline(per_doc)
+    assert name == "max rank of min_k_pp_20 over query, query@standalone"
+    heads = [o["memorization"]["headline"]["score"] for o in per_doc]
+    assert heads[0] == heads[1] == 1.0 and heads[0] > heads[2] > heads[3]
+    np.testing.assert_allclose(rank_normalise(np.array([3.0, np.nan, 1.0, 3.0])), [0.8333333, np.nan, 1 / 3,
+                                                                                   0.8333333], rtol=1e-6)
+    assert add_headline([{"memorization": {}}]) is None
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory):
+    shared_file("mc_taco/test_9442.tsv")
+    root = tmp_path_factory.mktemp("headline")
+    prep = root / "prep"
+    # even groups "dirty": the model sees them; odd groups never
+    write_task(prep, "mc_taco", "test", read_mc_taco(SHARED_DATA / "mc_taco" / "test_9442.tsv", N_GROUPS),
+               dirty_every=2)
+    return root, prep, load_task(prep, "mc_taco", "test")
+
+
+def _headline_auroc(prep, model, out):
+    from tcqa_data.eval.runner import evaluate
+
+    res = evaluate(prep, str(model), device="cpu", batch_size=8, output=out, quiet=True, bootstrap=0,
+                   memorization_context="both", write=False)
+    samples = [s for s in res["_samples"] if s["task"] == "mc_taco"]
+    dirty = [s["subset"] == "dirty" for s in samples]
+
+    def auroc(get):
+        return float(roc_auc_score(dirty, [get(s["memorization"]) for s in samples]))
+
+    return res, samples, {"headline": auroc(lambda m: m["headline"]["score"]),
+                          "prompt": auroc(lambda m: m["query"]["min_k_pp_20"]),
+                          "standalone": auroc(lambda m: m["query@standalone"]["min_k_pp_20"])}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("exposure", ["queries", "prompts"])
+def test_headline_finds_the_seen_docs_whichever_way_they_were_seen(sample, exposure):
+    root, prep, data = sample
+    seen = [d for d, c in zip(data.docs, data.clean, strict=True) if not c]
+    texts = sorted({data.spec.decontamination_query(d) if exposure == "queries" else data.spec.text(d)
+                    for d in seen})
+    model = fine_tuned_tiny_model(root / f"model_{exposure}", texts)
+    res, samples, auc = _headline_auroc(prep, model, root / f"eval_{exposure}")
+    print(exposure, {k: round(v, 3) for k, v in auc.items()})
+    assert auc["headline"] >= HEADLINE_AUROC, auc
+    # the headline is never far below the better context, whichever it is
+    assert auc["headline"] >= max(auc["prompt"], auc["standalone"]) - 0.1, auc
+    if exposure == "queries":
+        # each distinct text once per context, and its scores are those of the text on its own
+        from tcqa_data.eval.models import load_model
+        from tcqa_data.eval.scoring import Engine
+
+        engine = Engine(load_model(str(model), device="cpu"), 4)
+        for s in samples[:4]:
+            doc = data.docs[s["doc_id"]]
+            assert s["memorization_context"]["query@standalone"] == "standalone"
+            text = data.spec.decontamination_query(doc)
+            want = memorization_scores(token_stats(engine, [text])[0], text)
+            assert s["memorization"]["query@standalone"] == pytest.approx(want, rel=1e-4, abs=1e-5)
+            # the sentence begins the prompt: its standalone scores are its in-prompt ones
+            assert s["memorization"]["sentence@standalone"] == s["memorization"]["sentence"]
+        count = res["tasks"]["mc_taco"]["memorization_context"]
+        # query and question scored alone for each doc that has them (the pass scores distinct texts once)
+        assert count["standalone_pass"] == 2 * len(samples)
