@@ -264,16 +264,6 @@ def compiled(template: str, *, where: str = "template") -> jinja2.Template:
     return tpl
 
 
-@contextlib.contextmanager
-def _budgeted(limits: RenderLimits) -> Iterator[_Budget]:
-    outer = getattr(_STATE, "budget", None)
-    _STATE.budget = budget = _Budget(limits)
-    try:
-        yield budget
-    finally:
-        _STATE.budget = outer
-
-
 def render(template: str, doc: dict[str, Any], *, where: str, limits: RenderLimits = LIMITS) -> str:
     """``template`` rendered with the doc's fields, in the sandbox, within ``limits``.
 
@@ -285,15 +275,17 @@ def render(template: str, doc: dict[str, Any], *, where: str, limits: RenderLimi
                    where=where)
     out: list[str] = []
     size = 0
+    outer = getattr(_STATE, "budget", None)
+    _STATE.budget = budget = _Budget(limits)
     try:
-        with _budgeted(limits) as budget:
-            for chunk in tpl.generate(**doc):
-                size += len(chunk)
-                if size > limits.output_chars:
-                    raise _OverBudget(f"its output passed the budget of {limits.output_chars:,} characters")
-                if time.monotonic() > budget.deadline:
-                    raise _OverBudget(f"ran longer than its time budget ({limits.seconds:g} s per doc)")
-                out.append(chunk)
+        # the compiled render function itself (Template.generate adds only traceback rewriting)
+        for chunk in tpl.root_render_func(tpl.new_context(doc)):
+            size += len(chunk)
+            if size > limits.output_chars:
+                raise _OverBudget(f"its output passed the budget of {limits.output_chars:,} characters")
+            if time.monotonic() > budget.deadline:
+                raise _OverBudget(f"ran longer than its time budget ({limits.seconds:g} s per doc)")
+            out.append(chunk)
     except jinja2.UndefinedError:
         raise
     except jinja2.exceptions.SecurityError as exc:
@@ -310,6 +302,8 @@ def render(template: str, doc: dict[str, Any], *, where: str, limits: RenderLimi
         raise _refused(where, "it ran out of memory") from exc
     except Exception as exc:  # noqa: BLE001 - any runtime error of a template: 1/0, format_map, ...
         raise _refused(where, f"it failed: {type(exc).__name__}: {_first_line(exc)}") from exc
+    finally:
+        _STATE.budget = outer
     return "".join(out)
 
 
