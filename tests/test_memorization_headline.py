@@ -37,13 +37,20 @@ def test_headline_is_the_max_of_the_contexts_ranks():
 
 @pytest.fixture(scope="module")
 def sample(tmp_path_factory):
+    """The MC-TACO sample, with torch on one thread while this module trains and scores (tiny
+    matrices: a second thread only spins on a loaded machine)."""
+    import torch
+
     shared_file("mc_taco/test_9442.tsv")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("headline")
     prep = root / "prep"
     # even groups "dirty": the model sees them; odd groups never
     write_task(prep, "mc_taco", "test", read_mc_taco(SHARED_DATA / "mc_taco" / "test_9442.tsv", N_GROUPS),
                dirty_every=2)
-    return root, prep, load_task(prep, "mc_taco", "test")
+    yield root, prep, load_task(prep, "mc_taco", "test")
+    torch.set_num_threads(threads)
 
 
 def _headline_auroc(prep, model, out):

@@ -180,6 +180,9 @@ def memorization_record(on: bool, only: bool, context: str = "prompt") -> dict[s
                        "context_definition",
         "texts": "query: the decontamination query (or the task's memorization_text); each attribution "
                  "field on its own",
+        "headline": "memorization.headline: the max, over the contexts that ran (query, query@standalone), "
+                    "of the doc's rank-normalised min_k_pp_20 of its query among the docs of this pass "
+                    "(tcqa_data.eval.memorization.add_headline); higher = more likely seen",
     }
 
 
