@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Optional
 
 import typer
 
 from tcqa_data.cli import app, warning
+from tcqa_data.decontam.readers.presets import text_field_for
 from tcqa_data.errors import ConfigError
 
 
@@ -32,7 +34,10 @@ def index_corpus(
     ngram: str = typer.Option("13", "--ngram", help="N-gram size(s), e.g. 13 or 8,13."),
     normalization: str = typer.Option("janitor", "--normalization",
                                       help="janitor (exactly lm-eval's Janitor) or unicode."),
-    text_field: str = typer.Option("text", "--text-field", help="Field holding the document text."),
+    text_field: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--text-field", help="Field holding the document text (default: text); a.b: nested."),
+    preset: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--preset", help="A corpus layout's text field: dolma, fineweb, dclm, redpajama-v2."),
     id_field: str = typer.Option(None, "--id-field", help="Field used as doc ref (default: file:line)."),
     hf_dataset: str = typer.Option(None, "--hf-dataset", help="Stream a Hugging Face dataset instead."),
     hf_config: str = typer.Option(None, "--hf-config", help="Its config name."),
@@ -86,7 +91,8 @@ def index_corpus(
         inputs.append(demo_corpus_path())
     manifest = build_index(
         inputs, out, ngram_sizes=_parse_ngrams(ngram), normalization=normalization,
-        text_field=text_field, id_field=id_field, workers=workers, append=append, overwrite=overwrite,
+        text_field=text_field_for(preset, text_field), id_field=id_field, workers=workers, append=append,
+        overwrite=overwrite,
         on_error=on_error, minhash=not no_minhash, num_perm=num_perm, quiet=quiet,
         hf_dataset=hf_dataset, hf_config=hf_config, hf_split=hf_split, provenance=provenance,
         engine=engine, ray_address=ray_address, text_store=text_store, num_buckets=num_buckets,

@@ -9,6 +9,7 @@ import typer
 
 from tcqa_data.cli import app
 from tcqa_data.decontam.detect.rules import DEFAULT_RULE
+from tcqa_data.decontam.readers.presets import text_field_for
 
 
 @app.command("purify")
@@ -36,7 +37,10 @@ def purify_cmd(
         False, "--janitor-exact",
         help="Excise exactly as Janitor.clean_python: no match across a word that is all punctuation "
              "(' , '); the default matches there too, as decontaminate does."),
-    text_field: str = typer.Option("text", "--text-field", help="Field holding the document text."),
+    text_field: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--text-field", help="Field holding the document text (default: text); a.b: nested."),
+    preset: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--preset", help="A corpus layout's text field: dolma, fineweb, dclm, redpajama-v2."),
     id_field: Optional[str] = typer.Option(  # noqa: UP045
         None, "--id-field", help="Field used as doc ref (default: file:line)."),
     on_error: str = typer.Option("raise", "--on-error", help="raise: stop at a bad record; skip: count it."),
@@ -58,7 +62,7 @@ def purify_cmd(
                     splits=[s.strip() for s in splits.split(",") if s.strip()] if splits else None,
                     rule=rule, ngram=ngram, mode=mode, window=window, minimum_slice=minimum_slice,
                     too_dirty_cutoff=too_dirty_cutoff, janitor_exact=janitor_exact,
-                    text_field=text_field, id_field=id_field,
+                    text_field=text_field_for(preset, text_field), id_field=id_field,
                     on_error=on_error, workers=workers,
                     engine=engine, ray_address=ray_address,
                     short_min_words=short_min_words or None,

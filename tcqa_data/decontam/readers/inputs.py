@@ -10,21 +10,33 @@ import os
 import stat
 from dataclasses import dataclass
 
+from tcqa_data.decontam.readers.storage import open_arrow_file, open_binary, sniff
 from tcqa_data.errors import InputError
 
-# File suffix -> format name. Longest suffixes first so ".jsonl.gz" is not taken for ".gz".
-FORMATS: tuple[tuple[str, str], ...] = (
-    (".jsonl.gz", "jsonl.gz"),
-    (".jsonl.zst", "jsonl.zst"),
-    (".jsonl", "jsonl"),
+# Compressions of JSON lines: name suffix -> format suffix (``storage.MAGIC`` tells them apart by
+# their first bytes, which win over the name).
+COMPRESSIONS: tuple[tuple[str, str], ...] = ((".gz", "gz"), (".zst", "zst"), (".zstd", "zst"),
+                                             (".bz2", "bz2"), (".xz", "xz"))
+JSON_LINES_NAMES = (".jsonl", ".json", ".ndjson")
+# File suffix -> format name (as the name says it; ``resolve_inputs`` then reads the first bytes).
+# Longest suffixes first so ".jsonl.gz" is not taken for ".gz".
+FORMATS: tuple[tuple[str, str], ...] = tuple(
+    (name + suffix, "jsonl." + comp) for name in JSON_LINES_NAMES for suffix, comp in COMPRESSIONS
+) + tuple((name, "jsonl") for name in JSON_LINES_NAMES) + (
     (".parquet", "parquet"),
+    (".arrow", "arrow"),
     (".txt", "txt"),
 )
+JSONL_FORMATS = ("jsonl", "jsonl.gz", "jsonl.zst", "jsonl.bz2", "jsonl.xz")
+# The metadata files of a ``datasets`` ``save_to_disk`` folder: not corpus files.
+_DATASETS_METADATA = ("state.json", "dataset_info.json", "dataset_dict.json")
 
 
 @dataclass(frozen=True)
 class CorpusInput:
-    """One corpus file. ``format`` is one of ``jsonl``, ``jsonl.gz``, ``jsonl.zst``, ``parquet``, ``txt``."""
+    """One corpus file. ``format`` is one of ``JSONL_FORMATS`` (JSON lines, plain or compressed, the
+    compression read from the file's first bytes), ``parquet``, ``arrow`` (Arrow IPC, as ``datasets``'
+    ``save_to_disk`` writes), ``txt``."""
 
     path: str
     format: str
@@ -64,15 +76,53 @@ def _format_of(path: str) -> str | None:
 def _walk(folder: str, unsupported: list[str]) -> list[str]:
     """Supported files under ``folder`` (recursive); hidden files and folders are skipped
     (they are temp files of atomic writers, editor swap files, ``.git``). Other files no reader
-    takes go to ``unsupported``."""
+    takes go to ``unsupported``. A ``datasets`` ``save_to_disk`` folder gives the Arrow files its
+    ``state.json`` names (not its metadata, nor ``cache-*.arrow`` files of a later ``map``)."""
     found = []
     for root, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        data_files = _datasets_data_files(root, files)
         for name in files:
             if name.startswith("."):
                 continue
-            (found if _format_of(name) is not None else unsupported).append(os.path.join(root, name))
+            path = os.path.join(root, name)
+            if data_files is not None and (name in _DATASETS_METADATA or name.endswith(".arrow")):
+                if name in data_files:
+                    found.append(path)
+                elif name.endswith(".arrow"):
+                    unsupported.append(path)
+                continue
+            if name == "dataset_dict.json":
+                continue
+            (found if _format_of(name) is not None else unsupported).append(path)
     return found
+
+
+def _datasets_data_files(root: str, files: list[str]) -> set[str] | None:
+    """The Arrow files a ``save_to_disk`` folder's ``state.json`` lists, None if ``root`` is not one."""
+    if "state.json" not in files or not any(f.endswith(".arrow") for f in files):
+        return None
+    import json
+
+    try:
+        with open_binary(os.path.join(root, "state.json")) as fh:
+            state = json.loads(fh.read())
+        return {str(d["filename"]) for d in state["_data_files"]}
+    except (ValueError, KeyError, TypeError) as e:
+        raise InputError(f"not a datasets save_to_disk state file ({type(e).__name__}: {e})",
+                         path=os.path.join(root, "state.json")) from None
+
+
+def detect_format(path: str) -> str | None:
+    """The format of the file at ``path``: its name's (``FORMATS``), with the compression of JSON
+    lines read from its first bytes; None if no reader takes its name."""
+    by_name = _format_of(path)
+    if by_name is None or by_name not in JSONL_FORMATS:
+        return by_name
+    kind = sniff(path)
+    if kind == "":  # an empty file: nothing to tell, the name's format reads it as empty
+        return by_name
+    return "jsonl." + kind if kind in ("gz", "zst", "bz2", "xz") else "jsonl"
 
 
 def _kind_of(mode: int) -> str | None:
@@ -131,8 +181,6 @@ def resolve_inputs(specs: list[str], skipped: list[dict[str, str]] | None = None
                 chosen[real] = p
     out = []
     for p in sorted(chosen.values()):
-        fmt = _format_of(p)
-        assert fmt is not None
         try:
             st = os.stat(p)
         except OSError as exc:  # e.g. a broken symbolic link in a folder, or a file removed meanwhile
@@ -142,6 +190,8 @@ def resolve_inputs(specs: list[str], skipped: list[dict[str, str]] | None = None
         kind = _kind_of(st.st_mode)
         if kind is not None:
             raise InputError(f"is {kind}, not a regular file; only regular files are read", path=p)
+        fmt = detect_format(p)
+        assert fmt is not None
         out.append(CorpusInput(path=p, format=fmt, size=st.st_size))
     if skipped is not None:
         reason = f"no reader takes this file type (supported: {supported})"
@@ -180,7 +230,7 @@ def split_input(inp: CorpusInput, target_bytes: int) -> list[InputShard]:
     if inp.format == "jsonl" and inp.size > target_bytes:
         shards = []
         newlines, pos = 0, 0  # newlines counted in [0, pos)
-        with open(inp.path, "rb") as fh:
+        with open_binary(inp.path) as fh:
             for i, start in enumerate(range(0, inp.size, target_bytes)):
                 end = min(start + target_bytes, inp.size)
                 if start == 0:
@@ -214,6 +264,6 @@ def _open_parquet(path: str):
     import pyarrow.parquet as pq
 
     try:
-        return pq.ParquetFile(path)
+        return pq.ParquetFile(open_arrow_file(path))
     except (pa.ArrowException, OSError) as e:
         raise InputError(f"not a readable Parquet file: {e}", path=path) from None
