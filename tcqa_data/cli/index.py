@@ -27,7 +27,9 @@ def _parse_ngrams(value: str) -> list[int]:
 def index_corpus(
     corpus: list[str] = typer.Argument(None, help="Corpus files, globs or folders (.jsonl[.gz|.zst], "
                                                   ".parquet, .txt)."),
-    out: Path = typer.Option(..., "--out", help="Index folder to create (or extend with --append)."),
+    # a str, not a Path: Path("s3://b/x") would read as the local folder "s3:/b/x", and the refusal
+    # of object storage (engines.local_output_dir) would never see the URL
+    out: str = typer.Option(..., "--out", help="Index folder to create (or extend with --append)."),
     demo: bool = typer.Option(False, "--demo",
                               help="Also index the demo corpus shipped with tcqa-data (162 English "
                                    "Wikipedia articles, 2.7 MB: tcqa_data/data/demo/README.md)."),
@@ -73,12 +75,14 @@ def index_corpus(
     """Index a training corpus: n-gram hashes (exact matches) and MinHash windows (near-duplicates)."""
     from tcqa_data.decontam.build import build_index
     from tcqa_data.decontam.index_files import MANIFEST, read_manifest
+    from tcqa_data.engines import local_output_dir
     from tcqa_data.errors import TcqaError
 
+    out_dir = local_output_dir(out)  # object-storage URIs are refused with the reason
     before = None
-    if (out / MANIFEST).is_file() and not overwrite:
+    if (out_dir / MANIFEST).is_file() and not overwrite:
         try:
-            before = read_manifest(out)
+            before = read_manifest(out_dir)
         except TcqaError:
             pass  # build_index says what is wrong with it
     inputs = list(corpus or [])
@@ -90,7 +94,7 @@ def index_corpus(
 
         inputs.append(demo_corpus_path())
     manifest = build_index(
-        inputs, out, ngram_sizes=_parse_ngrams(ngram), normalization=normalization,
+        inputs, out_dir, ngram_sizes=_parse_ngrams(ngram), normalization=normalization,
         text_field=text_field_for(preset, text_field), id_field=id_field, workers=workers, append=append,
         overwrite=overwrite,
         on_error=on_error, minhash=not no_minhash, num_perm=num_perm, quiet=quiet,

@@ -40,6 +40,7 @@ import pyarrow as pa
 import tcqa_data
 from tcqa_data.decontam.detect.rules import DEFAULT_RULE, Rule
 from tcqa_data.decontam.detect.score import QueryDoc, score_docs
+from tcqa_data.decontam.readers.storage import is_url, relative_names
 from tcqa_data.decontam.stream.evidence import MINHASH_REFUSAL, StreamEvidence, fill_stream
 from tcqa_data.decontam.stream.purify import MODES, PurifyConfig, Removal
 from tcqa_data.decontam.stream.purify_shards import (
@@ -77,7 +78,8 @@ def check_output_outside_inputs(out_dir: str | os.PathLike, specs: Sequence[str]
                                 ) -> None:
     """Refuse an output folder that is, holds or lies inside an input file or folder."""
     out = Path(out_dir).resolve()
-    for where in [Path(s) for s in specs if Path(s).exists()] + [Path(i.path) for i in inputs]:
+    for where in [Path(s) for s in specs if Path(s).exists()] + [Path(i.path) for i in inputs
+                                                                 if not is_url(i.path)]:
         p = where.resolve()
         if p == out or out in p.parents or p in out.parents:
             raise ConfigError(f"--out {out_dir} is, holds or lies inside the input {where}: the purified "
@@ -122,8 +124,7 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
         ngram_sizes=(ngram,), anchors=parsed.uses_alignment, keep_pairs=True, text_field=text_field,
         id_field=id_field, on_error=on_error))
     check_output_outside_inputs(out_dir, corpus, evidence.inputs)
-    root = Path(os.path.commonpath([str(Path(i.path).resolve().parent) for i in evidence.inputs]))
-    rels = [Path(i.path).resolve().relative_to(root).as_posix() for i in evidence.inputs]
+    rels = relative_names([i.path for i in evidence.inputs])
     clash = sorted(set(rels) & set(REPORT_FILES))
     if clash:
         raise ConfigError(f"input {clash[0]} would be written where purify writes its own {clash[0]}; "

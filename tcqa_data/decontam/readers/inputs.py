@@ -7,10 +7,18 @@ from __future__ import annotations
 
 import glob
 import os
+import posixpath
 import stat
 from dataclasses import dataclass
 
-from tcqa_data.decontam.readers.storage import open_arrow_file, open_binary, sniff
+from tcqa_data.decontam.readers.storage import (
+    is_url,
+    list_url,
+    local_path,
+    open_arrow_file,
+    open_binary,
+    sniff,
+)
 from tcqa_data.errors import InputError
 
 # Compressions of JSON lines: name suffix -> format suffix (``storage.MAGIC`` tells them apart by
@@ -27,6 +35,7 @@ FORMATS: tuple[tuple[str, str], ...] = tuple(
     (".arrow", "arrow"),
     (".txt", "txt"),
 )
+_SUPPORTED = ".jsonl, .json, .ndjson (plain, .gz, .zst, .bz2, .xz), .parquet, .arrow, .txt"
 JSONL_FORMATS = ("jsonl", "jsonl.gz", "jsonl.zst", "jsonl.bz2", "jsonl.xz")
 # The metadata files of a ``datasets`` ``save_to_disk`` folder: not corpus files.
 _DATASETS_METADATA = ("state.json", "dataset_info.json", "dataset_dict.json")
@@ -76,41 +85,65 @@ def _format_of(path: str) -> str | None:
 def _walk(folder: str, unsupported: list[str]) -> list[str]:
     """Supported files under ``folder`` (recursive); hidden files and folders are skipped
     (they are temp files of atomic writers, editor swap files, ``.git``). Other files no reader
-    takes go to ``unsupported``. A ``datasets`` ``save_to_disk`` folder gives the Arrow files its
-    ``state.json`` names (not its metadata, nor ``cache-*.arrow`` files of a later ``map``)."""
-    found = []
+    takes go to ``unsupported``."""
+    found: list[str] = []
     for root, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        data_files = _datasets_data_files(root, files)
-        for name in files:
-            if name.startswith("."):
-                continue
-            path = os.path.join(root, name)
-            if data_files is not None and (name in _DATASETS_METADATA or name.endswith(".arrow")):
-                if name in data_files:
-                    found.append(path)
-                elif name.endswith(".arrow"):
-                    unsupported.append(path)
-                continue
-            if name == "dataset_dict.json":
-                continue
-            (found if _format_of(name) is not None else unsupported).append(path)
+        _choose(root, [f for f in files if not f.startswith(".")], os.path.join, found, unsupported)
     return found
 
 
-def _datasets_data_files(root: str, files: list[str]) -> set[str] | None:
-    """The Arrow files a ``save_to_disk`` folder's ``state.json`` lists, None if ``root`` is not one."""
-    if "state.json" not in files or not any(f.endswith(".arrow") for f in files):
+def _choose(root: str, names: list[str], join, found: list[str], unsupported: list[str]) -> None:
+    """The corpus files among the files ``names`` of one folder (local or a URL prefix) into
+    ``found``, the others into ``unsupported``. A ``datasets`` ``save_to_disk`` folder gives the
+    Arrow files its ``state.json`` names (not its metadata, nor ``cache-*.arrow`` files of a later
+    ``map``)."""
+    data_files = _datasets_data_files(join(root, "state.json"), names)
+    for name in sorted(names):
+        path = join(root, name)
+        if data_files is not None and (name in _DATASETS_METADATA or name.endswith(".arrow")):
+            if name in data_files:
+                found.append(path)
+            elif name.endswith(".arrow"):
+                unsupported.append(path)
+            continue
+        if name == "dataset_dict.json":
+            continue
+        (found if _format_of(name) is not None else unsupported).append(path)
+
+
+def _datasets_data_files(state: str, names: list[str]) -> set[str] | None:
+    """The Arrow files a ``save_to_disk`` folder's ``state.json`` lists, None if it is not one."""
+    if "state.json" not in names or not any(f.endswith(".arrow") for f in names):
         return None
     import json
 
     try:
-        with open_binary(os.path.join(root, "state.json")) as fh:
-            state = json.loads(fh.read())
-        return {str(d["filename"]) for d in state["_data_files"]}
+        with open_binary(state) as fh:
+            return {str(d["filename"]) for d in json.loads(fh.read())["_data_files"]}
     except (ValueError, KeyError, TypeError) as e:
         raise InputError(f"not a datasets save_to_disk state file ({type(e).__name__}: {e})",
-                         path=os.path.join(root, "state.json")) from None
+                         path=state) from None
+
+
+def _resolve_url(spec: str, unsupported: list[str]) -> dict[str, int]:
+    """A URL spec's corpus objects (url -> size), expanded as a local spec is."""
+    objects, is_prefix = list_url(spec)
+    if not is_prefix and not glob.has_magic(spec):
+        if objects and _format_of(spec) is None:
+            raise InputError(f"unsupported file type; expected one of {_SUPPORTED}", path=spec)
+        return objects
+    by_dir: dict[str, list[str]] = {}
+    for url in objects:
+        folder, _, name = url.rpartition("/")
+        by_dir.setdefault(folder, []).append(name)
+    found: list[str] = []
+    for folder, names in sorted(by_dir.items()):
+        _choose(folder, names, posixpath.join, found, unsupported)
+    if not found:
+        what = "prefix has" if is_prefix else "pattern matches"
+        raise InputError(f"{what} no corpus files ({_SUPPORTED})", path=spec)
+    return {url: objects[url] for url in found}
 
 
 def detect_format(path: str) -> str | None:
@@ -148,10 +181,14 @@ def resolve_inputs(specs: list[str], skipped: list[dict[str, str]] | None = None
     unsupported: list[str] = []
     if not specs:
         raise InputError("no corpus inputs given")
-    supported = ", ".join(s for s, _ in FORMATS)
+    supported = _SUPPORTED
     chosen: dict[str, str] = {}  # realpath -> path as stored
+    remote: dict[str, int] = {}  # URL -> size
     for spec in specs:
-        spec = os.fspath(spec)
+        spec = local_path(os.fspath(spec))
+        if is_url(spec):
+            remote.update(_resolve_url(spec, unsupported))
+            continue
         if os.path.isdir(spec):
             paths = _walk(spec, unsupported)
         elif os.path.exists(spec) and not os.path.isfile(spec):
@@ -193,11 +230,15 @@ def resolve_inputs(specs: list[str], skipped: list[dict[str, str]] | None = None
         fmt = detect_format(p)
         assert fmt is not None
         out.append(CorpusInput(path=p, format=fmt, size=st.st_size))
+    for url, size in sorted(remote.items()):
+        fmt = detect_format(url)
+        assert fmt is not None
+        out.append(CorpusInput(path=url, format=fmt, size=size))
     if skipped is not None:
         reason = f"no reader takes this file type (supported: {supported})"
-        taken = {os.path.realpath(c.path) for c in out}
-        for p in sorted({os.path.normpath(p) for p in unsupported}):
-            if os.path.realpath(p) not in taken:
+        taken = {c.path if is_url(c.path) else os.path.realpath(c.path) for c in out}
+        for p in sorted({p if is_url(p) else os.path.normpath(p) for p in unsupported}):
+            if (p if is_url(p) else os.path.realpath(p)) not in taken:
                 skipped.append({"path": p, "reason": reason})
     return out
 
