@@ -194,3 +194,55 @@ def test_missing_denied_and_wrong_endpoint_are_one_line_and_write_nothing(s3, co
         s3fs.S3FileSystem.clear_instance_cache()
     assert line.startswith("Error: s3://corp/wiki/: cannot read it: EndpointConnectionError")
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_purify_to_the_bucket_commits_by_a_manifest_and_a_killed_run_resumes(s3, corpus, bench,  # noqa: F811
+                                                                             tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from tcqa_data.errors import ConfigError, InputError
+    from tcqa_data.object_outputs import COMMIT
+    from tcqa_data.prep.purify import purify
+
+    purify([str(corpus)], TASKS, tmp_path / "local", data_files=bench, quiet=True)
+    purify(["s3://corp/wiki"], TASKS, "s3://corp/ref", data_files=bench, quiet=True)
+    ref = {k.removeprefix("corp/ref/"): s3.fs.cat_file(k) for k in s3.fs.find("corp/ref")}
+    local = _tree(tmp_path / "local")
+    assert {k: v for k, v in ref.items() if k != COMMIT} == local  # the same bytes as on disk
+    commit = json.loads(ref[COMMIT])
+    assert sorted(commit["objects"]) == sorted(local)
+    assert all(SECRET.encode() not in v for v in ref.values())
+
+    # killed (kill -9) after its first shard: no commit, the prefix is not read as a corpus
+    cmd = [sys.executable, "-m", "tcqa_data", "purify", "s3://corp/wiki/", "--tasks", ",".join(TASKS),
+           "--out", "s3://corp/out", "-q"]
+    cmd += [f"--data-files={t}:{s}={p}" for t, files in bench.items() for s, p in files.items()]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+           "TCQA_FAULT_AT": "purify-shard"}
+    proc = subprocess.run(cmd, env=env)
+    assert proc.returncode == -9
+    s3.fs.invalidate_cache()
+    left = [k.removeprefix("corp/out/") for k in s3.fs.find("corp/out")]
+    assert COMMIT not in left and any(not k.startswith("_tcqa_work/") for k in left)
+    with pytest.raises(InputError, match=r"s3://corp/out: an unfinished output"):
+        resolve_inputs(["s3://corp/out"])
+    s3.fs.pipe("corp/out/stray.jsonl", b'{"text": "a stray object, never output"}\n')
+    # the rerun reuses the finished shard and commits the same objects
+    report = purify(["s3://corp/wiki/"], TASKS, "s3://corp/out", data_files=bench, quiet=True)
+    assert report["shards"]["reused"] >= 1
+    s3.fs.invalidate_cache()
+    out = {k.removeprefix("corp/out/"): s3.fs.cat_file(k) for k in s3.fs.find("corp/out")}
+    assert out == ref
+    # an object the commit does not name is never read as output
+    s3.fs.pipe("corp/out/zz-stray.jsonl", b'{"text": "written after the commit"}\n')
+    got = resolve_inputs(["s3://corp/out/"])
+    assert sorted(i.path for i in got) == sorted(f"s3://corp/out/{k}" for k, v in commit["objects"].items()
+                                                 if v["kind"] == "shard")
+    # a prefix holding objects purify did not write is never written to
+    with pytest.raises(ConfigError, match=r"s3://corp/other holds 1 object\(s\) purify did not write"):
+        s3.fs.pipe("corp/other/mine.txt", b"x")
+        purify(["s3://corp/wiki/"], TASKS, "s3://corp/other", data_files=bench, quiet=True)
+    with pytest.raises(ConfigError, match=r"lies inside the input s3://corp/wiki"):
+        purify(["s3://corp/wiki/"], TASKS, "s3://corp/wiki/clean", data_files=bench, quiet=True)

@@ -18,7 +18,9 @@ def purify_cmd(
     tasks: str = typer.Option("mc_taco,squad_completion", "--tasks",
                               help="Comma-separated built-in task names, task YAML paths, or lm-eval "
                                    "task, group or tag names (needs the lm-eval extra)."),
-    out: Path = typer.Option(..., "--out", help="Output folder (never an input, nor inside or around one)."),
+    # a str, not a Path: Path("s3://b/x") would read as the local folder "s3:/b/x"
+    out: str = typer.Option(..., "--out", help="Output folder or object-storage prefix (s3://...; never "
+                                                "an input, nor inside or around one)."),
     mode: str = typer.Option("excise", "--mode", help="excise: Janitor.clean's cuts; drop: whole docs."),
     data_files: Optional[list[str]] = typer.Option(  # noqa: UP045 - typer needs Optional here
         None, "--data-files", help="Local data instead of the hub: TASK:SPLIT=PATH; repeatable."),

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ from tcqa_data.decontam.detect.score import QueryDoc, score_docs
 from tcqa_data.decontam.readers.storage import is_url, relative_names
 from tcqa_data.decontam.stream.evidence import MINHASH_REFUSAL, StreamEvidence, fill_stream
 from tcqa_data.decontam.stream.purify import MODES, PurifyConfig, Removal
+from tcqa_data.decontam.stream.purify_objects import commit_objects, open_object_work, purify_object_task
 from tcqa_data.decontam.stream.purify_shards import (
     config_dict,
     digest,
@@ -56,6 +58,7 @@ from tcqa_data.decontam.stream.table import StreamConfig
 from tcqa_data.engines import make_engine, run_tasks
 from tcqa_data.errors import ConfigError
 from tcqa_data.io_utils import write_json_atomic, write_parquet_atomic, write_text_atomic
+from tcqa_data.object_outputs import ObjectFolder, object_url
 from tcqa_data.outputs import (
     check_output_dir,
     commit_dir,
@@ -76,7 +79,15 @@ REPORT_FILES = ("removal_log.parquet", "purify_report.json", "purify_report.md")
 
 def check_output_outside_inputs(out_dir: str | os.PathLike, specs: Sequence[str], inputs: Sequence[Any]
                                 ) -> None:
-    """Refuse an output folder that is, holds or lies inside an input file or folder."""
+    """Refuse an output folder (or prefix) that is, holds or lies inside an input file or folder."""
+    url = object_url(out_dir)
+    if url is not None:
+        for where in [s for s in specs if is_url(s)] + [i.path for i in inputs if is_url(i.path)]:
+            where = where.rstrip("/")
+            if url == where or url.startswith(where + "/") or where.startswith(url + "/"):
+                raise ConfigError(f"--out {out_dir} is, holds or lies inside the input {where}: the purified "
+                                  "corpus may never overwrite or mix with its input; choose another prefix")
+        return
     out = Path(out_dir).resolve()
     for where in [Path(s) for s in specs if Path(s).exists()] + [Path(i.path) for i in inputs
                                                                  if not is_url(i.path)]:
@@ -129,8 +140,11 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
     if clash:
         raise ConfigError(f"input {clash[0]} would be written where purify writes its own {clash[0]}; "
                           "rename it or give its folder's parent")
-    out = Path(out_dir)
-    if out.is_symlink():  # the commit swaps folders: the link's target is the output
+    bucket = ObjectFolder(url) if (url := object_url(out_dir)) is not None else None
+    out = Path(out_dir) if bucket is None else Path(tempfile.mkdtemp(prefix=".tcqa-purify-")) / "out"
+    if bucket is not None:  # committed by a manifest object (object_outputs), staged here
+        bucket.check_ours("purify")
+    elif out.is_symlink():  # the commit swaps folders: the link's target is the output
         out = out.resolve()
     check_output_dir(out)
     benchmarks = _load_queries(tasks, data_files or {}, splits, lm_eval_include, lm_eval_include_defaults)
@@ -155,7 +169,8 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
                                   for t, files in (data_files or {}).items()},
                    "lm_eval_include": [str(x) for x in includes or []], "id_field": id_field,
                    "on_error": on_error, "short_min_words": short}
-        removals, reused = _write_shards(evidence, found, cfg, options, rels, work, eng, quiet)
+        removals, reused, objects = _write_shards(evidence, found, cfg, options, rels, work, eng, quiet,
+                                                  bucket)
         log = [(k, found.per_input[k][rem.row], rem) for k, rems in enumerate(removals) for rem in rems]
         fix = found.fix
         report = _report(evidence, log, found.matched, found.flagged, fix, cfg, str(parsed))
@@ -165,8 +180,13 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
         write_json_atomic(stage / "purify_report.json", report)
         write_text_atomic(stage / "purify_report.md", _markdown(report))
         fault_point("purify-commit")
-        commit_dir(stage, out)
+        if bucket is not None:
+            commit_objects(bucket, objects, stage, {"tcqa_data_version": tcqa_data.__version__})
+        else:
+            commit_dir(stage, out)
         shutil.rmtree(work, ignore_errors=True)
+    if bucket is not None:
+        shutil.rmtree(out.parent, ignore_errors=True)
     return {**report, "shards": {"total": len(rels), "reused": reused, "written": len(rels) - reused}}
 
 
@@ -221,18 +241,26 @@ def _contamination(evidence: StreamEvidence, parsed: Rule, benchmarks: list[tupl
 
 
 def _write_shards(evidence: StreamEvidence, found: _Found, cfg: PurifyConfig, options: dict[str, Any],
-                  rels: list[str], work: Path, eng: Any, quiet: bool) -> tuple[list[list[Removal]], int]:
-    """Each input rewritten as one task on ``eng`` into ``work/out`` (``purify_shards``), finished
-    shards of a killed run with the same digest (``cfg``, the other ``options``, the flagged n-grams,
-    the inputs) reused; returns each input's removals and how many shards were reused."""
+                  rels: list[str], work: Path, eng: Any, quiet: bool, bucket: ObjectFolder | None = None
+                  ) -> tuple[list[list[Removal]], int, dict[str, Any]]:
+    """Each input rewritten as one task on ``eng`` into ``work/out`` (``purify_shards``), or as an
+    object in ``bucket`` (``purify_objects``), finished shards of a killed run with the same digest
+    (``cfg``, the other ``options``, the flagged n-grams, the inputs) reused; returns each input's
+    removals, how many shards were reused and (bucket) each shard object's size and sha256."""
     hits = evidence.hits
     run = {"tcqa_data_version": tcqa_data.__version__, "config": config_dict(cfg), "options": options,
            "dirty": {str(n): digest(k.tolist()) for n, k in found.dirty.items()},
            "inputs": [[rel, inp.size] for rel, inp in zip(rels, evidence.inputs, strict=True)]}
     run_digest = digest(run)
-    open_work_area(work, {"digest": run_digest, "inputs": run["inputs"]}, found.dirty)
-    remove_leftovers(work / "out", rels)
-    eng.check_shared_paths(work, [inp.path for inp in evidence.inputs])
+    if bucket is None:
+        open_work_area(work, {"digest": run_digest, "inputs": run["inputs"]}, found.dirty)
+        remove_leftovers(work / "out", rels)
+        eng.check_shared_paths(work, [inp.path for inp in evidence.inputs])
+        task, shared = purify_shard_task, {"work": str(work), "cfg": config_dict(cfg)}
+    else:
+        open_object_work(bucket, {"digest": run_digest, "inputs": run["inputs"]}, found.dirty)
+        (work / "out").mkdir(parents=True, exist_ok=True)
+        task, shared = purify_object_task, {"out": bucket.url, "cfg": config_dict(cfg)}
     calls = []
     for k, (inp, rel) in enumerate(zip(evidence.inputs, rels, strict=True)):
         rows = {row: str(found.fix(hits.refs[o])) for row, o in found.per_input.get(k, {}).items()}
@@ -247,12 +275,12 @@ def _write_shards(evidence: StreamEvidence, found: _Found, cfg: PurifyConfig, op
             prog.update(bar, advance=evidence.inputs[i].size)
             fault_point("purify-shard")  # the kill tests: after a shard's done-record
 
-        results = run_tasks(purify_shard_task, calls, desc="purify", engine=eng, on_done=done,
-                            shared={"work": str(work), "cfg": config_dict(cfg)})
+        results = run_tasks(task, calls, desc="purify", engine=eng, on_done=done, shared=shared)
     reused = sum(r["reused"] for r in results)
     if reused:
         note(f"purify: reused {reused} of {len(results)} output shards a killed run had written", quiet)
-    return [[removal_from_dict(d) for d in r["removals"]] for r in results], reused
+    objects = {rel: r["object"] for rel, r in zip(rels, results, strict=True) if "object" in r}
+    return [[removal_from_dict(d) for d in r["removals"]] for r in results], reused, objects
 
 
 def _log_table(evidence: StreamEvidence, log: list[tuple[int, int, Removal]], matched: dict[int, set[int]],

@@ -19,7 +19,7 @@ from tcqa_data.decontam.readers.storage import (
     open_binary,
     sniff,
 )
-from tcqa_data.errors import InputError
+from tcqa_data.errors import InputError, TcqaError
 
 # Compressions of JSON lines: name suffix -> format suffix (``storage.MAGIC`` tells them apart by
 # their first bytes, which win over the name).
@@ -126,9 +126,34 @@ def _datasets_data_files(state: str, names: list[str]) -> set[str] | None:
                          path=state) from None
 
 
+def _committed_only(prefix: str, objects: dict[str, int]) -> dict[str, int]:
+    """A prefix holding a committed output (``object_outputs``: ``purify --out s3://...``) gives the
+    shards its commit manifest names and nothing else (not a killed run's objects, nor its log and
+    reports); one that holds an unfinished output is refused."""
+    from tcqa_data.object_outputs import COMMIT, WORK, committed_objects
+
+    if f"{prefix}/{COMMIT}" not in objects and not any(u.startswith(f"{prefix}/{WORK}/") for u in objects):
+        return objects
+    try:
+        named = committed_objects(prefix) or {}
+    except TcqaError as e:
+        raise InputError(str(e).removeprefix(f"{prefix}: "), path=prefix) from None
+    shards = {f"{prefix}/{rel}": v for rel, v in named.items() if v.get("kind") == "shard"}
+    for url, size in objects.items():
+        if url in shards and shards[url]["size"] != size:
+            raise InputError(f"is {size} bytes, but the output's {COMMIT} says {shards[url]['size']}: "
+                             "changed after the commit", path=url)
+    missing = sorted(set(shards) - set(objects))
+    if missing:
+        raise InputError(f"named by the output's {COMMIT} but missing", path=missing[0])
+    return {u: objects[u] for u in shards}
+
+
 def _resolve_url(spec: str, unsupported: list[str]) -> dict[str, int]:
     """A URL spec's corpus objects (url -> size), expanded as a local spec is."""
     objects, is_prefix = list_url(spec)
+    if is_prefix:
+        objects = _committed_only(spec.rstrip("/"), objects)
     if not is_prefix and not glob.has_magic(spec):
         if objects and _format_of(spec) is None:
             raise InputError(f"unsupported file type; expected one of {_SUPPORTED}", path=spec)
