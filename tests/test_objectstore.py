@@ -126,16 +126,24 @@ def test_stream_decontaminate_and_purify_from_the_bucket_equal_local(s3, corpus,
 
 
 @pytest.mark.ray
-def test_stream_decontaminate_on_ray_reads_the_bucket(s3, corpus, bench, tmp_path):  # noqa: F811
+def test_stream_decontaminate_and_purify_on_ray_read_and_write_the_bucket(s3, corpus, bench,  # noqa: F811
+                                                                         tmp_path):
     from conftest import private_ray
 
+    from tcqa_data.object_outputs import COMMIT
     from tcqa_data.prep.pipeline import decontaminate
+    from tcqa_data.prep.purify import purify
 
     decontaminate(None, TASKS, tmp_path / "prep_local", data_files=bench, corpus=[str(corpus)], quiet=True)
+    purify([str(corpus)], TASKS, tmp_path / "out_local", data_files=bench, quiet=True)
     with private_ray(env=s3.env):
         decontaminate(None, TASKS, tmp_path / "prep_ray", data_files=bench, corpus=["s3://corp/wiki"],
                       engine="ray", quiet=True)
+        purify(["s3://corp/wiki"], TASKS, "s3://corp/ray", data_files=bench, engine="ray", quiet=True)
     assert _tree(tmp_path / "prep_local") == _tree(tmp_path / "prep_ray")
+    s3.fs.invalidate_cache()
+    written = {k.removeprefix("corp/ray/"): s3.fs.cat_file(k) for k in s3.fs.find("corp/ray")}
+    assert {k: v for k, v in written.items() if k != COMMIT} == _tree(tmp_path / "out_local")
 
 
 def test_index_corpus_reads_the_bucket_into_a_local_index(s3, corpus, tmp_path, monkeypatch, capsys):
