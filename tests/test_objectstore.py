@@ -105,20 +105,30 @@ def _tree(folder: Path) -> dict[str, bytes]:
             if p.is_file()}
 
 
-def test_stream_decontaminate_and_purify_from_the_bucket_equal_local(s3, corpus, bench, tmp_path):  # noqa: F811
+@pytest.fixture(scope="module")
+def local_runs(corpus, bench, tmp_path_factory):  # noqa: F811
+    """Stream decontaminate (PREP_DIR) and purify of the local copy: what every bucket run must equal."""
     from tcqa_data.prep.pipeline import decontaminate
     from tcqa_data.prep.purify import purify
 
-    decontaminate(None, TASKS, tmp_path / "prep_local", data_files=bench, corpus=[str(corpus)], quiet=True)
+    root = tmp_path_factory.mktemp("local_runs")
+    decontaminate(None, TASKS, root / "prep", data_files=bench, corpus=[str(corpus)], quiet=True)
+    report = purify([str(corpus)], TASKS, root / "out", data_files=bench, quiet=True)
+    assert report["totals"]["contaminated_docs"] > 0
+    return SimpleNamespace(prep=_tree(root / "prep"), out=_tree(root / "out"))
+
+
+def test_stream_decontaminate_and_purify_from_the_bucket_equal_local(s3, corpus, bench, local_runs,  # noqa: F811
+                                                                     tmp_path):
+    from tcqa_data.prep.pipeline import decontaminate
+    from tcqa_data.prep.purify import purify
+
     decontaminate(None, TASKS, tmp_path / "prep_s3", data_files=bench, corpus=["s3://corp/wiki"], workers=2,
                   quiet=True)
-    local, remote = _tree(tmp_path / "prep_local"), _tree(tmp_path / "prep_s3")
-    assert local == remote
-    report = purify([str(corpus)], TASKS, tmp_path / "out_local", data_files=bench, quiet=True)
-    assert report["totals"]["contaminated_docs"] > 0
-    purify(["s3://corp/wiki/"], TASKS, tmp_path / "out_s3", data_files=bench, workers=2, quiet=True)
-    local, remote = _tree(tmp_path / "out_local"), _tree(tmp_path / "out_s3")
-    assert local == remote
+    assert _tree(tmp_path / "prep_s3") == local_runs.prep
+    purify(["s3://corp/wiki/"], TASKS, tmp_path / "out_s3", quiet=True, data_files=bench)
+    remote = _tree(tmp_path / "out_s3")
+    assert remote == local_runs.out
     assert {"part-0.json.gz", "part-3.parquet"} <= set(remote)
     for written in [*(tmp_path / "prep_s3").rglob("*"), *(tmp_path / "out_s3").rglob("*")]:
         if written.is_file():
@@ -127,23 +137,21 @@ def test_stream_decontaminate_and_purify_from_the_bucket_equal_local(s3, corpus,
 
 @pytest.mark.ray
 def test_stream_decontaminate_and_purify_on_ray_read_and_write_the_bucket(s3, corpus, bench,  # noqa: F811
-                                                                         tmp_path):
+                                                                         local_runs, tmp_path):
     from conftest import private_ray
 
     from tcqa_data.object_outputs import COMMIT
     from tcqa_data.prep.pipeline import decontaminate
     from tcqa_data.prep.purify import purify
 
-    decontaminate(None, TASKS, tmp_path / "prep_local", data_files=bench, corpus=[str(corpus)], quiet=True)
-    purify([str(corpus)], TASKS, tmp_path / "out_local", data_files=bench, quiet=True)
     with private_ray(env=s3.env):
         decontaminate(None, TASKS, tmp_path / "prep_ray", data_files=bench, corpus=["s3://corp/wiki"],
                       engine="ray", quiet=True)
         purify(["s3://corp/wiki"], TASKS, "s3://corp/ray", data_files=bench, engine="ray", quiet=True)
-    assert _tree(tmp_path / "prep_local") == _tree(tmp_path / "prep_ray")
+    assert _tree(tmp_path / "prep_ray") == local_runs.prep
     s3.fs.invalidate_cache()
     written = {k.removeprefix("corp/ray/"): s3.fs.cat_file(k) for k in s3.fs.find("corp/ray")}
-    assert {k: v for k, v in written.items() if k != COMMIT} == _tree(tmp_path / "out_local")
+    assert {k: v for k, v in written.items() if k != COMMIT} == local_runs.out
 
 
 def test_index_corpus_reads_the_bucket_into_a_local_index(s3, corpus, tmp_path, monkeypatch, capsys):
@@ -205,7 +213,8 @@ def test_missing_denied_and_wrong_endpoint_are_one_line_and_write_nothing(s3, co
 
 
 def test_purify_to_the_bucket_commits_by_a_manifest_and_a_killed_run_resumes(s3, corpus, bench,  # noqa: F811
-                                                                             tmp_path):
+                                                                             local_runs):
+    import hashlib
     import os
     import subprocess
     import sys
@@ -213,15 +222,6 @@ def test_purify_to_the_bucket_commits_by_a_manifest_and_a_killed_run_resumes(s3,
     from tcqa_data.errors import ConfigError, InputError
     from tcqa_data.object_outputs import COMMIT
     from tcqa_data.prep.purify import purify
-
-    purify([str(corpus)], TASKS, tmp_path / "local", data_files=bench, quiet=True)
-    purify(["s3://corp/wiki"], TASKS, "s3://corp/ref", data_files=bench, quiet=True)
-    ref = {k.removeprefix("corp/ref/"): s3.fs.cat_file(k) for k in s3.fs.find("corp/ref")}
-    local = _tree(tmp_path / "local")
-    assert {k: v for k, v in ref.items() if k != COMMIT} == local  # the same bytes as on disk
-    commit = json.loads(ref[COMMIT])
-    assert sorted(commit["objects"]) == sorted(local)
-    assert all(SECRET.encode() not in v for v in ref.values())
 
     # killed (kill -9) after its first shard: no commit, the prefix is not read as a corpus
     cmd = [sys.executable, "-m", "tcqa_data", "purify", "s3://corp/wiki/", "--tasks", ",".join(TASKS),
@@ -237,12 +237,17 @@ def test_purify_to_the_bucket_commits_by_a_manifest_and_a_killed_run_resumes(s3,
     with pytest.raises(InputError, match=r"s3://corp/out: an unfinished output"):
         resolve_inputs(["s3://corp/out"])
     s3.fs.pipe("corp/out/stray.jsonl", b'{"text": "a stray object, never output"}\n')
-    # the rerun reuses the finished shard and commits the same objects
+    # the rerun reuses the finished shard and commits the bytes a local run writes
     report = purify(["s3://corp/wiki/"], TASKS, "s3://corp/out", data_files=bench, quiet=True)
     assert report["shards"]["reused"] >= 1
     s3.fs.invalidate_cache()
     out = {k.removeprefix("corp/out/"): s3.fs.cat_file(k) for k in s3.fs.find("corp/out")}
-    assert out == ref
+    commit = json.loads(out.pop(COMMIT))
+    assert out == local_runs.out  # the stray object is gone, the manifest names every object
+    assert commit["objects"] == {k: {"size": len(v), "sha256": hashlib.sha256(v).hexdigest(),
+                                     "kind": "shard" if k.startswith("part-") else "report"}
+                                 for k, v in out.items()}
+    assert all(SECRET.encode() not in v for v in out.values())
     # an object the commit does not name is never read as output
     s3.fs.pipe("corp/out/zz-stray.jsonl", b'{"text": "written after the commit"}\n')
     got = resolve_inputs(["s3://corp/out/"])
