@@ -116,6 +116,24 @@ def content_sha256(path: str) -> str:
     return h.hexdigest()
 
 
+def content_fingerprint(path: str) -> str:
+    """What identifies the bytes at ``path`` for a rerun's reuse checks: a local file's sha256; an
+    object's ETag (or the store's MD5) as the store lists it, no download (sha256 of its bytes,
+    read once, where the store gives neither)."""
+    if not is_url(path):
+        return content_sha256(path)
+    fs, inner = filesystem(path)
+    try:
+        fs.invalidate_cache(inner)
+        info = fs.info(inner)
+    except Exception as e:
+        raise url_error(path, e) from None
+    for key in ("ETag", "etag", "md5Hash", "content_md5"):
+        if info.get(key):
+            return f"{key}:{str(info[key]).strip(chr(34))}:{info.get('size')}"
+    return content_sha256(path)
+
+
 def relative_names(paths: list[str]) -> list[str]:
     """Each input's name relative to the inputs' deepest common folder (local: links resolved) or
     common prefix (URLs, without the scheme): where ``purify`` writes its output."""

@@ -7,7 +7,8 @@ Under ``OUT/_tcqa_work/`` (``object_outputs.WORK``) until the commit:
     run.json          the run's digest and inputs: a run whose record differs empties the work
     dirty.<n>.npy     the flagged benchmark n-gram hashes of size n (the tasks' lookups)
     done/<k>.json     input k's done-record, written after its shard object: the input's size and
-                      sha256, the shard digest, the object's size, sha256 and etag, the removals
+                      fingerprint (an object's ETag as listed, a local file's sha256), the shard
+                      digest, the object's size, sha256 and etag, the removals
 
 Each task writes its shard to a temporary local file on its own node, uploads it to ``OUT/<rel>``
 (one PUT, or a multipart upload that is invisible until complete), then writes its done-record. A
@@ -26,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from tcqa_data.decontam.readers import CorpusInput
-from tcqa_data.decontam.readers.storage import content_sha256
+from tcqa_data.decontam.readers.storage import content_fingerprint
 from tcqa_data.decontam.stream.purify import PurifyConfig, purify_input
 from tcqa_data.decontam.stream.purify_shards import RECORD_VERSION, removal_dict
 from tcqa_data.decontam.stream.table import BenchmarkTable, StreamConfig
@@ -61,8 +62,8 @@ def purify_object_task(out: str, cfg: dict[str, Any], index: int, path: str, for
     "object"}`` (the object's size and sha256, for the commit)."""
     folder = ObjectFolder(out)
     record_rel = f"{WORK}/done/{index:06d}.json"
-    want = {"version": RECORD_VERSION, "input": rel, "input_size": size, "input_sha256": content_sha256(path),
-            "shard": shard}
+    want = {"version": RECORD_VERSION, "input": rel, "input_size": size,
+            "input_fingerprint": content_fingerprint(path), "shard": shard}
     record = folder.read_json(record_rel)
     if isinstance(record, dict) and all(record.get(k) == v for k, v in want.items()):
         now = folder.info(rel)
