@@ -247,3 +247,16 @@ def test_purify_keeps_bz2_xz_and_nested_fields(wiki_sample, bench, tmp_path):  #
     assert [g.get("purify_piece") for g in got] == [w.get("purify_piece") for w in want]
     assert [g.get("purify_doc_ref", "").replace("n.jsonl:", "") for g in got] == \
         [w.get("purify_doc_ref", "").replace("a.jsonl:", "") for w in want]
+
+
+def test_a_folders_json_document_is_not_read_as_json_lines(tmp_path, wiki_rows):
+    (tmp_path / "docs.json").write_bytes(_lines(wiki_rows[:3]))  # JSON lines under .json
+    (tmp_path / "stats.json").write_text(json.dumps({"docs": 3, "source": "wiki"}, indent=2))
+    (tmp_path / "ids.json").write_text(json.dumps([r["id"] for r in wiki_rows[:3]]))
+    skipped = []
+    assert [Path(i.path).name for i in resolve_inputs([str(tmp_path)], skipped=skipped)] == ["docs.json"]
+    assert sorted(Path(s["path"]).name for s in skipped) == ["ids.json", "stats.json"]
+    assert all(s["reason"].startswith("a JSON document, not JSON lines") for s in skipped)
+    # named explicitly, it is read, and its first line is the error
+    with pytest.raises(InputError, match=r"stats\.json:1: invalid JSON"):
+        _texts([str(tmp_path / "stats.json")])

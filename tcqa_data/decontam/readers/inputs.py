@@ -171,6 +171,22 @@ def _resolve_url(spec: str, unsupported: list[str]) -> dict[str, int]:
     return {url: objects[url] for url in found}
 
 
+def _json_document(path: str) -> bool:
+    """True when the first line of ``path`` is not one JSON object (a JSON document written over
+    several lines, an array): not JSON lines. A first line longer than 64 KB counts as JSON lines."""
+    import json
+
+    with open_binary(path) as fh:
+        head = fh.read(1 << 16)
+    line, newline, _ = head.partition(b"\n")
+    if (not newline and len(head) == 1 << 16) or not line.strip():
+        return False
+    try:
+        return not isinstance(json.loads(line.removeprefix(b"\xef\xbb\xbf")), dict)
+    except ValueError:
+        return True
+
+
 def detect_format(path: str) -> str | None:
     """The format of the file at ``path``: its name's (``FORMATS``), with the compression of JSON
     lines read from its first bytes; None if no reader takes its name."""
@@ -209,10 +225,14 @@ def resolve_inputs(specs: list[str], skipped: list[dict[str, str]] | None = None
     supported = _SUPPORTED
     chosen: dict[str, str] = {}  # realpath -> path as stored
     remote: dict[str, int] = {}  # URL -> size
+    named: set[str] = set()  # files named explicitly (not found by a folder or glob)
     for spec in specs:
         spec = local_path(os.fspath(spec))
         if is_url(spec):
-            remote.update(_resolve_url(spec, unsupported))
+            found = _resolve_url(spec, unsupported)
+            if list(found) == [spec]:
+                named.add(spec)
+            remote.update(found)
             continue
         if os.path.isdir(spec):
             paths = _walk(spec, unsupported)
@@ -223,6 +243,7 @@ def resolve_inputs(specs: list[str], skipped: list[dict[str, str]] | None = None
             if _format_of(spec) is None:
                 raise InputError(f"unsupported file type; expected one of {supported}", path=spec)
             paths = [spec]
+            named.add(os.path.normpath(spec))
         else:
             paths = []
             for match in glob.glob(spec, recursive=True):
@@ -252,14 +273,16 @@ def resolve_inputs(specs: list[str], skipped: list[dict[str, str]] | None = None
         kind = _kind_of(st.st_mode)
         if kind is not None:
             raise InputError(f"is {kind}, not a regular file; only regular files are read", path=p)
-        fmt = detect_format(p)
-        assert fmt is not None
-        out.append(CorpusInput(path=p, format=fmt, size=st.st_size))
-    for url, size in sorted(remote.items()):
-        fmt = detect_format(url)
-        assert fmt is not None
-        out.append(CorpusInput(path=url, format=fmt, size=size))
+        out.append(CorpusInput(path=p, format=detect_format(p) or "", size=st.st_size))
+    out += [CorpusInput(path=url, format=detect_format(url) or "", size=size)
+            for url, size in sorted(remote.items())]
+    # a folder's or glob's plain .json that is one JSON document (metadata, a config), not JSON lines
+    documents = [c.path for c in out if c.format == "jsonl" and c.path.endswith(".json")
+                 and c.path not in named and _json_document(c.path)]
+    out = [c for c in out if c.path not in documents]
     if skipped is not None:
+        skipped.extend({"path": p, "reason": "a JSON document, not JSON lines (its first line is not one "
+                                             "JSON object)"} for p in documents)
         reason = f"no reader takes this file type (supported: {supported})"
         taken = {c.path if is_url(c.path) else os.path.realpath(c.path) for c in out}
         for p in sorted({p if is_url(p) else os.path.normpath(p) for p in unsupported}):
