@@ -450,6 +450,7 @@ class RayEngine(Engine):
         worker's working directory, so on a cluster it fails here unless that is shared too.
         """
         out = check_writable_dir(out_dir)
+        inputs = [p for p in inputs if "://" not in p]  # URLs: each node reads the object store itself
         self.start()
         ray = self._ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy

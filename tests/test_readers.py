@@ -183,8 +183,12 @@ def test_truncated_compressed_files(tmp_path, wiki_jsonl, suffix, compress):
 
 
 def test_corrupt_gzip(tmp_path):
+    # the first bytes decide: a .gz name on bytes that are not gzip is read as plain JSON lines
     path = _write(tmp_path / "junk.jsonl.gz", b"this is not gzip at all\n")
-    with pytest.raises(InputError, match=r"junk\.jsonl\.gz: truncated or corrupt gzip file"):
+    with pytest.raises(InputError, match=r"junk\.jsonl\.gz:1: invalid JSON"):
+        _docs(path)
+    path = _write(tmp_path / "cut.jsonl.gz", gzip.compress(b'{"text": "a b c"}\n' * 50)[:40])
+    with pytest.raises(InputError, match=r"cut\.jsonl\.gz: truncated or corrupt gzip file"):
         _docs(path)
 
 
@@ -320,7 +324,8 @@ def test_hf_streams_a_local_dataset_folder(tmp_path, wiki_rows, monkeypatch):
 
 
 def test_module_lists_formats():
-    assert {fmt for _, fmt in FORMATS} == {"jsonl", "jsonl.gz", "jsonl.zst", "parquet", "txt"}
+    assert {fmt for _, fmt in FORMATS} == {"jsonl", "jsonl.gz", "jsonl.zst", "jsonl.bz2", "jsonl.xz",
+                                           "parquet", "arrow", "txt"}
 
 
 # --- the compiled JSONL reader (n-gram build) --------------------------------------------------

@@ -20,6 +20,7 @@ from tcqa_data.cli import (
     warning,
 )
 from tcqa_data.decontam.detect.rules import DEFAULT_RULE, rule_terms_help
+from tcqa_data.decontam.readers.presets import text_field_for
 
 
 @app.command("decontaminate")
@@ -34,7 +35,10 @@ def decontaminate_cmd(
         None, "--hf-dataset", help="Stream mode: this Hugging Face dataset too (or alone: no --corpus)."),
     hf_config: Optional[str] = typer.Option(None, "--hf-config", help="Its config name."),  # noqa: UP045
     hf_split: str = typer.Option("train", "--hf-split", help="Its split."),
-    text_field: str = typer.Option("text", "--text-field", help="With --corpus: the document text field."),
+    text_field: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--text-field", help="With --corpus: the document text field (default: text); a.b: nested."),
+    preset: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--preset", help="With --corpus: a layout's text field: dolma, fineweb, dclm, redpajama-v2."),
     id_field: Optional[str] = typer.Option(  # noqa: UP045
         None, "--id-field", help="With --corpus: field used as doc ref (default: file:line)."),
     on_error: OnError = typer.Option("raise", "--on-error",
@@ -109,7 +113,8 @@ def decontaminate_cmd(
             rule=rule, ngram=ngram, max_corpus_freq=max_corpus_freq, group_policy=value_of(group_policy),
             normalization=value_of(normalization), lm_eval_include=[str(p) for p in lm_eval_include or []],
             group_by=parse_group_by(group_by or []), quiet=quiet,
-            corpus=corpus or None, text_field=text_field, id_field=id_field, on_error=value_of(on_error),
+            corpus=corpus or None, text_field=text_field_for(preset, text_field), id_field=id_field,
+            on_error=value_of(on_error),
             workers=workers, engine=value_of(engine), ray_address=ray_address, hf_dataset=hf_dataset,
             hf_config=hf_config, hf_split=hf_split, short_min_words=short_min_words or None,
             source_name=source_name, allow_task_code=allow_task_code,

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Optional
 
 import typer
 
 from tcqa_data.cli import Engine, Normalization, OnError, app, choices, value_of, warning
+from tcqa_data.decontam.readers.presets import text_field_for
 from tcqa_data.errors import ConfigError
 
 
@@ -27,14 +29,19 @@ TextStore = choices("TextStore", "auto", "copy", "none")  # index-corpus --text-
 def index_corpus(
     corpus: list[str] = typer.Argument(None, help="Corpus files, globs or folders (.jsonl[.gz|.zst], "
                                                   ".parquet, .txt)."),
-    out: Path = typer.Option(..., "--out", help="Index folder to create (or extend with --append)."),
+    # a str, not a Path: Path("s3://b/x") would read as the local folder "s3:/b/x", and the refusal
+    # of object storage (engines.local_output_dir) would never see the URL
+    out: str = typer.Option(..., "--out", help="Index folder to create (or extend with --append)."),
     demo: bool = typer.Option(False, "--demo",
                               help="Also index the demo corpus shipped with tcqa-data (162 English "
                                    "Wikipedia articles, 2.7 MB: tcqa_data/data/demo/README.md)."),
     ngram: str = typer.Option("13", "--ngram", help="N-gram size(s), e.g. 13 or 8,13."),
     normalization: Normalization = typer.Option("janitor", "--normalization",
                                       help="janitor (exactly lm-eval's Janitor) or unicode."),
-    text_field: str = typer.Option("text", "--text-field", help="Field holding the document text."),
+    text_field: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--text-field", help="Field holding the document text (default: text); a.b: nested."),
+    preset: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--preset", help="A corpus layout's text field: dolma, fineweb, dclm, redpajama-v2."),
     id_field: str = typer.Option(None, "--id-field", help="Field used as doc ref (default: file:line)."),
     hf_dataset: str = typer.Option(None, "--hf-dataset", help="Stream a Hugging Face dataset instead."),
     hf_config: str = typer.Option(None, "--hf-config", help="Its config name."),
@@ -73,12 +80,14 @@ def index_corpus(
     """Index a training corpus: n-gram hashes (exact matches) and MinHash windows (near-duplicates)."""
     from tcqa_data.decontam.build import build_index
     from tcqa_data.decontam.index_files import MANIFEST, read_manifest
+    from tcqa_data.engines import local_output_dir
     from tcqa_data.errors import TcqaError
 
+    out_dir = local_output_dir(out)  # object-storage URIs are refused with the reason
     before = None
-    if (out / MANIFEST).is_file() and not overwrite:
+    if (out_dir / MANIFEST).is_file() and not overwrite:
         try:
-            before = read_manifest(out)
+            before = read_manifest(out_dir)
         except TcqaError:
             pass  # build_index says what is wrong with it
     inputs = list(corpus or [])
@@ -90,8 +99,9 @@ def index_corpus(
 
         inputs.append(demo_corpus_path())
     manifest = build_index(
-        inputs, out, ngram_sizes=_parse_ngrams(ngram), normalization=value_of(normalization),
-        text_field=text_field, id_field=id_field, workers=workers, append=append, overwrite=overwrite,
+        inputs, out_dir, ngram_sizes=_parse_ngrams(ngram), normalization=value_of(normalization),
+        text_field=text_field_for(preset, text_field), id_field=id_field, workers=workers, append=append,
+        overwrite=overwrite,
         on_error=value_of(on_error), minhash=not no_minhash, num_perm=num_perm, quiet=quiet,
         hf_dataset=hf_dataset, hf_config=hf_config, hf_split=hf_split, provenance=provenance,
         engine=value_of(engine), ray_address=ray_address, text_store=value_of(text_store),

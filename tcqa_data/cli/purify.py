@@ -9,6 +9,7 @@ import typer
 
 from tcqa_data.cli import ALLOW_TASK_CODE_HELP, Engine, OnError, PurifyMode, app, value_of
 from tcqa_data.decontam.detect.rules import DEFAULT_RULE
+from tcqa_data.decontam.readers.presets import text_field_for
 
 
 @app.command("purify")
@@ -17,7 +18,9 @@ def purify_cmd(
     tasks: str = typer.Option("mc_taco,squad_completion", "--tasks",
                               help="Comma-separated built-in task names, task YAML paths, or lm-eval "
                                    "task, group or tag names (needs the lm-eval extra)."),
-    out: Path = typer.Option(..., "--out", help="Output folder (never an input, nor inside or around one)."),
+    # a str, not a Path: Path("s3://b/x") would read as the local folder "s3:/b/x"
+    out: str = typer.Option(..., "--out", help="Output folder or object-storage prefix (s3://...; never "
+                                                "an input, nor inside or around one)."),
     mode: PurifyMode = typer.Option("excise", "--mode",
                              help="excise: Janitor.clean's cuts; drop: whole docs."),
     data_files: Optional[list[str]] = typer.Option(  # noqa: UP045 - typer needs Optional here
@@ -41,7 +44,10 @@ def purify_cmd(
         help="Excise exactly as Janitor.clean_python (the default). --no-janitor-exact also matches "
              "across a word that is all punctuation (' , ', '()') and short items whole, as "
              "decontaminate does, so the output flags nothing; its cuts then differ from Janitor's."),
-    text_field: str = typer.Option("text", "--text-field", help="Field holding the document text."),
+    text_field: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--text-field", help="Field holding the document text (default: text); a.b: nested."),
+    preset: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--preset", help="A corpus layout's text field: dolma, fineweb, dclm, redpajama-v2."),
     id_field: Optional[str] = typer.Option(  # noqa: UP045
         None, "--id-field", help="Field used as doc ref (default: file:line)."),
     on_error: OnError = typer.Option("raise", "--on-error",
@@ -66,7 +72,7 @@ def purify_cmd(
                     splits=[s.strip() for s in splits.split(",") if s.strip()] if splits else None,
                     rule=rule, ngram=ngram, mode=value_of(mode), window=window, minimum_slice=minimum_slice,
                     too_dirty_cutoff=too_dirty_cutoff, janitor_exact=janitor_exact,
-                    text_field=text_field, id_field=id_field,
+                    text_field=text_field_for(preset, text_field), id_field=id_field,
                     on_error=value_of(on_error), workers=workers,
                     engine=value_of(engine), ray_address=ray_address,
                     short_min_words=short_min_words or None,

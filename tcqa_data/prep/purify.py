@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -40,8 +41,10 @@ import pyarrow as pa
 import tcqa_data
 from tcqa_data.decontam.detect.rules import DEFAULT_RULE, Rule
 from tcqa_data.decontam.detect.score import QueryDoc, score_docs
+from tcqa_data.decontam.readers.storage import is_url, relative_names
 from tcqa_data.decontam.stream.evidence import MINHASH_REFUSAL, StreamEvidence, fill_stream
 from tcqa_data.decontam.stream.purify import MODES, PurifyConfig, Removal
+from tcqa_data.decontam.stream.purify_objects import commit_objects, open_object_work, purify_object_task
 from tcqa_data.decontam.stream.purify_shards import (
     config_dict,
     digest,
@@ -55,6 +58,7 @@ from tcqa_data.decontam.stream.table import StreamConfig
 from tcqa_data.engines import make_engine, run_tasks
 from tcqa_data.errors import ConfigError
 from tcqa_data.io_utils import write_json_atomic, write_parquet_atomic, write_text_atomic
+from tcqa_data.object_outputs import ObjectFolder, object_url
 from tcqa_data.outputs import (
     OWNER_MARKER,
     check_output,
@@ -79,9 +83,18 @@ REPORT_FILES = ("removal_log.parquet", "purify_report.json", "purify_report.md")
 
 def check_output_outside_inputs(out_dir: str | os.PathLike, specs: Sequence[str], inputs: Sequence[Any]
                                 ) -> None:
-    """Refuse an output folder that is, holds or lies inside an input file or folder."""
+    """Refuse an output folder (or prefix) that is, holds or lies inside an input file or folder."""
+    url = object_url(out_dir)
+    if url is not None:
+        for where in [s for s in specs if is_url(s)] + [i.path for i in inputs if is_url(i.path)]:
+            where = where.rstrip("/")
+            if url == where or url.startswith(where + "/") or where.startswith(url + "/"):
+                raise ConfigError(f"--out {out_dir} is, holds or lies inside the input {where}: the purified "
+                                  "corpus may never overwrite or mix with its input; choose another prefix")
+        return
     out = Path(out_dir).resolve()
-    for where in [Path(s) for s in specs if Path(s).exists()] + [Path(i.path) for i in inputs]:
+    for where in [Path(s) for s in specs if Path(s).exists()] + [Path(i.path) for i in inputs
+                                                                 if not is_url(i.path)]:
         p = where.resolve()
         if p == out or out in p.parents or p in out.parents:
             raise ConfigError(f"--out {out_dir} is, holds or lies inside the input {where}: the purified "
@@ -129,16 +142,20 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
         ngram_sizes=(ngram,), anchors=parsed.uses_alignment, keep_pairs=True, text_field=text_field,
         id_field=id_field, on_error=on_error), distinct=False)  # every input is written out
     check_output_outside_inputs(out_dir, corpus, evidence.inputs)
-    root = Path(os.path.commonpath([str(Path(i.path).resolve().parent) for i in evidence.inputs]))
-    rels = [Path(i.path).resolve().relative_to(root).as_posix() for i in evidence.inputs]
+    rels = relative_names([i.path for i in evidence.inputs])
     clash = sorted(set(rels) & {*REPORT_FILES, OWNER_MARKER})
     if clash:
         raise ConfigError(f"input {clash[0]} would be written where purify writes its own {clash[0]}; "
                           "rename it or give its folder's parent")
-    # a link is checked as its target (the commit swaps folders); someone else's folder is refused
-    out = check_output(out_dir, "purify")
+    bucket = ObjectFolder(url) if (url := object_url(out_dir)) is not None else None
+    if bucket is not None:  # committed by a manifest object (object_outputs), staged locally
+        bucket.check_ours("purify")
+    else:  # a link is checked as its target (the commit swaps folders); someone else's folder is refused
+        out = check_output(out_dir, "purify")
     benchmarks = _load_queries(tasks, data_files or {}, splits, lm_eval_include, lm_eval_include_defaults,
                                allow_task_code)
+    if bucket is not None:
+        out = Path(tempfile.mkdtemp(prefix=".tcqa-purify-")) / "out"
 
     # Janitor registers n-grams only: Janitor's cuts (excise, --janitor-exact) match no short item
     # whole; --mode drop is no Janitor's and drops their docs too
@@ -163,7 +180,8 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
                                   for t, files in (data_files or {}).items()},
                    "lm_eval_include": [str(x) for x in includes or []], "id_field": id_field,
                    "on_error": on_error, "short_min_words": short}
-        removals, reused = _write_shards(evidence, found, cfg, options, rels, work, eng, quiet)
+        removals, reused, objects = _write_shards(evidence, found, cfg, options, rels, work, eng, quiet,
+                                                  bucket)
         log = [(k, found.per_input[k][rem.row], rem) for k, rems in enumerate(removals) for rem in rems]
         fix = found.fix
         report = _report(evidence, log, found.matched, found.flagged, fix, cfg, str(parsed))
@@ -174,8 +192,13 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
         write_text_atomic(stage / "purify_report.md", _markdown(report))
         write_owner(stage, "purify")
         fault_point("purify-commit")
-        commit_dir(stage, out)
+        if bucket is not None:
+            commit_objects(bucket, objects, stage, {"tcqa_data_version": tcqa_data.__version__})
+        else:
+            commit_dir(stage, out)
         shutil.rmtree(work, ignore_errors=True)
+    if bucket is not None:
+        shutil.rmtree(out.parent, ignore_errors=True)
     return {**report, "shards": {"total": len(rels), "reused": reused, "written": len(rels) - reused}}
 
 
@@ -230,18 +253,26 @@ def _contamination(evidence: StreamEvidence, parsed: Rule, benchmarks: list[tupl
 
 
 def _write_shards(evidence: StreamEvidence, found: _Found, cfg: PurifyConfig, options: dict[str, Any],
-                  rels: list[str], work: Path, eng: Any, quiet: bool) -> tuple[list[list[Removal]], int]:
-    """Each input rewritten as one task on ``eng`` into ``work/out`` (``purify_shards``), finished
-    shards of a killed run with the same digest (``cfg``, the other ``options``, the flagged n-grams,
-    the inputs) reused; returns each input's removals and how many shards were reused."""
+                  rels: list[str], work: Path, eng: Any, quiet: bool, bucket: ObjectFolder | None = None
+                  ) -> tuple[list[list[Removal]], int, dict[str, Any]]:
+    """Each input rewritten as one task on ``eng`` into ``work/out`` (``purify_shards``), or as an
+    object in ``bucket`` (``purify_objects``), finished shards of a killed run with the same digest
+    (``cfg``, the other ``options``, the flagged n-grams, the inputs) reused; returns each input's
+    removals, how many shards were reused and (bucket) each shard object's size and sha256."""
     hits = evidence.hits
     run = {"tcqa_data_version": tcqa_data.__version__, "config": config_dict(cfg), "options": options,
            "dirty": {str(n): digest(k.tolist()) for n, k in found.dirty.items()},
            "inputs": [[rel, inp.size] for rel, inp in zip(rels, evidence.inputs, strict=True)]}
     run_digest = digest(run)
-    open_work_area(work, {"digest": run_digest, "inputs": run["inputs"]}, found.dirty)
-    remove_leftovers(work / "out", rels)
-    eng.check_shared_paths(work, [inp.path for inp in evidence.inputs])
+    if bucket is None:
+        open_work_area(work, {"digest": run_digest, "inputs": run["inputs"]}, found.dirty)
+        remove_leftovers(work / "out", rels)
+        eng.check_shared_paths(work, [inp.path for inp in evidence.inputs])
+        task, shared = purify_shard_task, {"work": str(work), "cfg": config_dict(cfg)}
+    else:
+        open_object_work(bucket, {"digest": run_digest, "inputs": run["inputs"]}, found.dirty)
+        (work / "out").mkdir(parents=True, exist_ok=True)
+        task, shared = purify_object_task, {"out": bucket.url, "cfg": config_dict(cfg)}
     calls = []
     for k, (inp, rel) in enumerate(zip(evidence.inputs, rels, strict=True)):
         rows = {row: str(found.fix(hits.refs[o])) for row, o in found.per_input.get(k, {}).items()}
@@ -256,12 +287,12 @@ def _write_shards(evidence: StreamEvidence, found: _Found, cfg: PurifyConfig, op
             prog.update(bar, advance=evidence.inputs[i].size)
             fault_point("purify-shard")  # the kill tests: after a shard's done-record
 
-        results = run_tasks(purify_shard_task, calls, desc="purify", engine=eng, on_done=done,
-                            shared={"work": str(work), "cfg": config_dict(cfg)})
+        results = run_tasks(task, calls, desc="purify", engine=eng, on_done=done, shared=shared)
     reused = sum(r["reused"] for r in results)
     if reused:
         note(f"purify: reused {reused} of {len(results)} output shards a killed run had written", quiet)
-    return [[removal_from_dict(d) for d in r["removals"]] for r in results], reused
+    objects = {rel: r["object"] for rel, r in zip(rels, results, strict=True) if "object" in r}
+    return [[removal_from_dict(d) for d in r["removals"]] for r in results], reused, objects
 
 
 def _log_table(evidence: StreamEvidence, log: list[tuple[int, int, Removal]], matched: dict[int, set[int]],

@@ -60,13 +60,13 @@ from tcqa_data.decontam.ngrams import reduce as nred
 from tcqa_data.decontam.ngrams import runs as nruns
 from tcqa_data.decontam.readers.documents import SkipStats
 from tcqa_data.decontam.readers.inputs import CorpusInput, resolve_inputs, split_input
+from tcqa_data.decontam.readers.storage import content_sha256
 from tcqa_data.engines import Engine, check_writable_dir, local_output_dir, make_engine, run_tasks, stop_pool
 from tcqa_data.errors import ConfigError, IndexMismatchError
 from tcqa_data.io_utils import read_json, write_json_atomic
 from tcqa_data.outputs import (
     check_output_dir,
     check_owned,
-    file_sha256,
     next_generation_dir,
     output_lock,
     removed_on_full_disk,
@@ -338,7 +338,7 @@ def _build_locked(out: Path, resolved: list[CorpusInput], skipped_files: list[di
             # the maps itself: with glibc's default thresholds each 16 MB read buffer is fresh
             # memory, page-faulted in again (~20 k faults per 200 MB)
             _fixed_mmap_threshold()
-        sums = run_tasks(file_sha256, [{"path": p} for p in paths], desc="index-checksum", engine=eng,
+        sums = run_tasks(content_sha256, [{"path": p} for p in paths], desc="index-checksum", engine=eng,
                          pool=pool)
         entries: list[dict[str, Any]] = []
         skipped_inputs: list[dict[str, str]] = []

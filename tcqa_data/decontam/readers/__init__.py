@@ -3,9 +3,11 @@
 Modules: ``inputs`` (which files: ``resolve_inputs``, ``CorpusInput``; cutting one into
 ``InputShard``s: ``split_input``), ``documents`` (the per-format readers: ``iter_documents``,
 ``Document``, ``SkipStats``; the formats, refs and errors are described there), ``jsonl_batches``
-(the compiled JSONL reader: ``iter_normalized_batches``, ``scan_jsonl_batches``) and ``hf_stream``
-(``iter_hf_documents``). Every public name of these modules is importable from the package
-(``from tcqa_data.decontam.readers import iter_documents``): the documented API.
+(the compiled JSONL reader: ``iter_normalized_batches``, ``scan_jsonl_batches``), ``hf_stream``
+(``iter_hf_documents``), ``storage`` (the one place a corpus file or URL is opened, listed and
+sniffed) and ``presets`` (the text fields of the big open corpora's layouts: ``--preset``). Every
+public name of the first four is importable from the package (``from tcqa_data.decontam.readers
+import iter_documents``): the documented API.
 """
 
 from tcqa_data.decontam.readers.documents import (

@@ -1,12 +1,17 @@
 """Corpus documents: turn corpus files (or shards of them) into a stream of ``Document``s.
 
-Formats (chosen by file name):
+Formats (chosen by file name, the compression by the file's first bytes: ``inputs.detect_format``):
 
-- ``.jsonl``, ``.jsonl.gz``, ``.jsonl.zst``: one JSON object per line; the text is the
-  ``text_field`` value, the ref is the ``id_field`` value (as ``str``) or ``"<path>:<line>"``.
-  Blank lines are skipped (counted as ``blank_line``).
+- JSON lines (``.jsonl``, ``.json``, ``.ndjson``, each plain or ``.gz``, ``.zst``, ``.bz2``, ``.xz``):
+  one JSON object per line; the text is the ``text_field`` value, the ref is the ``id_field``
+  value (as ``str``) or ``"<path>:<line>"``. Blank lines are skipped (counted as ``blank_line``).
 - ``.parquet``: one document per row, read in record batches with only the needed columns;
   ref is the id value or ``"<path>:<row>"`` (1-based row over the whole file).
+- ``.arrow``: Arrow IPC (stream or file format; ``datasets``' ``save_to_disk`` writes the stream
+  format), one document per row, refs as Parquet's.
+
+A field name with dots (``metadata.text``) names a field inside nested objects (struct columns)
+when the record has no field of that very name.
 - ``.txt``: ONE DOCUMENT PER FILE (ref ``"<path>:1"``). Splitting on blank lines was rejected:
   paragraph boundaries in plain text are unreliable, and a paragraph-level "document" would
   change document frequencies compared with the same text given as JSONL. The whole file is
@@ -14,12 +19,12 @@ Formats (chosen by file name):
 
 ``<path>`` is the path as ``resolve_inputs`` stored it (relative paths stay relative, so refs do
 not depend on the machine). Memory stays bounded: lines and record batches are streamed;
-gzip and zstd are decompressed incrementally.
+every compression is decompressed incrementally.
 
 Bad input raises ``InputError`` naming the file, the line (or row) and the field. With
 ``on_error="skip"`` the bad record is skipped and counted in a ``SkipStats`` instead. Empty
 documents (no non-whitespace text) are never an error: they have no n-grams, so they are skipped
-and counted as ``empty_text``. A truncated or corrupt ``.gz``/``.zst`` always stops that file;
+and counted as ``empty_text``. A truncated or corrupt compressed file always stops that file;
 with ``on_error="skip"`` the documents read before the damage are kept and the file is counted
 as ``truncated_input``.
 
@@ -31,14 +36,17 @@ global line numbers).
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import json
+import lzma
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tcqa_data.decontam.readers.inputs import CorpusInput, InputShard, _open_parquet
+from tcqa_data.decontam.readers.inputs import JSONL_FORMATS, CorpusInput, InputShard, _open_parquet
+from tcqa_data.decontam.readers.storage import open_arrow_file, open_binary, sniff_bytes
 from tcqa_data.errors import InputError
 
 # Skip reasons (keys of SkipStats.counts).
@@ -137,12 +145,12 @@ class _Ctx:
         if not isinstance(record, dict):
             self.fail(NOT_OBJECT, f"expected a JSON object, got {_json_type(record)}", line)
             return None
-        if self.text_field not in record:
-            present = ", ".join(repr(k) for k in list(record)[:20]) or "none"
+        found, text, where = field_value(record, self.text_field)
+        if not found:
+            present = ", ".join(repr(k) for k in list(where)[:20]) or "none"
             self.fail(MISSING_FIELD, f"missing text field; fields present: {present}", line,
                       self.text_field)
             return None
-        text = record[self.text_field]
         if not isinstance(text, str):
             self.fail(NON_STRING_TEXT, f"text is {_json_type(text)}, expected a string", line,
                       self.text_field)
@@ -152,13 +160,37 @@ class _Ctx:
             return None
         ref = f"{self.path}:{line}"
         if self.id_field is not None:
-            value = record.get(self.id_field)
+            found, value, _ = field_value(record, self.id_field)
             if value is None:
-                what = "is null" if self.id_field in record else "is missing"
+                what = "is null" if found else "is missing"
                 self.fail(MISSING_ID, f"id field {what}", line, self.id_field)
                 return None
             ref = str(value)
         return Document(ref, text, line)
+
+
+def field_value(record: dict, name: str) -> tuple[bool, Any, dict]:
+    """``(found, value, object searched last)`` of field ``name`` in ``record``: the field of that
+    very name if there is one, else, for ``a.b.c``, ``record["a"]["b"]["c"]`` (nested objects)."""
+    if name in record or "." not in name:
+        return name in record, record.get(name), record
+    where: Any = record
+    for part in name.split("."):
+        if not isinstance(where, dict) or part not in where:
+            return False, None, where if isinstance(where, dict) else {}
+        where = where[part]
+    return True, where, record
+
+
+def with_field(record: dict, name: str, value: Any) -> dict:
+    """A copy of ``record`` with field ``name`` (where ``field_value`` finds it) set to ``value``."""
+    if name in record or "." not in name:
+        return {**record, name: value}
+
+    def put(obj: dict, parts: list[str]) -> dict:
+        return {**obj, parts[0]: value if len(parts) == 1 else put(obj[parts[0]], parts[1:])}
+
+    return put(record, name.split("."))
 
 
 def _json_type(value: Any) -> str:
@@ -227,12 +259,20 @@ def _lines_from_chunks(chunks: Iterable[bytes]) -> Iterator[bytes]:
         yield b"".join(parts)
 
 
-def _gzip_lines(fh) -> Iterator[bytes]:
-    gz = gzip.GzipFile(fileobj=fh, mode="rb")
+def _decompressed_lines(stream) -> Iterator[bytes]:
+    """The lines of a gzip, bzip2 or xz file object (the standard library's streaming readers;
+    multi-member/multi-stream files as ``gzip``, ``bzip2`` and ``xz`` write them when appended)."""
     try:
-        yield from gz
-    except (EOFError, OSError, zlib.error) as e:
+        yield from stream
+    except (EOFError, OSError, zlib.error, lzma.LZMAError) as e:
         raise _Truncated(f"{type(e).__name__}: {e}") from None
+
+
+_STDLIB_DECOMPRESSORS = {
+    "jsonl.gz": lambda fh: gzip.GzipFile(fileobj=fh, mode="rb"),
+    "jsonl.bz2": lambda fh: bz2.BZ2File(fh, mode="rb"),
+    "jsonl.xz": lambda fh: lzma.LZMAFile(fh, mode="rb"),
+}
 
 
 def _jsonl_source(fh, inp: CorpusInput, shard: InputShard | None
@@ -248,8 +288,9 @@ def _jsonl_source(fh, inp: CorpusInput, shard: InputShard | None
                 fh.seek(shard.start - 1)
                 offset = shard.start - 1 + len(fh.readline())
         return fh, offset, end, line, False
-    if inp.format == "jsonl.gz":
-        return _gzip_lines(fh), 0, None, 0, True
+    if inp.format in _STDLIB_DECOMPRESSORS:
+        return _decompressed_lines(_STDLIB_DECOMPRESSORS[inp.format](fh)), 0, None, 0, True
+    assert inp.format == "jsonl.zst", inp.format
     return _lines_from_chunks(_zstd_chunks(fh)), 0, None, 0, True
 
 
@@ -275,7 +316,7 @@ def _jsonl_document(ctx: _Ctx, raw: bytes, line: int, line_offset: int, compress
 
 
 def _truncated(ctx: _Ctx, inp: CorpusInput, e: _Truncated, line: int) -> None:
-    kind = "gzip" if inp.format == "jsonl.gz" else "zstd"
+    kind = {"jsonl.gz": "gzip", "jsonl.zst": "zstd", "jsonl.bz2": "bzip2", "jsonl.xz": "xz"}[inp.format]
     # A cut-off last line is never yielded by gzip/_zstd_chunks: the error comes first.
     msg = (f"truncated or corrupt {kind} file ({e.reason}); {line} complete lines "
            f"were read before the damage")
@@ -287,7 +328,7 @@ def _truncated(ctx: _Ctx, inp: CorpusInput, e: _Truncated, line: int) -> None:
 
 
 def _iter_jsonl(ctx: _Ctx, inp: CorpusInput, shard: InputShard | None) -> Iterator[Document]:
-    with open(inp.path, "rb") as fh:
+    with open_binary(inp.path) as fh:
         lines, offset, end, line, compressed = _jsonl_source(fh, inp, shard)
         try:
             for raw in lines:
@@ -303,24 +344,86 @@ def _iter_jsonl(ctx: _Ctx, inp: CorpusInput, shard: InputShard | None) -> Iterat
             _truncated(ctx, inp, e, line)
 
 
+def _column_path(schema: Any, name: str) -> list[str] | None:
+    """Where field ``name`` is in an Arrow ``schema``: ``[column]`` for a column of that very name,
+    else ``[column, child, ...]`` through struct columns for ``column.child...``; None if absent."""
+    import pyarrow as pa
+
+    if name in schema.names or "." not in name:
+        return [name] if name in schema.names else None
+    parts = name.split(".")
+    if parts[0] not in schema.names:
+        return None
+    typ = schema.field(parts[0]).type
+    for part in parts[1:]:
+        if not pa.types.is_struct(typ) or typ.get_field_index(part) < 0:
+            return None
+        typ = typ.field(part).type
+    return parts
+
+
+def _leaf_type(schema: Any, path: list[str]) -> Any:
+    typ = schema.field(path[0]).type
+    for part in path[1:]:
+        typ = typ.field(part).type
+    return typ
+
+
+class _TableFields:
+    """The text (and id) columns of a Parquet or Arrow schema, checked once per file, and their
+    values from each record batch."""
+
+    def __init__(self, ctx: _Ctx, schema: Any, path: str) -> None:
+        import pyarrow as pa
+
+        present = ", ".join(repr(n) for n in schema.names[:20]) or "none"
+        self.paths: list[list[str]] = []
+        for fld in [ctx.text_field] + ([ctx.id_field] if ctx.id_field else []):
+            where = _column_path(schema, fld)
+            if where is None:
+                kind = "text" if fld == ctx.text_field else "id"
+                raise InputError(f"missing {kind} field; columns present: {present}", path=path, field=fld)
+            self.paths.append(where)
+        ttype = _leaf_type(schema, self.paths[0])
+        self.is_binary = pa.types.is_binary(ttype) or pa.types.is_large_binary(ttype)
+        if not (pa.types.is_string(ttype) or pa.types.is_large_string(ttype) or self.is_binary):
+            raise InputError(f"text column has type {ttype}, expected string", path=path,
+                             field=ctx.text_field)
+        self.columns = list(dict.fromkeys(p[0] for p in self.paths))  # top-level columns to read
+
+    def values(self, batch: Any, k: int) -> list[Any]:
+        import pyarrow.compute as pc
+
+        path = self.paths[k]
+        column = batch.column(batch.schema.get_field_index(path[0]))
+        if len(path) > 1:
+            column = pc.struct_field(column, path[1:])
+        return column.to_pylist()
+
+
+def _table_documents(ctx: _Ctx, fields: _TableFields, batch: Any, row: int) -> Iterator[Document]:
+    """The documents of one record batch whose first row is ``row + 1``."""
+    texts = fields.values(batch, 0)
+    ids = fields.values(batch, 1) if ctx.id_field else None
+    for i, text in enumerate(texts):
+        row += 1
+        if fields.is_binary and text is not None:
+            text = _decode(ctx, text, row, None)
+            if text is None:
+                continue
+        record = {ctx.text_field: text}
+        if ids is not None:
+            record[ctx.id_field] = ids[i]  # type: ignore[index]
+        doc = ctx.document(record, row)
+        if doc is not None:
+            yield doc
+
+
 def _iter_parquet(ctx: _Ctx, inp: CorpusInput, shard: InputShard | None) -> Iterator[Document]:
     import pyarrow as pa
 
     pf = _open_parquet(inp.path)
-    names = pf.schema_arrow.names
-    present = ", ".join(repr(n) for n in names[:20]) or "none"
-    for fld in [ctx.text_field] + ([ctx.id_field] if ctx.id_field else []):
-        if fld not in names:
-            kind = "text" if fld == ctx.text_field else "id"
-            raise InputError(f"missing {kind} field; columns present: {present}", path=inp.path,
-                             field=fld)
-    ttype = pf.schema_arrow.field(ctx.text_field).type
-    is_binary = pa.types.is_binary(ttype) or pa.types.is_large_binary(ttype)
-    if not (pa.types.is_string(ttype) or pa.types.is_large_string(ttype) or is_binary):
-        raise InputError(f"text column has type {ttype}, expected string", path=inp.path,
-                         field=ctx.text_field)
-    columns = [ctx.text_field] + ([ctx.id_field] if ctx.id_field and ctx.id_field != ctx.text_field
-                                  else [])
+    fields = _TableFields(ctx, pf.schema_arrow, inp.path)
     if shard is not None and shard.kind == "row_groups":
         row_groups = list(range(shard.start, shard.end))
         row = shard.first_line - 1
@@ -331,28 +434,40 @@ def _iter_parquet(ctx: _Ctx, inp: CorpusInput, shard: InputShard | None) -> Iter
         return
     try:
         batches = pf.iter_batches(batch_size=_PARQUET_BATCH_ROWS, row_groups=row_groups,
-                                  columns=columns, use_threads=False)
+                                  columns=fields.columns, use_threads=False)
         for batch in batches:
-            texts = batch.column(0).to_pylist()
-            ids = batch.column(columns.index(ctx.id_field)).to_pylist() if ctx.id_field else None
-            for i, text in enumerate(texts):
-                row += 1
-                if is_binary and text is not None:
-                    text = _decode(ctx, text, row, None)
-                    if text is None:
-                        continue
-                record = {ctx.text_field: text}
-                if ids is not None:
-                    record[ctx.id_field] = ids[i]  # type: ignore[index]
-                doc = ctx.document(record, row)
-                if doc is not None:
-                    yield doc
+            yield from _table_documents(ctx, fields, batch, row)
+            row += batch.num_rows
     except (pa.ArrowException, OSError) as e:
         raise InputError(f"cannot read Parquet data after row {row}: {e}", path=inp.path) from None
 
 
+def _iter_arrow(ctx: _Ctx, inp: CorpusInput) -> Iterator[Document]:
+    """An Arrow IPC file or stream (``datasets``' ``save_to_disk`` files), one batch at a time."""
+    import pyarrow as pa
+
+    source = open_arrow_file(inp.path)
+    row = 0
+    try:
+        with source:
+            kind = sniff_bytes(source.read(8))
+            source.seek(0)
+            if kind == "arrow-file":
+                reader = pa.ipc.open_file(source)
+                batches: Iterable[Any] = (reader.get_batch(i) for i in range(reader.num_record_batches))
+            else:
+                reader = pa.ipc.open_stream(source)
+                batches = reader
+            fields = _TableFields(ctx, reader.schema, inp.path)
+            for batch in batches:
+                yield from _table_documents(ctx, fields, batch, row)
+                row += batch.num_rows
+    except (pa.ArrowException, OSError) as e:
+        raise InputError(f"cannot read Arrow IPC data after row {row}: {e}", path=inp.path) from None
+
+
 def _iter_txt(ctx: _Ctx, inp: CorpusInput) -> Iterator[Document]:
-    with open(inp.path, "rb") as fh:
+    with open_binary(inp.path) as fh:
         raw = fh.read()
     if raw.startswith(b"\xef\xbb\xbf"):
         raw = raw[3:]
@@ -391,8 +506,10 @@ def iter_documents(inp: CorpusInput | InputShard, text_field: str = "text", id_f
     corpus_input = shard.input if shard is not None else inp
     assert isinstance(corpus_input, CorpusInput)
     ctx = _Ctx(corpus_input.path, text_field, id_field, on_error, stats)
-    if corpus_input.format in ("jsonl", "jsonl.gz", "jsonl.zst"):
+    if corpus_input.format in JSONL_FORMATS:
         return _iter_jsonl(ctx, corpus_input, shard)
+    if corpus_input.format == "arrow":
+        return _iter_arrow(ctx, corpus_input)
     if corpus_input.format == "parquet":
         return _iter_parquet(ctx, corpus_input, shard)
     if corpus_input.format == "txt":

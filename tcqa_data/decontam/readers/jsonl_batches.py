@@ -19,7 +19,8 @@ from tcqa_data.decontam.readers.documents import (
     _Truncated,
     _truncated,
 )
-from tcqa_data.decontam.readers.inputs import CorpusInput, InputShard
+from tcqa_data.decontam.readers.inputs import JSONL_FORMATS, CorpusInput, InputShard
+from tcqa_data.decontam.readers.storage import open_binary
 
 # ---------------------------------------------------------------------------------------------
 # Compiled JSONL path (the n-gram build's reader)
@@ -39,12 +40,13 @@ class NormalizedBatch(NamedTuple):
 
 def normalized_batches_supported(fmt: str, text_field: str, id_field: str | None, scheme: str) -> bool:
     """True when ``iter_normalized_batches`` reads this input: JSONL (plain or compressed),
-    refs from lines (no id field), Janitor normalization, a text field name that JSON writes as
-    is, and the compiled kernels enabled."""
+    refs from lines (no id field), Janitor normalization, a top-level text field whose name JSON
+    writes as is (no dots: ``a.b`` may name a nested field, which the Python reader finds), and the
+    compiled kernels enabled."""
     from tcqa_data.decontam.core import kernel
 
-    return (fmt in ("jsonl", "jsonl.gz", "jsonl.zst") and id_field is None and scheme == "janitor"
-            and text_field != "" and all(0x20 <= ord(c) and c not in '"\\' for c in text_field)
+    return (fmt in JSONL_FORMATS and id_field is None and scheme == "janitor"
+            and text_field != "" and all(0x20 <= ord(c) and c not in '"\\.' for c in text_field)
             and kernel.enabled())
 
 
@@ -117,7 +119,7 @@ def scan_jsonl_batches(inp: CorpusInput | InputShard, text_field: str, on_error:
     ctx = _Ctx(corpus_input.path, text_field, None, on_error, stats)
     key = np.frombuffer(text_field.encode("utf-8"), dtype=np.uint8)
     counts = np.zeros(2, dtype=np.int64)  # blank lines, empty texts
-    with open(corpus_input.path, "rb") as fh:
+    with open_binary(corpus_input.path) as fh:
         lines, offset, end, line, compressed = _jsonl_source(fh, corpus_input, shard)
         try:
             for block, block_offset, block_len in _jsonl_blocks(fh, corpus_input, lines, offset, end):

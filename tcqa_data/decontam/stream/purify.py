@@ -17,8 +17,10 @@ is deterministic (gzip without name or time, zstd with fixed parameters).
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import json
+import lzma
 import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,6 +31,9 @@ from typing import IO, Any
 import numpy as np
 
 from tcqa_data.decontam.readers import CorpusInput
+from tcqa_data.decontam.readers.documents import field_value, with_field
+from tcqa_data.decontam.readers.inputs import JSONL_FORMATS
+from tcqa_data.decontam.readers.storage import open_binary
 from tcqa_data.decontam.stream.excise import (
     MINIMUM_SLICE,
     TOO_DIRTY_CUTOFF,
@@ -101,6 +106,12 @@ def _writer(path: Path, fmt: str) -> Iterator[IO[bytes]]:
         if fmt == "jsonl.gz":
             with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
                 yield gz
+        elif fmt == "jsonl.bz2":
+            with bz2.BZ2File(raw, mode="wb") as bz:
+                yield bz
+        elif fmt == "jsonl.xz":
+            with lzma.LZMAFile(raw, mode="wb", format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64) as xz:
+                yield xz
         elif fmt == "jsonl.zst":
             import zstandard
 
@@ -117,17 +128,17 @@ def purify_input(inp: CorpusInput, dest: Path, rows: dict[int, str], cfg: Purify
     size are the flagged benchmark docs'."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     if not rows:
-        with atomic_path(dest) as tmp:
-            shutil.copyfile(inp.path, tmp)
+        with open_binary(inp.path) as src, atomic_path(dest) as tmp, open(tmp, "wb") as copy:
+            shutil.copyfileobj(src, copy, 1 << 22)
         return []
     if inp.format == "parquet":
         return _purify_parquet(inp, dest, rows, cfg, is_dirty)
-    if inp.format not in ("jsonl", "jsonl.gz", "jsonl.zst"):
-        raise InputError(f"purify writes JSONL and Parquet inputs, not {inp.format!r}", path=inp.path)
+    if inp.format not in JSONL_FORMATS:
+        raise InputError(f"purify writes JSON lines and Parquet inputs, not {inp.format!r}", path=inp.path)
     from tcqa_data.decontam.readers.documents import _jsonl_source
 
     out: list[Removal] = []
-    with open(inp.path, "rb") as fh, atomic_path(dest) as tmp, _writer(tmp, inp.format) as w:
+    with open_binary(inp.path) as fh, atomic_path(dest) as tmp, _writer(tmp, inp.format) as w:
         lines, _, _, line, _ = _jsonl_source(fh, inp, None)
         for raw in lines:
             line += 1
@@ -136,14 +147,14 @@ def purify_input(inp: CorpusInput, dest: Path, rows: dict[int, str], cfg: Purify
                 w.write(raw)
                 continue
             record = json.loads(raw[3:] if line == 1 and raw.startswith(b"\xef\xbb\xbf") else raw)
-            text = record[cfg.text_field]
+            text = field_value(record, cfg.text_field)[1]
             pieces, spans, action = _cut(text, cfg, is_dirty)
             out.append(_removal(line, text, pieces, spans, action))
             if action == "kept":
                 w.write(raw)
                 continue
             for k, piece in enumerate(pieces):
-                rec = {**record, cfg.text_field: piece, REF_FIELD: ref, PIECE_FIELD: k}
+                rec = {**with_field(record, cfg.text_field, piece), REF_FIELD: ref, PIECE_FIELD: k}
                 w.write(json.dumps(rec, ensure_ascii=False).encode("utf-8", "surrogatepass") + b"\n")
     return out
 
@@ -154,7 +165,12 @@ def _purify_parquet(inp: CorpusInput, dest: Path, rows: dict[int, str], cfg: Pur
     file's size); each input row group gives one output row group."""
     import pyarrow.parquet as pq
 
-    source = pq.ParquetFile(inp.path)
+    from tcqa_data.decontam.readers.inputs import _open_parquet
+
+    source = _open_parquet(inp.path)
+    if cfg.text_field not in source.schema_arrow.names:
+        raise InputError("purify rewrites a top-level text column of a Parquet file, not a nested one",
+                         path=inp.path, field=cfg.text_field)
     out: list[Removal] = []
     first = 1  # rows are 1-based, as the reader numbers them
     with atomic_path(dest) as tmp:

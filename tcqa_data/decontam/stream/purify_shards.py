@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from tcqa_data.decontam.readers import CorpusInput
+from tcqa_data.decontam.readers.storage import content_sha256
 from tcqa_data.decontam.stream.purify import PurifyConfig, Removal, purify_input
 from tcqa_data.decontam.stream.table import BenchmarkTable, StreamConfig
 from tcqa_data.io_utils import load_npy, read_json, write_json_atomic, write_npy_atomic
@@ -112,7 +113,7 @@ def purify_shard_task(work: str, cfg: dict[str, Any], index: int, path: str, for
     folder = Path(work)
     dest = relative_inside(folder / "out", rel, what="output shard")
     record_path = folder / "done" / f"{index:06d}.json"
-    want = {"version": RECORD_VERSION, "input": rel, "input_size": size, "input_sha256": file_sha256(path),
+    want = {"version": RECORD_VERSION, "input": rel, "input_size": size, "input_sha256": content_sha256(path),
             "shard": shard}
     try:
         record = read_json(record_path)

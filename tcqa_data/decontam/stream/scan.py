@@ -38,6 +38,7 @@ from tcqa_data.decontam.readers import (
     normalized_batches_supported,
     split_input,
 )
+from tcqa_data.decontam.readers.storage import is_url
 from tcqa_data.decontam.stream.table import BenchmarkTable, StreamConfig
 
 BATCH_CHARS = 4_000_000
@@ -276,7 +277,9 @@ def scan_corpus(table: BenchmarkTable, inputs: Sequence[CorpusInput],
     (one process) or shard.
     ``workers`` > 1: the shards as tasks on a local engine; ``engine``: on that engine (e.g. a
     ``RayEngine``), their files in a temporary folder in ``work_dir`` (a folder every node sees;
-    default: the system's temporary folder). The same result either way."""
+    default: the system's temporary folder), or, when every input is a URL (object storage), the
+    keys sent to the tasks and their hits returned through the engine: no shared folder. The same
+    result either way."""
     merge = _Merge(table, list(inputs))
     if workers <= 1 and engine is None:
         # one process: each input as one shard, read in order (the same hits as any cut into
@@ -290,6 +293,23 @@ def scan_corpus(table: BenchmarkTable, inputs: Sequence[CorpusInput],
 
     from tcqa_data.engines import LocalEngine, run_tasks
     from tcqa_data.io_utils import write_npy_atomic
+
+    if engine is not None and all(is_url(inp.path) for inp in inputs):
+        # every input in object storage: no folder need be shared by the nodes; the table's keys
+        # go to the tasks once through the engine (Ray's object store), their hits come back as results
+        calls = [{"path": s.input.path, "format": s.input.format, "size": s.input.size,
+                  "shard": [s.index, s.kind, s.start, s.end, s.first_line]} for _, s in shards]
+
+        def arrived(i: int, part: ShardHits) -> None:
+            if progress is not None:
+                progress(part.chars, part.num_docs)
+
+        parts = run_tasks(scan_shard_keys_task, calls, desc="stream", engine=engine, on_done=arrived,
+                          shared={"cfg": _cfg_dict(table.cfg), "keys": table.keys,
+                                  "anchor_keys": table.anchor_keys})
+        for (k, _), part in zip(shards, parts, strict=True):
+            merge.add(part, k)
+        return merge.finish()
 
     owned = LocalEngine(workers) if engine is None else nullcontext(engine)
     with tempfile.TemporaryDirectory(prefix=".tcqa-stream-", dir=work_dir) as work, owned as eng:
@@ -332,6 +352,15 @@ def scan_shard_task(work: str, cfg: dict[str, Any], index: int, path: str, forma
     inp = CorpusInput(path, format, size)
     part = scan_shard(table, InputShard(inp, *shard))
     return part.save(folder / f"shard{index:05d}")
+
+
+def scan_shard_keys_task(cfg: dict[str, Any], keys: dict[int, np.ndarray], anchor_keys: np.ndarray, path: str,
+                         format: str, size: int, shard: list) -> ShardHits:
+    """``scan_shard`` as an engine task given the table's keys; returns the shard's hits (the path
+    of ``scan_corpus`` for inputs in object storage: nothing written on any node)."""
+    config = StreamConfig(**{**cfg, "ngram_sizes": tuple(cfg["ngram_sizes"])})
+    table = BenchmarkTable.from_keys(config, keys, anchor_keys)
+    return scan_shard(table, InputShard(CorpusInput(path, format, size), *shard))
 
 
 def hf_input(cfg: StreamConfig) -> CorpusInput:

@@ -255,7 +255,7 @@ def _reusable(store: Path, manifest: dict[str, Any], old: dict[str, Any], mode: 
         key = _key(e)
         prev = old["inputs"].get(key)
         if prev is not None and prev.get("id") == _entry_id(e, manifest) \
-                and prev.get("kind") == _kind(e["format"], mode) and _files_ok(store, prev) \
+                and prev.get("kind") == _kind(e, manifest, mode) and _files_ok(store, prev) \
                 and (prev.get("anchors") or not prev.get("anchor_entries") or _id_key(prev["id"]) in held):
             entries[key] = prev
         else:
@@ -356,7 +356,7 @@ def _store_input(root_dir: str, e: dict[str, Any], manifest: dict[str, Any], mod
     root = Path(root_dir)
     store = root / STORE_DIR
     key = _key(e)
-    kind = _kind(e["format"], mode)
+    kind = _kind(e, manifest, mode)
     rec: dict[str, Any] = {"id": _entry_id(e, manifest), "kind": kind, "format": e["format"],
                            "path": e["path"]}
     if kind in ("offsets", "rows", "file"):
@@ -423,10 +423,15 @@ def _fast_anchors(e: dict[str, Any], manifest: dict[str, Any]) -> bool:
                                         manifest["normalization"])
 
 
-def _kind(fmt: str, mode: str) -> str:
-    if mode == "copy":
+def _kind(e: dict[str, Any], manifest: dict[str, Any], mode: str) -> str:
+    """How one input's texts are kept: in place (offsets, rows, file) or a copy. A copy for a
+    compressed or Arrow input, an input read by URL (no local file to come back to) and a nested
+    text field (``a.b``: the in-place readers take a top-level one)."""
+    from tcqa_data.decontam.readers.storage import is_url
+
+    if mode == "copy" or is_url(e["path"]) or "." in manifest.get("text_field", "text"):
         return "copy"
-    return {"jsonl": "offsets", "parquet": "rows", "txt": "file"}.get(fmt, "copy")
+    return {"jsonl": "offsets", "parquet": "rows", "txt": "file"}.get(e["format"], "copy")
 
 
 def _files_ok(store: Path, rec: dict[str, Any]) -> bool:
