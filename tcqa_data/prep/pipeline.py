@@ -19,6 +19,7 @@ import tcqa_data
 from tcqa_data.decontam.detect.evidence import IndexEvidence
 from tcqa_data.decontam.detect.rules import DEFAULT_RULE, Rule, doc_status
 from tcqa_data.decontam.detect.score import auto_ngram, score_docs
+from tcqa_data.deprecation import moved_to_top
 from tcqa_data.errors import ConfigError, IndexMismatchError, TcqaError
 from tcqa_data.io_utils import write_json_atomic, write_parquet_atomic, write_text_atomic
 from tcqa_data.outputs import check_name, code_digests, resolve_inside, writes_output
@@ -102,6 +103,7 @@ class _Run:
     fix_ref: Callable[[str | None], str | None] | None = None  # corpus doc refs as PREP_DIR records them
 
 
+@moved_to_top("decontaminate")
 @writes_output("out_dir", "decontaminate")  # PREP_DIR is committed whole or not at all
 def decontaminate(
     index_dir: str | os.PathLike | None,
