@@ -103,15 +103,27 @@ def test_import_is_cheap_and_the_deep_paths_warn_once_from_outside_only(tmp_path
             res = CliRunner().invoke(app, ["analyze", missing, "--results", missing])
             assert res.exit_code != 0
         assert not [w for w in inside if w.category is DeprecationWarning], [str(w.message) for w in inside]
-        import tcqa_data.analysis
-        with warnings.catch_warnings(record=True) as outside:
-            for _ in range(2):
-                try:
-                    tcqa_data.analysis.analyze(missing, missing)
-                except TcqaError:
-                    pass
-        deprecations = [str(w.message) for w in outside if w.category is DeprecationWarning]
-        assert len(deprecations) == 1 and "from tcqa_data import analyze" in deprecations[0], deprecations
+        import tcqa_data.analysis, tcqa_data.decontam.build, tcqa_data.eval.runner, tcqa_data.prep.pipeline
+        import tcqa_data.prep.purify, tcqa_data.workflow
+        out = missing + "/out"
+        deep = [  # every old path, called as the README of 0.1.0 showed; each refuses the missing input
+            ("build_index", lambda: tcqa_data.decontam.build.build_index([missing], out)),
+            ("decontaminate", lambda: tcqa_data.prep.pipeline.decontaminate(missing, ["mc_taco"], out)),
+            ("purify", lambda: tcqa_data.prep.purify.purify([missing], ["mc_taco"], out)),
+            ("evaluate", lambda: tcqa_data.eval.runner.evaluate(missing, "model")),
+            ("evaluate", lambda: tcqa_data.workflow.evaluate(missing, "model")),
+            ("analyze", lambda: tcqa_data.analysis.analyze(missing, missing)),
+        ]
+        for public, call in deep:
+            with warnings.catch_warnings(record=True) as outside:
+                for _ in range(2):
+                    try:
+                        call()
+                    except TcqaError:
+                        pass
+            deprecations = [str(w.message) for w in outside if w.category is DeprecationWarning]
+            assert len(deprecations) == 1, (public, deprecations)
+            assert f"from tcqa_data import {{public}}" in deprecations[0], deprecations
         print("ok")
     """)
     proc = subprocess.run([sys.executable, "-c", script], env=_env(), capture_output=True, text=True,
