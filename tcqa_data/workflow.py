@@ -15,6 +15,7 @@ from typing import Any
 
 from tcqa_data.analysis.report import summary_blocks
 from tcqa_data.analysis.run import analyze_after_evaluate
+from tcqa_data.deprecation import moved_to_top
 from tcqa_data.eval import metrics as M
 from tcqa_data.eval.models import LoadedModel
 from tcqa_data.eval.results import render_markdown
@@ -23,6 +24,7 @@ from tcqa_data.eval.runner import evaluate as evaluate_stage
 from tcqa_data.report_render import Block
 
 
+@moved_to_top("evaluate")
 def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | None = None,
              clean_only: bool = False, device: str = "auto", dtype: str = "auto",
              batch_size: int | str = "auto", output: str | Path | None = None,

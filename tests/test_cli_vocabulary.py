@@ -165,7 +165,7 @@ def _invocations(text: str) -> list[tuple[str, list[str]]]:
 
 
 def test_readme_docs_and_scripts_use_options_the_commands_show():
-    files = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+    files = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")),
              *sorted((ROOT / "scripts").glob("*.sh")), *sorted((ROOT / "scripts").glob("*.py"))]
     seen = 0
     for f in files:

@@ -32,6 +32,7 @@ from tcqa_data.analysis.sweep import (
     unit_flags,
     value_ci,
 )
+from tcqa_data.deprecation import moved_to_top
 from tcqa_data.errors import ConfigError, TcqaError
 from tcqa_data.eval import metrics as M
 from tcqa_data.eval.tables import subset_table, task_stats
@@ -270,6 +271,7 @@ def analyze_scored(scored: list[ScoredSplit], prep_dir: str | Path, *, bootstrap
     }
 
 
+@moved_to_top("analyze")
 def analyze(prep_dir: str | Path, results: str | Path, output: str | Path | None = None, *,
             tasks: list[str] | None = None, split: str | None = None, bootstrap: int | None = None,
             seed: int | None = None, zn_samples: int = ZN_SAMPLES, corpus: bool = True,

@@ -13,8 +13,8 @@ from tcqa_data.cli import app, comma_list, old_spelling, one_split, prefer
 def analyze_cmd(
     prep_dir: Path = typer.Argument(..., help="Folder written by `tcqa-data decontaminate`."),
     results: Path = typer.Option(..., "--results", help="An `evaluate` output folder, or lm-eval 0.4 "
-                                 "--log_samples output (a samples_<task>_<date>.jsonl file or its folder)."),
-    out: Path = typer.Option(None, "--out", help="Output folder (default <results folder>/analysis)."),
+                                 "--log_samples output (a samples_TASK_DATE.jsonl file or its folder)."),
+    out: Path = typer.Option(None, "--out", help="Output folder (default: analysis/ in the results folder)."),
     tasks: str = typer.Option(None, "--tasks", help="Comma-separated prepared task(s) to analyze; names "
                               "the prepared task when the lm-eval task has another name."),
     splits: str = typer.Option(None, "--splits", help="The prepared split to analyze, one name (default: the "

@@ -49,7 +49,7 @@ def evaluate_cmd(
         "auto", "--dtype",
         help="auto (bf16 on CUDA GPUs that support it, else fp16; fp32 off CUDA)|float32|bfloat16|float16"),
     batch_size: str = typer.Option("auto", "--batch-size", help="auto or N (rows per forward pass)."),
-    out: Path = typer.Option(None, "--out", help="Output folder (default PREP_DIR/eval/<model>)."),
+    out: Path = typer.Option(None, "--out", help="Output folder (default PREP_DIR/eval/MODEL)."),
     limit_groups: int = typer.Option(None, "--limit-groups", min=1,
                                      help="Only the first N whole question groups "
                                      "(of the clean ones with --clean-only)."),
@@ -81,7 +81,7 @@ def evaluate_cmd(
     lm_eval_model: str = typer.Option("hf", "--lm-eval-model", help="With --backend lm-eval: lm-eval's "
                                       "model type (hf, vllm, ...)."),
     model_args: str = typer.Option(None, "--model-args", help="With --backend lm-eval: lm-eval's "
-                                   "--model_args (default pretrained=<--model>)."),
+                                   "--model_args (default pretrained=MODEL, the --model value)."),
     allow_modified_code: bool = typer.Option(
         False, "--allow-modified-code",
         help="With --backend lm-eval: run the exported Python and YAMLs even where they differ from "

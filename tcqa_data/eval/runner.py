@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from tcqa_data import FORMAT_VERSION, __version__
+from tcqa_data.deprecation import moved_to_top
 from tcqa_data.errors import ConfigError, TcqaError
 from tcqa_data.eval import in_prompt
 from tcqa_data.eval import metrics as M
@@ -544,6 +545,7 @@ def run_evaluation(prep_dir: str | Path, model: str | LoadedModel, tasks: list[s
     return Evaluation(prep_dir, results, samples, evaluated)
 
 
+@moved_to_top("evaluate")
 def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | None = None,
              clean_only: bool = False, device: str = "auto", dtype: str = "auto",
              batch_size: int | str = "auto", output: str | Path | None = None,

@@ -20,6 +20,7 @@ import tcqa_data
 from tcqa_data.decontam.detect.evidence import IndexEvidence
 from tcqa_data.decontam.detect.rules import DEFAULT_RULE, Rule, doc_status
 from tcqa_data.decontam.detect.score import auto_ngram, score_docs
+from tcqa_data.deprecation import moved_to_top
 from tcqa_data.errors import ConfigError, IndexMismatchError, TcqaError
 from tcqa_data.io_utils import write_json_atomic, write_parquet_atomic, write_text_atomic
 from tcqa_data.outputs import check_name, code_digests, resolve_inside, writes_output
@@ -150,6 +151,7 @@ def check_prep_names(jobs: Sequence[TaskJob]) -> None:
 
 # PREP_DIR is committed whole or not at all, and a rerun replaces it whole (carry=False): another
 # run's task folders would stay beside the new manifest, which does not list them
+@moved_to_top("decontaminate")
 @_task_files_first
 @writes_output("out_dir", "decontaminate", carry=False)
 def decontaminate(

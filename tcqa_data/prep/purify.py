@@ -55,6 +55,7 @@ from tcqa_data.decontam.stream.purify_shards import (
     shard_digest,
 )
 from tcqa_data.decontam.stream.table import StreamConfig
+from tcqa_data.deprecation import moved_to_top
 from tcqa_data.engines import make_engine, run_tasks
 from tcqa_data.errors import ConfigError
 from tcqa_data.io_utils import write_json_atomic, write_parquet_atomic, write_text_atomic
@@ -111,6 +112,7 @@ def _load_queries(tasks: Sequence[str], data_files: Mapping[str, Mapping[str, st
             for job in jobs for b, queries, _ in job.parts]
 
 
+@moved_to_top("purify")
 def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.PathLike, *,
            data_files: Mapping[str, Mapping[str, str]] | None = None, splits: Sequence[str] | None = None,
            rule: str = DEFAULT_RULE, ngram: int = 13, mode: str = "excise", window: int = 200,

@@ -61,6 +61,7 @@ from tcqa_data.decontam.ngrams import runs as nruns
 from tcqa_data.decontam.readers.documents import SkipStats
 from tcqa_data.decontam.readers.inputs import CorpusInput, resolve_inputs, split_input
 from tcqa_data.decontam.readers.storage import content_sha256
+from tcqa_data.deprecation import moved_to_top
 from tcqa_data.engines import Engine, check_writable_dir, local_output_dir, make_engine, run_tasks, stop_pool
 from tcqa_data.errors import ConfigError, IndexMismatchError
 from tcqa_data.io_utils import read_json, write_json_atomic
@@ -130,6 +131,7 @@ def _pause_cyclic_gc() -> bool:
     return True
 
 
+@moved_to_top("build_index")
 def build_index(
     inputs: Sequence[str | os.PathLike],
     out_dir: str | os.PathLike,

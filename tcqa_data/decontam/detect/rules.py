@@ -97,12 +97,18 @@ class Term:
 
 @dataclass(frozen=True)
 class Rule:
-    """A disjunction of conjunctions of threshold terms."""
+    """A disjunction of conjunctions of threshold terms: ``--rule`` parsed.
+
+    ``Rule.parse("any-ngram|aligned-field>=0.8")`` flags a doc when any ``|``-separated clause holds;
+    ``&`` joins the terms of a clause. ``str(rule)`` gives the canonical text back.
+    """
 
     clauses: tuple[tuple[Term, ...], ...]
 
     @classmethod
     def parse(cls, text: str) -> Rule:
+        """The rule ``text`` says (``--rule``'s syntax); a term the parser does not know, or a
+        threshold out of range, raises ConfigError naming it."""
         from tcqa_data.errors import ConfigError
 
         if not text or not text.strip():
