@@ -324,9 +324,10 @@ def test_files_no_reader_takes_are_listed_and_warned(corpus, tmp_path, monkeypat
     folder = tmp_path / "in"
     folder.mkdir()
     shutil.copy(corpus["a"], folder / "a.jsonl")
-    others = ["A.JSONL", "b.json", "c.csv", "d.jsonl.bz2"]
-    for name in others:
-        (folder / name).write_text('{"text": "x"}\n')
+    others = ["A.JSONL", "c.csv"]
+    # .json is JSON lines, and a .jsonl.bz2 whose bytes are plain text is read as what it is
+    for name in [*others, "b.json", "d.jsonl.bz2"]:
+        (folder / name).write_text(json.dumps({"text": f"x {name}"}) + "\n")
     for i, spec in enumerate((folder, str(folder / "*"))):
         out = tmp_path / f"idx{i}"
         code, err = cli(["index-corpus", spec, "--out", out, "--no-minhash", "--num-buckets", "8",
@@ -335,10 +336,10 @@ def test_files_no_reader_takes_are_listed_and_warned(corpus, tmp_path, monkeypat
         for name in others:
             assert f"Warning: {folder / name} was not indexed" in err
         summary = err.strip().splitlines()[-1]
-        assert summary.startswith("indexed ") and "not indexed (4 file(s) no reader takes)" in summary
+        assert summary.startswith("indexed ") and "not indexed (2 file(s) no reader takes)" in summary
         m = json.loads((out / "manifest.json").read_text())
         assert sorted(Path(s["path"]).name for s in m["skipped_inputs"]) == sorted(others)
-        assert [Path(e["path"]).name for e in m["inputs"]] == ["a.jsonl"]
+        assert [Path(e["path"]).name for e in m["inputs"]] == ["a.jsonl", "b.json", "d.jsonl.bz2"]
 
 
 def test_append_of_a_changed_file_is_refused(corpus, tmp_path, monkeypatch, capsys):
