@@ -116,6 +116,12 @@ def _data_files(value: Mapping[str, Mapping[str, PathLike]] | Sequence[str] | No
     return parse_data_files([value] if isinstance(value, str) else list(value), tasks)
 
 
+def _text_field(preset: str | None, text_field: str | None) -> str:
+    from tcqa_data.decontam.readers.presets import text_field_for
+
+    return text_field_for(preset, text_field)
+
+
 def _paths(value: PathLike | Sequence[PathLike] | None) -> list[str]:
     if value is None:
         return []
@@ -131,7 +137,8 @@ def build_index(
     demo: bool = False,
     ngram: int | str | Sequence[int] = 13,
     normalization: str = "janitor",
-    text_field: str = "text",
+    text_field: str | None = None,
+    preset: str | None = None,
     id_field: str | None = None,
     hf_dataset: str | None = None,
     hf_config: str | None = None,
@@ -158,7 +165,8 @@ def build_index(
         demo: Also index the demo corpus shipped with tcqa-data (162 Wikipedia articles).
         ngram: N-gram size(s): ``13``, ``[8, 13]`` or ``"8,13"``.
         normalization: ``janitor`` (exactly lm-eval's Janitor tokens) or ``unicode``.
-        text_field: The field holding the document text.
+        text_field: The field holding the document text (default ``text``); ``a.b``: nested.
+        preset: A corpus layout's text field: ``dolma``, ``fineweb``, ``dclm``, ``redpajama-v2``.
         id_field: The field used as doc ref (default: ``file:line``).
         hf_dataset: Stream this Hugging Face dataset (``hf_config``, ``hf_split``) as input.
         hf_config: Its config name.
@@ -199,12 +207,12 @@ def build_index(
         sizes = [int(x) for x in ngram]
     if not sizes or min(sizes) < 1:
         raise ConfigError(f"ngram takes positive sizes like 13 or 8,13, not {ngram!r}")
-    return build(inputs, out, ngram_sizes=sizes, normalization=normalization, text_field=text_field,
-                 id_field=id_field, workers=workers, append=append, overwrite=overwrite, on_error=on_error,
-                 minhash=not no_minhash, num_perm=num_perm, quiet=quiet, hf_dataset=hf_dataset,
-                 hf_config=hf_config, hf_split=hf_split, provenance=provenance, engine=engine,
-                 ray_address=ray_address, text_store=text_store, num_buckets=num_buckets,
-                 ngram_dir_bits=ngram_dir_bits)  # type: ignore[return-value]
+    return build(inputs, out, ngram_sizes=sizes, normalization=normalization,
+                 text_field=_text_field(preset, text_field), id_field=id_field, workers=workers,
+                 append=append, overwrite=overwrite, on_error=on_error, minhash=not no_minhash,
+                 num_perm=num_perm, quiet=quiet, hf_dataset=hf_dataset, hf_config=hf_config,
+                 hf_split=hf_split, provenance=provenance, engine=engine, ray_address=ray_address,
+                 text_store=text_store, num_buckets=num_buckets, ngram_dir_bits=ngram_dir_bits)  # type: ignore[return-value]
 
 
 def decontaminate(
@@ -215,7 +223,8 @@ def decontaminate(
     hf_dataset: str | None = None,
     hf_config: str | None = None,
     hf_split: str = "train",
-    text_field: str = "text",
+    text_field: str | None = None,
+    preset: str | None = None,
     id_field: str | None = None,
     on_error: str = "raise",
     tasks: str | Sequence[str] = DEFAULT_TASKS,
@@ -234,6 +243,7 @@ def decontaminate(
     short_min_words: int = 8,
     source_name: str | None = None,
     quiet: bool = False,
+    allow_task_code: bool = False,
 ) -> PrepSummary:
     """Flag the benchmark docs that overlap the corpus and write PREP_DIR to ``out``, as
     ``tcqa-data decontaminate``.
@@ -246,7 +256,9 @@ def decontaminate(
         hf_dataset: Stream mode: a Hugging Face dataset too (``hf_config``, ``hf_split``).
         hf_config: Its config name.
         hf_split: Its split.
-        text_field: Stream mode: the document text field.
+        text_field: Stream mode: the document text field (default ``text``); ``a.b``: nested.
+        preset: Stream mode: a corpus layout's text field (``dolma``, ``fineweb``, ``dclm``,
+            ``redpajama-v2``).
         id_field: Stream mode: the field used as doc ref (default ``file:line``).
         on_error: Stream mode: ``raise`` or ``skip`` a bad record.
         tasks: Built-in task names, task YAML paths, or lm-eval task, group or tag names.
@@ -267,6 +279,8 @@ def decontaminate(
         short_min_words: A query of this many words up to n-1 is matched whole (0: off).
         source_name: The corpus as ``contamination_report.csv`` names it (e.g. ``allenai/c4``).
         quiet: No progress bars.
+        allow_task_code: Run the Python that task YAMLs outside the installed lm-eval name
+            (``!function``, ``class:``); refused by default.
 
     Returns:
         The run summary, with each task and split's counts under ``tasks``.
@@ -289,9 +303,11 @@ def decontaminate(
         data_files=_data_files(data_files, task_list), splits=_names(splits), rule=rule, ngram=ngram,
         max_corpus_freq=max_corpus_freq, group_policy=group_policy, normalization=normalization,
         lm_eval_include=_paths(lm_eval_include), group_by=groups, quiet=quiet, corpus=corpus_list,
-        text_field=text_field, id_field=id_field, on_error=on_error, workers=workers, engine=engine,
+        text_field=_text_field(preset, text_field),
+        id_field=id_field, on_error=on_error, workers=workers, engine=engine,
         ray_address=ray_address, hf_dataset=hf_dataset, hf_config=hf_config, hf_split=hf_split,
-        short_min_words=short_min_words or None, source_name=source_name)
+        short_min_words=short_min_words or None, source_name=source_name,
+        allow_task_code=allow_task_code)
     if index_dir is None:
         return run(None, task_list, out, **kwargs)  # type: ignore[return-value]
     with reading(index_dir):  # an index file damaged with its size kept: found by a full check
@@ -325,6 +341,7 @@ def evaluate(
     analysis: bool = True,
     bootstrap: int | None = None,
     bootstrap_seed: int | None = None,
+    allow_task_code: bool = False,
 ) -> EvalResults:
     """Score ``model`` on the full, clean and dirty splits of PREP_DIR (one pass), then analyze that
     pass, as ``tcqa-data evaluate``.
@@ -349,7 +366,8 @@ def evaluate(
         quiet: No progress bars.
         memorization: Per-doc memorization scores (loss, zlib, Min-K%, Min-K%++).
         memorization_only: Only the memorization scores, no task metric.
-        memorization_context: ``prompt`` (read from the task's own forward pass) or ``standalone``.
+        memorization_context: ``prompt`` (read from the task's own forward pass), ``standalone`` or
+            ``both`` (the headline score takes the better-ranked context of each doc).
         backend: ``native`` (tcqa-data's scorer) or ``lm-eval`` (lm-evaluation-harness on the
             exported full YAMLs, then `analyze` of its samples).
         lm_eval_model: With ``backend="lm-eval"``: lm-eval's model type (``hf``, ``vllm``, ...).
@@ -360,6 +378,8 @@ def evaluate(
             input+label, model side), its summary at the end of both reports.
         bootstrap: Bootstrap resamples of the intervals (default 1,000).
         bootstrap_seed: Their seed.
+        allow_task_code: With ``backend="lm-eval"``: run the Python that prepared task YAMLs name
+            (``!function``); refused by default.
 
     Returns:
         results.json as an object (``tasks``, ``model``, ``output_dir``, ``analysis``), the per-doc
@@ -387,7 +407,7 @@ def evaluate(
         run = run_lm_eval(prep_dir, model_args or f"pretrained={model}", model=lm_eval_model, tasks=names,
                           split=split, output=out, batch_size=batch_size,
                           device=None if device == "auto" else device,
-                          allow_modified_code=allow_modified_code)
+                          allow_modified_code=allow_modified_code, allow_task_code=allow_task_code)
         if analysis:
             run["analysis"] = analyze(prep_dir, results=run["output_dir"], tasks=names, splits=split,
                                       bootstrap=bootstrap, bootstrap_seed=bootstrap_seed)
@@ -456,8 +476,9 @@ def purify(
     window: int = 200,
     minimum_slice: int = 200,
     too_dirty_cutoff: int = 10,
-    janitor_exact: bool = False,
-    text_field: str = "text",
+    janitor_exact: bool = True,
+    text_field: str | None = None,
+    preset: str | None = None,
     id_field: str | None = None,
     on_error: str = "raise",
     workers: int = 1,
@@ -465,6 +486,7 @@ def purify(
     ray_address: str | None = None,
     short_min_words: int = 8,
     quiet: bool = False,
+    allow_task_code: bool = False,
 ) -> PurifyReport:
     """Write ``corpus`` minus its contamination by the benchmarks to ``out``, as ``tcqa-data purify``.
 
@@ -482,9 +504,10 @@ def purify(
         window: Chars cut on each side of a match (Janitor: 200).
         minimum_slice: Shorter pieces are dropped (Janitor: 200).
         too_dirty_cutoff: More matches drop the doc whole (Janitor: 10).
-        janitor_exact: Excise exactly as ``Janitor.clean_python`` (no match across an all-punctuation
-            word).
-        text_field: The field holding the document text.
+        janitor_exact: Excise exactly as ``Janitor.clean_python`` (the default); ``False`` also matches
+            across an all-punctuation word and short items whole, as `decontaminate` does.
+        text_field: The field holding the document text (default ``text``); ``a.b``: nested.
+        preset: A corpus layout's text field: ``dolma``, ``fineweb``, ``dclm``, ``redpajama-v2``.
         id_field: The field used as doc ref (default ``file:line``).
         on_error: ``raise`` or ``skip`` a bad record.
         workers: Local processes reading the corpus shards and writing the outputs.
@@ -492,6 +515,7 @@ def purify(
         ray_address: With ``engine="ray"``: ``auto``, ``HOST:PORT`` or ``ray://HOST:PORT``.
         short_min_words: Benchmark items of this many words up to n-1 are matched whole (0: off).
         quiet: No progress bars.
+        allow_task_code: As `decontaminate`.
 
     Returns:
         purify_report.json as an object, plus ``shards`` (written, reused from a killed run).
@@ -502,9 +526,10 @@ def purify(
     return run(_paths(corpus), task_list, out, data_files=_data_files(data_files, task_list),  # type: ignore
                splits=_names(splits), rule=rule, ngram=ngram, mode=mode, window=window,
                minimum_slice=minimum_slice, too_dirty_cutoff=too_dirty_cutoff, janitor_exact=janitor_exact,
-               text_field=text_field, id_field=id_field, on_error=on_error, workers=workers, engine=engine,
-               ray_address=ray_address, short_min_words=short_min_words or None,
-               lm_eval_include=_paths(lm_eval_include), quiet=quiet)
+               text_field=_text_field(preset, text_field), id_field=id_field, on_error=on_error,
+               workers=workers, engine=engine, ray_address=ray_address,
+               short_min_words=short_min_words or None,
+               lm_eval_include=_paths(lm_eval_include), quiet=quiet, allow_task_code=allow_task_code)
 
 
 def clean_vs_full_table(results: EvalResults | Mapping[str, Any], task: str) -> pd.DataFrame:

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import typer
 
+from tcqa_data.decontam.readers.presets import PRESETS
 from tcqa_data.errors import TcqaError
 
 T = TypeVar("T")
@@ -91,6 +92,7 @@ def choices(name: str, *values: str) -> type[Enum]:
 
 # one type per enumerated option, shared by every command that has it
 OnError = choices("OnError", "raise", "skip")
+CorpusPreset = choices("CorpusPreset", *PRESETS)
 Engine = choices("Engine", "local", "ray")
 GroupPolicy = choices("GroupPolicy", "any", "all", "majority")
 Normalization = choices("Normalization", "janitor", "unicode")

@@ -9,6 +9,7 @@ import typer
 
 from tcqa_data.cli import (
     ALLOW_TASK_CODE_HELP,
+    CorpusPreset,
     Engine,
     GroupPolicy,
     Normalization,
@@ -37,7 +38,7 @@ def decontaminate_cmd(
     hf_split: str = typer.Option("train", "--hf-split", help="Its split."),
     text_field: Optional[str] = typer.Option(  # noqa: UP045
         None, "--text-field", help="With --corpus: the document text field (default: text); a.b: nested."),
-    preset: Optional[str] = typer.Option(  # noqa: UP045
+    preset: Optional[CorpusPreset] = typer.Option(  # noqa: UP045
         None, "--preset", help="With --corpus: a layout's text field: dolma, fineweb, dclm, redpajama-v2."),
     id_field: Optional[str] = typer.Option(  # noqa: UP045
         None, "--id-field", help="With --corpus: field used as doc ref (default: file:line)."),
@@ -113,7 +114,7 @@ def decontaminate_cmd(
             rule=rule, ngram=ngram, max_corpus_freq=max_corpus_freq, group_policy=value_of(group_policy),
             normalization=value_of(normalization), lm_eval_include=[str(p) for p in lm_eval_include or []],
             group_by=parse_group_by(group_by or []), quiet=quiet,
-            corpus=corpus or None, text_field=text_field_for(preset, text_field), id_field=id_field,
+            corpus=corpus or None, text_field=text_field_for(value_of(preset), text_field), id_field=id_field,
             on_error=value_of(on_error),
             workers=workers, engine=value_of(engine), ray_address=ray_address, hf_dataset=hf_dataset,
             hf_config=hf_config, hf_split=hf_split, short_min_words=short_min_words or None,

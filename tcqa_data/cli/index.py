@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from tcqa_data.cli import Engine, Normalization, OnError, app, choices, value_of, warning
+from tcqa_data.cli import CorpusPreset, Engine, Normalization, OnError, app, choices, value_of, warning
 from tcqa_data.decontam.readers.presets import text_field_for
 from tcqa_data.errors import ConfigError
 
@@ -40,7 +40,7 @@ def index_corpus(
                                       help="janitor (exactly lm-eval's Janitor) or unicode."),
     text_field: Optional[str] = typer.Option(  # noqa: UP045
         None, "--text-field", help="Field holding the document text (default: text); a.b: nested."),
-    preset: Optional[str] = typer.Option(  # noqa: UP045
+    preset: Optional[CorpusPreset] = typer.Option(  # noqa: UP045
         None, "--preset", help="A corpus layout's text field: dolma, fineweb, dclm, redpajama-v2."),
     id_field: str = typer.Option(None, "--id-field", help="Field used as doc ref (default: file:line)."),
     hf_dataset: str = typer.Option(None, "--hf-dataset", help="Stream a Hugging Face dataset instead."),
@@ -100,7 +100,8 @@ def index_corpus(
         inputs.append(demo_corpus_path())
     manifest = build_index(
         inputs, out_dir, ngram_sizes=_parse_ngrams(ngram), normalization=value_of(normalization),
-        text_field=text_field_for(preset, text_field), id_field=id_field, workers=workers, append=append,
+        text_field=text_field_for(value_of(preset), text_field),
+        id_field=id_field, workers=workers, append=append,
         overwrite=overwrite,
         on_error=value_of(on_error), minhash=not no_minhash, num_perm=num_perm, quiet=quiet,
         hf_dataset=hf_dataset, hf_config=hf_config, hf_split=hf_split, provenance=provenance,

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from tcqa_data.cli import ALLOW_TASK_CODE_HELP, Engine, OnError, PurifyMode, app, value_of
+from tcqa_data.cli import ALLOW_TASK_CODE_HELP, CorpusPreset, Engine, OnError, PurifyMode, app, value_of
 from tcqa_data.decontam.detect.rules import DEFAULT_RULE
 from tcqa_data.decontam.readers.presets import text_field_for
 
@@ -46,7 +46,7 @@ def purify_cmd(
              "decontaminate does, so the output flags nothing; its cuts then differ from Janitor's."),
     text_field: Optional[str] = typer.Option(  # noqa: UP045
         None, "--text-field", help="Field holding the document text (default: text); a.b: nested."),
-    preset: Optional[str] = typer.Option(  # noqa: UP045
+    preset: Optional[CorpusPreset] = typer.Option(  # noqa: UP045
         None, "--preset", help="A corpus layout's text field: dolma, fineweb, dclm, redpajama-v2."),
     id_field: Optional[str] = typer.Option(  # noqa: UP045
         None, "--id-field", help="Field used as doc ref (default: file:line)."),
@@ -72,7 +72,7 @@ def purify_cmd(
                     splits=[s.strip() for s in splits.split(",") if s.strip()] if splits else None,
                     rule=rule, ngram=ngram, mode=value_of(mode), window=window, minimum_slice=minimum_slice,
                     too_dirty_cutoff=too_dirty_cutoff, janitor_exact=janitor_exact,
-                    text_field=text_field_for(preset, text_field), id_field=id_field,
+                    text_field=text_field_for(value_of(preset), text_field), id_field=id_field,
                     on_error=value_of(on_error), workers=workers,
                     engine=value_of(engine), ray_address=ray_address,
                     short_min_words=short_min_words or None,
