@@ -160,7 +160,7 @@ def first_run_after_install(bench: Path, corpus: Path) -> dict:
     """The first `index-corpus` after an install against the second, with a fresh numba cache folder
     (``NUMBA_CACHE_DIR``: what a fresh venv, container or Ray node starts from; a fresh venv itself
     would add minutes of pip here without changing the kernels' cost). ``install.sh`` fills that cache
-    with ``python -m tcqa_data.decontam.warmup``; the build without it is measured too. CPU time of the
+    with ``python -m tcqa_data.decontam.build.warmup``; the build without it is measured too. CPU time of the
     whole process tree (interpreter start, imports, cache loads) of a default build: n-grams, MinHash,
     text store."""
     cache = bench / "numba_fresh_cache"
@@ -172,7 +172,7 @@ def first_run_after_install(bench: Path, corpus: Path) -> dict:
     runs["first_without_warmup"] = timed_build([str(corpus)], out, env=env, **kw)
     shutil.rmtree(cache, ignore_errors=True)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run([sys.executable, "-m", "tcqa_data.decontam.warmup"], cwd=REPO, check=True,
+    subprocess.run([sys.executable, "-m", "tcqa_data.decontam.build.warmup"], cwd=REPO, check=True,
                    env={**os.environ, **env})
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     warmup_cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime

@@ -8,7 +8,7 @@ about 14 CPU-s of compiling per process. Here a tiny index is built in a tempora
 same code paths as a real build (JSONL scan, n-gram runs with a multi-run merge, MinHash bands, the
 text store), so every kernel is compiled for the argument types those paths give it.
 
-    python -m tcqa_data.decontam.warmup      # scripts/install.sh runs it; run it on each Ray node
+    python -m tcqa_data.decontam.build.warmup      # scripts/install.sh runs it; run it on each Ray node
 
 Nothing is written outside the cache and a temporary folder (removed afterwards); with the kernels
 turned off (``TCQA_KERNEL=numpy``, or numba missing) it does nothing.
