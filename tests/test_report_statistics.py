@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 
 import numpy as np
 import pytest
@@ -153,3 +154,16 @@ def test_progress_total_of_compressed_text_is_unknown(tmp_path):
     both = resolve_inputs([str(plain), str(packed)])
     assert packed.stat().st_size < text_chars  # a total in file bytes would run past 100%
     assert text_progress_total(both) is None
+
+
+def test_indexing_a_compressed_corpus_never_reports_past_100_percent(tmp_path, capsys, monkeypatch):
+    from tcqa_data.decontam.build.index import build_index
+
+    monkeypatch.setattr("sys.stderr.isatty", lambda: False, raising=False)
+    docs = "".join(json.dumps({"text": f"doc {i} " + "the river floods every spring " * 40}) + "\n"
+                   for i in range(300))
+    (tmp_path / "c.jsonl.gz").write_bytes(gzip.compress(docs.encode()))
+    build_index([str(tmp_path / "c.jsonl.gz")], tmp_path / "idx", workers=1, minhash=False, text_store="none")
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("[progress] indexing")]
+    shares = [int(p) for x in lines for p in re.findall(r"(\d+)%", x)]
+    assert shares and max(shares) == 100 and lines[-1].endswith("done"), lines

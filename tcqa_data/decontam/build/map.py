@@ -362,6 +362,8 @@ def _run_maps(tasks: list[dict], work_dir: str, cfg: dict, pool: ProcessPoolExec
             results = [results_by_i[i] for i in range(len(tasks))]
         if total_bytes is not None:
             bar.update(tid, completed=max(total_bytes, 1))
+        else:  # the total is known now: what was read (the last line says 100%, done)
+            bar.update(tid, total=max(next(t.completed for t in bar.tasks if t.id == tid), 1))
     return results
 
 

@@ -209,4 +209,6 @@ def fill_stream(evidence: StreamEvidence, groups: Sequence[tuple[int, Sequence[s
                       work_dir=None if work_dir is None else str(work_dir),
                       whole={m: sorted(v) for m, v in whole.items()},
                       progress=lambda nbytes, ndocs: prog.update(bar, advance=nbytes))
+        if text_progress_total(evidence.inputs) is None:  # the total is known now: what was read
+            prog.update(bar, total=max(next(t.completed for t in prog.tasks if t.id == bar), 1))
     return queries
