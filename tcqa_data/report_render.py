@@ -30,7 +30,14 @@ class Mark:
     text: str
 
 
-Inline = Union[str, Sequence[Union[str, Code, Mark]]]  # noqa: UP007 - readable alias at runtime
+@dataclass(frozen=True)
+class Link:
+    """A link to another report, by a relative path (it keeps working when the folders move together)."""
+    text: str
+    href: str
+
+
+Inline = Union[str, Sequence[Union[str, Code, Mark, Link]]]  # noqa: UP007 - readable alias at runtime
 
 
 @dataclass(frozen=True)
@@ -76,7 +83,14 @@ class Figure:
     draw: Callable[[], bytes] = field(compare=False)
 
 
-Block = Union[Heading, Paragraph, Bullets, Table, Quote, Preformatted, Figure]  # noqa: UP007
+@dataclass(frozen=True)
+class Details:
+    """Detail a reader opens on demand: folded (<details>) in HTML, a titled section in Markdown."""
+    summary: Inline
+    blocks: Sequence[Block]
+
+
+Block = Union[Heading, Paragraph, Bullets, Table, Quote, Preformatted, Figure, Details]  # noqa: UP007
 
 
 def highlight(text: str, spans: Sequence[Sequence[int]]) -> list[str | Mark]:
@@ -103,25 +117,44 @@ def percent(v: float | None, signed: bool = False) -> str:
     return f"{v * 100:+.1f}" if signed else f"{v * 100:.1f}"
 
 
+def interval_note(m: Mapping[str, Any]) -> str:
+    """The few words a report prints beside a value whose interval is withheld or odd ("" if none):
+    "too few groups: 2", "skewed resamples", ... (``metrics.estimate`` writes the notes)."""
+    note = str(m.get("note") or "")
+    if note.startswith("too few groups"):
+        n = note.split("(", 1)[1].split(";", 1)[0] if "(" in note else ""
+        return f"too few groups: {n}" if n.isdigit() else "too few groups"
+    if "outside its percentile interval" in note:
+        return "estimate outside the interval: skewed resamples"
+    return note
+
+
 def percent_ci(m: Mapping[str, Any] | None, signed: bool = False) -> str:
-    """A metric entry ``{"value", "ci95"}`` as "value [low, high]" in percent ("n/a" without a value;
-    no interval where it is undefined)."""
+    """A metric entry ``{"value", "ci95"[, "note"]}`` as "value [low, high]" in percent ("n/a" without a
+    value); an interval withheld or odd says why in parentheses ("77.8 (too few groups: 2)")."""
     if not m or m.get("value") is None:
         return "n/a"
     lo, hi = m.get("ci95") or [None, None]
     ci = f" [{percent(lo, signed)}, {percent(hi, signed)}]" if lo is not None and hi is not None else ""
-    return percent(m["value"], signed) + ci
+    note = interval_note(m)
+    return percent(m["value"], signed) + ci + (f" ({note})" if note else "")
+
+
+def share(v: float | None, digits: int = 1) -> str:
+    """A share (0..1) as a percentage with its sign: 0.764706 -> "76.5%" ("n/a" for none)."""
+    return "n/a" if v is None else f"{v * 100:.{digits}f}%"
 
 
 def png_bytes(fig: Any, dpi: int = 80) -> bytes:
     """A matplotlib figure as PNG bytes without Software/date metadata (bytes depend on data only)."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
+    # tight: the saved area grows to hold every label (a long last tick label is not clipped)
+    fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None}, bbox_inches="tight")
     return buf.getvalue()
 
 
 # ---- Markdown --------------------------------------------------------------------------------
-def _pieces(text: Inline) -> list[str | Code | Mark]:
+def _pieces(text: Inline) -> list[str | Code | Mark | Link]:
     return [text] if isinstance(text, str) else list(text)
 
 
@@ -138,6 +171,9 @@ def _md_inline(text: Inline, *, cell: bool = False) -> str:
     for p in _pieces(text):
         if isinstance(p, Code):
             s = _md_code(p.text.replace("\n", "\\n"))
+        elif isinstance(p, Link):
+            label, target = p.text.replace("]", "\\]"), p.href.replace(" ", "%20").replace(")", "%29")
+            s = f"[{label}]({target})"
         elif isinstance(p, Mark):
             # spaces around the marked words stay outside the ** (CommonMark emphasis rules)
             core = p.text.strip()
@@ -151,6 +187,13 @@ def _md_inline(text: Inline, *, cell: bool = False) -> str:
 
 def to_markdown(blocks: Sequence[Block]) -> str:
     """Render ``blocks`` as CommonMark/GitHub Markdown."""
+    out = _md_lines(blocks)
+    while out and out[-1] == "":
+        out.pop()
+    return "\n".join(out) + "\n"
+
+
+def _md_lines(blocks: Sequence[Block]) -> list[str]:
     out: list[str] = []
     for b in blocks:
         if isinstance(b, Heading):
@@ -174,17 +217,21 @@ def to_markdown(blocks: Sequence[Block]) -> str:
             out += [fence, b.text.rstrip("\n"), fence, ""]
         elif isinstance(b, Figure):
             out += [f"*Figure: {b.title} (in report.html)*", ""]
+        elif isinstance(b, Details):
+            # GitHub and most Markdown viewers fold <details> too; the content stays Markdown
+            out += [f"<details><summary>{html.escape(_md_inline(b.summary))}</summary>", ""]
+            out += _md_lines(b.blocks) + ["</details>", ""]
         else:
             raise TypeError(f"unknown report block {b!r}")
-    while out and out[-1] == "":
-        out.pop()
-    return "\n".join(out) + "\n"
+    return out
 
 
 # ---- HTML ------------------------------------------------------------------------------------
-_STYLE = ("body{font-family:sans-serif;max-width:60em;margin:auto}mark{background:#fc8}"
+_STYLE = ("body{font-family:sans-serif;max-width:60em;margin:auto;padding:0 1em}mark{background:#fc8}"
           "td,th{padding:2px 8px;border-bottom:1px solid #ddd}td.r,th.r{text-align:right}"
-          "blockquote{font-family:serif;margin:4px 0 12px 1em}")
+          "blockquote{font-family:serif;margin:4px 0 12px 1em}img{max-width:100%}"
+          ".wide{overflow-x:auto}details{margin:6px 0}summary{cursor:pointer;font-weight:bold}"
+          "details>:not(summary){margin-left:1em}p.verdict{font-size:1.15em}")
 
 
 def _html_inline(text: Inline) -> str:
@@ -192,6 +239,8 @@ def _html_inline(text: Inline) -> str:
     for p in _pieces(text):
         if isinstance(p, Code):
             out.append(f"<code>{html.escape(p.text)}</code>")
+        elif isinstance(p, Link):
+            out.append(f"<a href='{html.escape(p.href, quote=True)}'>{html.escape(p.text)}</a>")
         elif isinstance(p, Mark):
             out.append(f"<mark>{html.escape(p.text)}</mark>")
         else:
@@ -207,6 +256,13 @@ def to_html(blocks: Sequence[Block], title: str) -> str:
     """Render ``blocks`` as one self-contained HTML page (figures inlined as PNG data URIs)."""
     parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'>", f"<title>{html.escape(title)}</title>",
              f"<style>{_STYLE}</style></head><body>"]
+    parts += _html_parts(blocks)
+    parts.append("</body></html>\n")
+    return "\n".join(parts)
+
+
+def _html_parts(blocks: Sequence[Block]) -> list[str]:
+    parts: list[str] = []
     for b in blocks:
         if isinstance(b, Heading):
             parts.append(f"<h{b.level}>{_html_inline(b.text)}</h{b.level}>")
@@ -220,7 +276,8 @@ def to_html(blocks: Sequence[Block], title: str) -> str:
                     + "</tr>"]
             rows += ["<tr>" + "".join(f"<td{cls[j]}>{_html_inline(c)}</td>" for j, c in enumerate(row))
                      + "</tr>" for row in b.rows]
-            parts.append("<table>" + "".join(rows) + "</table>")
+            # a wide table scrolls inside its box instead of widening the page
+            parts.append("<div class='wide'><table>" + "".join(rows) + "</table></div>")
         elif isinstance(b, Quote):
             parts.append(f"<blockquote>{_html_inline(b.text)}</blockquote>")
         elif isinstance(b, Preformatted):
@@ -229,7 +286,10 @@ def to_html(blocks: Sequence[Block], title: str) -> str:
             b64 = base64.b64encode(b.draw()).decode("ascii")
             parts.append(f"<figure><img alt='{html.escape(b.title)}' src='data:image/png;base64,{b64}'>"
                          f"<figcaption>{html.escape(b.title)}</figcaption></figure>")
+        elif isinstance(b, Details):
+            parts.append(f"<details><summary>{_html_inline(b.summary)}</summary>")
+            parts += _html_parts(b.blocks)
+            parts.append("</details>")
         else:
             raise TypeError(f"unknown report block {b!r}")
-    parts.append("</body></html>\n")
-    return "\n".join(parts)
+    return parts

@@ -383,6 +383,11 @@ def test_decontaminate_flags_edited_source_and_reports_the_span(edited_index, mc
     assert all(aligned["aligned_field"][i] == "sentence" for i, m in enumerate(mine) if m)
     report = (tmp_path / "aligned" / "mc_taco" / "test" / "report.md").read_text(encoding="utf-8")
     assert "**newly**" in report  # the corpus span is shown with its mismatched words marked
+    # both shares, each named, in percent: `aligned>=` tests the query's, `aligned-field>=` the field's
+    rep = json.loads((tmp_path / "aligned" / "mc_taco" / "test" / "report.json").read_text(encoding="utf-8"))
+    top = next(t for t in rep["top_contaminated"] if t.get("aligned_text"))
+    assert f"{top['aligned_share'] * 100:.1f}% of the query" in report
+    assert f"{top['aligned_field_share'] * 100:.1f}% of field {top['aligned_field']}" in report
     page = (tmp_path / "aligned" / "mc_taco" / "test" / "report.html").read_text(encoding="utf-8")
     assert "<mark>newly</mark>" in page
 

@@ -134,7 +134,10 @@ def test_both_modes_write_the_summary_its_counts_from_the_parquet_files(data, tm
         assert s["rule"] == rule
         md = (prep / "summary.md").read_text()
         for r in s["rows"]:
-            assert f"| {r['task']} | {r['split']} | {r['docs']} | {r['dirty_docs']} |" in md
+            # the task links to the split's own report, relative to the summary
+            link = f"{r['task']}/{r['split']}/report.html"
+            assert f"| [{r['task']}]({link}) | {r['split']} | {r['docs']} | {r['dirty_docs']} |" in md
+            assert (prep / link).is_file()
     a, b = summaries[idx], summaries[stream]
     assert a.pop("evidence") == {"mode": "index", "source": "index"}
     assert b.pop("evidence") == {"mode": "stream", "source": "corpus.jsonl"}

@@ -134,7 +134,7 @@ def llama2_subsets(shares: dict[int, np.ndarray], unit_share_of: Any, stats: dic
             entry: dict[str, Any] = {"L": L, "subset": name, "rule": SUBSET_HELP[name], "groups": n,
                                      "docs": int(docs_per_unit[arr[i]].sum()), "metrics": {}}
             for metric, (point, boot) in res.items():
-                m = value_ci(point[i], boot[:, i])
+                m = value_ci(point[i], boot[:, i], n)
                 if n:
                     mu, sigma, how = ref.mu_sigma(metric, stats[metric], n)
                     m.update({"mu_n": mu, "sigma_n": sigma if np.isfinite(sigma) else None,

@@ -30,7 +30,8 @@ PREFIX = "model:"
 # add_headline), named in the plain-words line; samples without one: Min-K%++ (k=20%) of the query
 HEADLINE_NAME = f"{PREFIX}headline:score"
 HEADLINE = "query", "min_k_pp_20"
-# fewer dirty (or clean) question groups than this: the value is given, no interval (it would be noise)
+# fewer dirty (or clean) question groups than this: the value is given, no interval (it would be noise);
+# an AUROC ranks every dirty doc against every clean one, so fewer groups per class suffice than for a mean
 MIN_GROUPS_FOR_INTERVAL = 10
 # resamples handled at once ([chunk, docs] float64 arrays)
 CHUNK = 200
@@ -124,13 +125,9 @@ def weighted_pearson(a: np.ndarray, b: np.ndarray, w: np.ndarray) -> np.ndarray:
 def _ci(point: float | None, boot: np.ndarray, enough: bool, why: str) -> dict[str, Any]:
     if point is None or not np.isfinite(point):
         return {"value": None, "ci95": [None, None], "note": why or "undefined"}
-    out: dict[str, Any] = {"value": float(point)}
-    if enough:
-        out["ci95"] = M.interval(boot)
-    else:
-        out["ci95"] = [None, None]
-        out["note"] = why
-    return out
+    if enough:  # the caller counted the groups: the interval, with a note where it is odd
+        return M.estimate(float(point), boot, M.MIN_GROUPS_FOR_INTERVAL)
+    return {"value": float(point), "ci95": [None, None], "note": why}
 
 
 def agreement(models: dict[str, np.ndarray], flags: dict[str, np.ndarray], corpus: dict[str, np.ndarray],
@@ -241,8 +238,12 @@ def plain_line(agree: dict[str, Any], flag: str = "dirty") -> str:
         strength = "weak" if a["value"] < 0.6 else ("moderate" if a["value"] < 0.7 else "strong")
         return f"{head}: the model shows {strength} signs of having memorized the flagged docs."
     if hi < 0.5:
-        return f"{head}: the flagged docs look less familiar to the model than the clean ones."
-    return f"{head}: no sign that the model memorized the flagged docs more than the others."
+        return (f"{head}: the flagged docs look less familiar to the model than the clean ones. An AUROC "
+                "below 0.5 is no sign of memorization; it usually means the flagged docs differ in kind "
+                "(longer or rarer wording, another field or template that the corpus happens to share), "
+                "or that the corpus holds them in a form the model did not see in the task's layout.")
+    below = " (below 0.5, within chance: the flagged docs are not more familiar)" if a["value"] < 0.5 else ""
+    return f"{head}: no sign that the model memorized the flagged docs more than the others{below}."
 
 
 def text_contexts(per_doc: list[dict[str, Any]]) -> dict[str, dict[str, int]]:

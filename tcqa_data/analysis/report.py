@@ -14,19 +14,32 @@ import pyarrow as pa
 
 from tcqa_data.analysis.model_side import HEADLINE, context_line, score_label
 from tcqa_data.analysis.model_side import PREFIX as MODEL_PREFIX
-from tcqa_data.eval.results import table_rows
+from tcqa_data.eval import metrics as M
+from tcqa_data.eval.results import (
+    link_line,
+    plot_title,
+    prep_links,
+    relative_href,
+    table_plot,
+    table_rows,
+    verdict,
+)
 from tcqa_data.io_utils import write_json_atomic, write_parquet_atomic, write_text_atomic
 from tcqa_data.report_render import (
     Block,
     Bullets,
     Code,
+    Details,
     Figure,
     Heading,
+    Inline,
+    Link,
     Paragraph,
     Table,
-    percent,
+    interval_note,
     percent_ci,
     png_bytes,
+    share,
     to_html,
     to_markdown,
 )
@@ -129,26 +142,57 @@ def _sweep_plot(name: str, sw: dict[str, Any], metric: str) -> bytes:
     return data
 
 
-def _sweep_blocks(name: str, sw: dict[str, Any], metric: str) -> list[Block]:
+def _sweep_blocks(name: str, sw: dict[str, Any], metric: str, figure: bool = True) -> list[Block]:
+    """One score's sweep folded: its per-threshold table, and (``figure``) its three curves."""
     per = sw["metrics"][metric]
     rows = [[f"{t:g}" + (" (rule)" if t in sw["rule_thresholds"] else ""),
-             f"{sw['flagged_groups'][i]} ({percent(sw['share_flagged_groups'][i])}%)",
+             f"{sw['flagged_groups'][i]} ({share(sw['share_flagged_groups'][i])})",
              percent_ci(per["above"][i]), percent_ci(per["below"][i]),
              percent_ci(per["epg"][i], signed=True)]
             for i, t in enumerate(sw["thresholds"])]
-    return [Heading(4, name),
-            Table(["threshold", "groups flagged", "at/above", "below", "EPG"], rows),
-            Figure(f"{name}: {metric}, EPG and share flagged vs threshold",
-                   lambda name=name, sw=sw, metric=metric: _sweep_plot(name, sw, metric))]
+    inner: list[Block] = [Table(["threshold", "groups flagged", "at/above", "below", "EPG"], rows)]
+    if figure:
+        inner.append(Figure(f"{name}: {metric}, EPG and share flagged vs threshold",
+                            lambda name=name, sw=sw, metric=metric: _sweep_plot(name, sw, metric)))
+    return [Details(f"{name}: {len(rows)} thresholds", inner)]
+
+
+def _epg_curves(sweeps: dict[str, Any], metric: str, title: str) -> bytes:
+    """Every score's EPG against the share of groups it flags, one line per score (the sweeps in one
+    picture; a dot where the EPG has an interval that excludes 0, uncorrected)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 3.2))
+    for name, sw in sweeps.items():
+        epg = sw["metrics"][metric]["epg"]
+        x = [v * 100 for v in sw["share_flagged_groups"]]
+        y = [e["value"] * 100 if e["value"] is not None else float("nan") for e in epg]
+        (line,) = ax.plot(x, y, lw=1, label=name.removeprefix(MODEL_PREFIX))
+        hit = [(a, b) for a, b, e in zip(x, y, epg, strict=True)
+               if e["ci95"][0] is not None and (e["ci95"][0] > 0 or e["ci95"][1] < 0)]
+        if hit:
+            ax.plot(*zip(*hit, strict=True), ".", color=line.get_color())
+    ax.axhline(0, color="black", lw=0.5)
+    ax.set_xlabel("groups flagged (%)")
+    ax.set_ylabel(f"EPG, {metric} (points)")
+    ax.legend(fontsize=6, ncol=2, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    data = png_bytes(fig)
+    plt.close(fig)
+    return data
 
 
 def _number_ci(m: dict[str, Any]) -> str:
     if m.get("value") is None:
         return f"n/a ({m.get('note', 'undefined')})"
     lo, hi = m["ci95"]
-    if lo is None:
-        return f"{m['value']:.2f} (no interval: too few groups)"
-    return f"{m['value']:.2f} [{lo:.2f}, {hi:.2f}]"
+    note = interval_note(m)
+    ci = f" [{lo:.2f}, {hi:.2f}]" if lo is not None else ""
+    return f"{m['value']:.2f}{ci}" + (f" ({note})" if note else "")
 
 
 def _model_plot(agree: dict[str, Any], text: str) -> bytes:
@@ -193,15 +237,15 @@ def model_side_blocks(e: dict[str, Any], metric: str) -> list[Block]:
     """The model side: agreement of the memorization scores with the corpus evidence, the plots, and
     the headline score's sweeps (every score's sweep is in analysis.json / analysis.parquet)."""
     side = e.get("model_side") or {}
-    blocks: list[Block] = [Heading(3, "Model side: memorization scores vs the corpus evidence")]
     if "agreement" not in side:
-        return blocks + [Paragraph(f"Not available: {side.get('absent', 'no memorization scores')}.")]
+        return [Paragraph(f"Not available: {side.get('absent', 'no memorization scores')}.")]
     agree = side["agreement"]
-    blocks.append(Paragraph(
-        "Per-doc scores of the model itself (higher = more likely seen in training; see README). AUROC: "
-        "how well a score separates corpus-dirty (positive) from corpus-clean docs, 0.5 = not at all. "
+    blocks: list[Block] = [Paragraph(
+        "Per-doc scores of the model itself (higher = more likely seen in training). AUROC: "
+        "how well a score separates corpus-dirty (positive) from corpus-clean docs, 0.5 = not at all; "
+        "below 0.5 the flagged docs look less familiar to the model, which is no sign of memorization. "
         "Spearman: rank correlation with each corpus score. 95% intervals from the same group "
-        f"bootstrap; none where fewer than {side['min_groups_for_interval']} dirty or clean groups."))
+        f"bootstrap; none where fewer than {side['min_groups_for_interval']} dirty or clean groups.")]
     blocks.append(Bullets([side["conclusion"]]))
     if side.get("contexts"):
         blocks.append(Paragraph("Tokens scored (in the prompt: where the text occurs in the task's prompt, "
@@ -213,101 +257,140 @@ def model_side_blocks(e: dict[str, Any], metric: str) -> list[Block]:
                          for n, a in agree.items()]))
     if side["corpus_scores"]:
         corpus = side["corpus_scores"]
-        blocks.append(Table(["score"] + [f"Spearman vs {c}" for c in corpus],
-                            [[score_label(n)] + [_number_ci(agree[n]["spearman"][c]) for c in corpus]
-                             for n in agree]))
+        # one row per (model score, corpus score): a table as wide as the page, however many scores
+        blocks.append(Details(f"Spearman rank correlation with {len(corpus)} corpus scores", [
+            Table(["model score", "corpus score", "Spearman"],
+                  [[score_label(n), c, _number_ci(agree[n]["spearman"][c])] for n in agree for c in corpus],
+                  align=["l", "l", "r"])]))
     for text in dict.fromkeys(n.split(":")[1] for n in agree):
         blocks.append(Figure(f"memorization scores of {text}: ROC and distributions",
                              lambda text=text: _model_plot(agree, text)))
         name = f"{MODEL_PREFIX}{text}:{'score' if text == 'headline' else HEADLINE[1]}"
         if name in e["sweeps"]:
-            blocks += _sweep_blocks(name, e["sweeps"][name], metric)
+            blocks += _sweep_blocks(name, e["sweeps"][name], metric, figure=False)
     return blocks
 
 
-def build_document(analysis: dict[str, Any]) -> list[Block]:
+def _llama2_blocks(e: dict[str, Any]) -> list[Block]:
+    llama = e["llama2"]
+    if "subsets" not in llama:
+        return [Paragraph(f"Skipped: {llama['skipped']}.")]
+    how = sorted({s["metrics"][m].get("zn_method") or "" for s in llama["subsets"]
+                  for m in e["metrics"]} - {""})
+    rows = []
+    for s in llama["subsets"]:
+        for m in e["metrics"]:
+            x = s["metrics"][m]
+            rows.append([str(s["L"]), f"{s['subset']} ({s['rule']})", str(s["groups"]), m,
+                         percent_ci(x), "n/a" if x.get("zn") is None else f"{x['zn']:+.2f}"])
+    return [Paragraph(
+        f"Share of a query's words inside matched runs of at least L words (L = "
+        f"{', '.join(map(str, llama['L']))}; the index's n is {llama['ngram_n']}). mu_n, sigma_n: "
+        f"the metric over random subsets of the same number of groups; computed {' / '.join(how)}. "
+        "Contamination is called only where |Zn| > 2."),
+        Table(["L", "subset", "groups", "metric", "value", "Zn"], rows)]
+
+
+def _labels_blocks(e: dict[str, Any]) -> list[Block]:
+    labels = e["labels"]
+    if "subsets" not in labels:
+        return [Paragraph(f"Skipped: {labels['skipped']}.")]
+    return [Paragraph(
+        f"A flagged group is input+label when a member's label ({', '.join(labels['label_fields'])}) "
+        f"occurs within {labels['window_words']} words of the matched text in a matched corpus doc."),
+        Table(["subset", "groups", "docs"] + e["metrics"],
+              [[s["subset"], str(s["groups"]), str(s["docs"])]
+               + [percent_ci(s["metrics"][m]) for m in e["metrics"]] for s in labels["subsets"]])]
+
+
+def _links(analysis: dict[str, Any], at: Path) -> list[Block]:
+    """Links to the evaluation this analysis belongs to and to the prepared splits' reports."""
+    links: list[Inline] = []
+    results = Path(str(analysis.get("results", "")))
+    if (results / "report.html").is_file() or (results / "results.json").is_file():
+        links.append(Link("the evaluation report", relative_href(results / "report.html", at)))
+    links += prep_links(analysis["prep_dir"], [(t, e["split"]) for t, e in analysis["tasks"].items()], at)
+    return [link_line("See also: ", links)] if links else []
+
+
+def build_document(analysis: dict[str, Any], at: str | Path | None = None) -> list[Block]:
+    """The analysis report: first the answer (per task one sentence of verdict, the clean / full / dirty
+    table with its intervals, one plot), then every detail folded. ``at``: the folder the report is
+    read from, for its relative links (none without it)."""
     b = analysis["bootstrap"]
-    blocks: list[Block] = [
-        Heading(1, "Contamination analysis"),
-        Paragraph(["Model outputs from ", Code(str(analysis.get("results", "evaluate"))),
-                   ", prepared split in ", Code(analysis["prep_dir"]),
-                   f". Values in percent; 95% intervals from {b['samples']} "
-                   f"bootstrap resamples of question groups (seed {b['seed']}), the same resamples for "
-                   "every threshold. EPG = metric on all docs minus metric on the docs below the threshold "
-                   "(ConTAM); Zn as in Llama 2 (appendix A.6)."]),
-    ]
+    tasks = analysis["tasks"]
+    blocks: list[Block] = [Heading(1, "Contamination analysis")]
+    if at is not None:
+        blocks += _links(analysis, Path(at))
     for path, why in sorted((analysis.get("skipped_samples") or {}).items()):
         blocks.append(Paragraph(["Left out ", Code(path), f": {why}"]))
-    for task, e in analysis["tasks"].items():
-        metric = e["metrics"][0]
+    for task, e in tasks.items():
+        table = e["rule"]["table"]
         blocks += [Heading(2, f"{task} ({e['split']}): {e['docs']} docs, {e['groups']} groups"),
-                   Heading(3, "Conclusion"), Bullets(e["conclusion"])]
-        # evaluate's table, rendered as evaluate's report renders it
-        blocks += [Heading(3, ["The rule's own split: ", Code(str(e["rule"]["rule"]))]),
-                   Table(*table_rows(e["rule"]["table"]))]
-        blocks.append(Heading(3, f"Threshold sweeps ({metric})"))
-        for name, sw in e["sweeps"].items():
-            if name.startswith(MODEL_PREFIX):
-                continue
-            blocks += _sweep_blocks(name, sw, metric)
-        blocks += model_side_blocks(e, metric)
-        llama = e["llama2"]
-        blocks.append(Heading(3, "Llama 2 subsets (contaminated-token share)"))
-        if "subsets" in llama:
-            how = sorted({s["metrics"][m].get("zn_method") or "" for s in llama["subsets"]
-                          for m in e["metrics"]} - {""})
-            blocks.append(Paragraph(
-                f"Share of a query's words inside matched runs of at least L words (L = "
-                f"{', '.join(map(str, llama['L']))}; the index's n is {llama['ngram_n']}). mu_n, sigma_n: "
-                f"the metric over random subsets of the same number of groups; computed {' / '.join(how)}. "
-                "Contamination is called only where |Zn| > 2."))
-            rows = []
-            for s in llama["subsets"]:
-                for m in e["metrics"]:
-                    x = s["metrics"][m]
-                    rows.append([str(s["L"]), f"{s['subset']} ({s['rule']})", str(s["groups"]), m,
-                                 percent_ci(x), "n/a" if x.get("zn") is None else f"{x['zn']:+.2f}"])
-            blocks.append(Table(["L", "subset", "groups", "metric", "value", "Zn"], rows))
-        else:
-            blocks.append(Paragraph(f"Skipped: {llama['skipped']}."))
-        labels = e["labels"]
-        blocks.append(Heading(3, "Input vs input+label contamination"))
-        if "subsets" in labels:
-            blocks.append(Paragraph(
-                f"A flagged group is input+label when a member's label ({', '.join(labels['label_fields'])}) "
-                f"occurs within {labels['window_words']} words of the matched text in a matched corpus doc."))
-            blocks.append(Table(["subset", "groups", "docs"] + e["metrics"],
-                                [[s["subset"], str(s["groups"]), str(s["docs"])]
-                                 + [percent_ci(s["metrics"][m]) for m in e["metrics"]]
-                                 for s in labels["subsets"]]))
-        else:
-            blocks.append(Paragraph(f"Skipped: {labels['skipped']}."))
+                   Paragraph(verdict(table, e["metrics"][0])), Table(*table_rows(table))]
+    if tasks:
+        tables = {t: e["rule"]["table"] for t, e in tasks.items()}
+        rule_title = plot_title(tables, "the rule's split")
+        blocks.append(Figure(rule_title, lambda t=rule_title: table_plot(tables, t, primary_only=True)))
+    for task, e in tasks.items():
+        metric = e["metrics"][0]
+        detail: list[Block] = [Details("Every finding", [Bullets(e["conclusion"])])]
+        corpus = {n: sw for n, sw in e["sweeps"].items() if not n.startswith(MODEL_PREFIX)}
+        models = {n: sw for n, sw in e["sweeps"].items() if n.startswith(MODEL_PREFIX)}
+        sweep: list[Block] = [Paragraph(
+            "EPG (ConTAM) = the metric on all groups minus the metric on the groups below a threshold, "
+            "for every threshold of every per-doc score; a dot marks an EPG whose 95% interval excludes 0 "
+            "before any correction (the findings above apply Benjamini-Hochberg across thresholds).")]
+        for title, group in (("corpus scores", corpus), ("memorization scores", models)):
+            if group:
+                sweep.append(Figure(f"EPG vs share of groups flagged, {title} ({metric})",
+                                    lambda g=group, t=title, m=metric: _epg_curves(g, m, t)))
+        for name, sw in corpus.items():
+            sweep += _sweep_blocks(name, sw, metric)
+        detail.append(Details(f"Threshold sweeps: {len(corpus)} corpus scores, {len(models)} memorization "
+                              f"scores ({metric})", sweep))
+        detail.append(Details("Model side: memorization scores vs the corpus evidence",
+                              model_side_blocks(e, metric)))
+        detail.append(Details("Llama 2 subsets (contaminated-token share)", _llama2_blocks(e)))
+        detail.append(Details("Input vs input+label contamination", _labels_blocks(e)))
+        blocks.append(Details(f"{task}: the detail", detail))
+    blocks.append(Details("How these numbers were made", [Paragraph(
+        ["Model outputs from ", Code(str(analysis.get("results", "evaluate"))), ", prepared split in ",
+         Code(analysis["prep_dir"]), f". Values in percent; 95% intervals from {b['samples']} bootstrap "
+         f"resamples of question groups (seed {b['seed']}), the same resamples for every threshold; the "
+         f"percentile interval where at least {M.MIN_GROUPS_FOR_INTERVAL} groups stand behind a value (for a "
+         "difference: on each side), else the value alone with \"too few groups\". Claims across thresholds: "
+         "Benjamini-Hochberg over the thresholds tested. EPG = metric on all docs minus metric on the docs "
+         "below the threshold (ConTAM); Zn as in Llama 2 (appendix A.6)."])]))
     return blocks
 
 
 def summary_blocks(summary: dict[str, Any]) -> list[Block]:
-    """The short analysis section of evaluate's report, from the summary results.json keeps."""
+    """The short analysis section of evaluate's report, from the summary results.json keeps: a link to
+    the analysis report, the findings folded."""
     blocks: list[Block] = [Heading(2, "Contamination analysis")]
     if summary.get("error"):
         blocks.append(Paragraph(f"The analysis failed: {summary['error']}"))
+    if summary.get("report"):
+        blocks.append(Paragraph(["Sweeps over every threshold, the model side and the curves: ",
+                                 Link("the analysis report", summary["report"]), " (data: ",
+                                 Code(f"{summary['dir']}/analysis.json"), ", ",
+                                 Code(f"{summary['dir']}/analysis.parquet"), ")."]))
     for task, lines in (summary.get("conclusions") or {}).items():
-        blocks += [Paragraph(f"{task}:"), Bullets(lines)]
+        blocks.append(Details(f"{task}: findings", [Bullets(lines)]))
     for task, why in (summary.get("skipped") or {}).items():
         blocks.append(Paragraph(f"{task}: skipped ({why})."))
-    if summary.get("report"):
-        blocks.append(Paragraph(["Sweeps over every threshold, Llama 2 subsets and the curves: ",
-                                 Code(summary["report"]), " (data: ", Code(f"{summary['dir']}/analysis.json"),
-                                 ", ", Code(f"{summary['dir']}/analysis.parquet"), ")."]))
     return blocks
 
 
-def write_analysis(out_dir: str | Path, analysis: dict[str, Any]) -> None:
+def write_analysis(out_dir: str | Path, analysis: dict[str, Any], at: str | Path | None = None) -> None:
     """All four files, each atomically; analysis.json last (its presence = complete). Everything is
-    rendered before the first file is written, so a failure leaves no partial analysis."""
+    rendered before the first file is written, so a failure leaves no partial analysis. ``at``: the
+    folder the files will be read from (``out_dir`` where not given), for the reports' links."""
     out_dir = Path(out_dir)
     clean = {k: v for k, v in analysis.items() if not k.startswith("_") and k != "output_dir"}
     table = pa.Table.from_pylist(analysis_rows(clean), schema=ROW_SCHEMA)
-    blocks = build_document(clean)
+    blocks = build_document(clean, out_dir if at is None else at)
     md = to_markdown(blocks)
     page = to_html(blocks, title="tcqa-data contamination analysis")
     write_parquet_atomic(out_dir / "analysis.parquet", table)

@@ -188,17 +188,69 @@ def _labels(spec, docs, cont, scheme, index_dir, u, stats, weights, docs_per_uni
     res = masked_metrics(stats, masks, weights)
     rows = []
     for k, name in enumerate(LB.CATEGORIES):
-        rows.append({"subset": name, "groups": int(masks[k].sum()),
-                     "docs": int(docs_per_unit[masks[k]].sum()),
-                     "metrics": {m: value_ci(p[k], b[:, k]) for m, (p, b) in res.items()}})
+        n = int(masks[k].sum())
+        rows.append({"subset": name, "groups": n, "docs": int(docs_per_unit[masks[k]].sum()),
+                     "metrics": {m: value_ci(p[k], b[:, k], n) for m, (p, b) in res.items()}})
     return {"label_fields": fields, "window_words": LB.WINDOW_WORDS, "index": str(index_dir),
             "docs_input_label": int(sum(s == "input+label" for s in status)),
             "docs_input": int(sum(s == "input" for s in status)), "subsets": rows}
 
 
-def significant(m: dict[str, Any]) -> bool:
-    lo, hi = m["ci95"]
-    return lo is not None and hi is not None and (lo > 0 or hi < 0)
+FDR = 0.05  # the false discovery rate of the claims made across thresholds
+
+
+def significant_thresholds(entry: dict[str, Any], metric: str, model: bool) -> tuple[int, list[str]]:
+    """(how many thresholds were tested, the ones whose EPG differs from 0 after the Benjamini-Hochberg
+    correction at ``FDR`` over all of them): the corpus scores' thresholds, or with ``model`` the
+    memorization scores'. A threshold is tested where its EPG has an interval (enough groups)."""
+    from scipy.stats import false_discovery_control
+
+    tested: list[tuple[str, float, dict[str, Any]]] = []
+    for name, sw in entry["sweeps"].items():
+        if name.startswith(MODEL_PREFIX) != model:
+            continue
+        for t, e in zip(sw["thresholds"], sw["metrics"][metric]["epg"], strict=True):
+            if e.get("p") is not None:
+                tested.append((name, t, e))
+    if not tested:
+        return 0, []
+    adjusted = false_discovery_control([e["p"] for _, _, e in tested], method="bh")
+    return len(tested), [f"{name} >= {t:g}: {percent_ci(e, signed=True)}"
+                         for (name, t, e), q in zip(tested, adjusted, strict=True) if q <= FDR]
+
+
+def threshold_claim(entry: dict[str, Any], metric: str, model: bool) -> str | None:
+    """The one sentence on the EPG across every tested threshold, its correction named; None when no
+    threshold could be tested."""
+    tested, hits = significant_thresholds(entry, metric, model)
+    if not tested:
+        return None
+    how = (f"Benjamini-Hochberg correction over the {tested} thresholds tested, false discovery rate "
+           f"{FDR:.0%}, bootstrap p-values")
+    if not hits:
+        return f"EPG on {metric} differs from 0 at none of {tested} score thresholds ({how})."
+    shown = "; ".join(hits[:4]) + (f"; and {len(hits) - 4} more" if len(hits) > 4 else "")
+    return f"EPG on {metric} differs from 0 at {len(hits)} of {tested} score thresholds ({how}): {shown}."
+
+
+def llama2_claim(subsets: list[dict[str, Any]], metric: str) -> str:
+    """Llama 2's call (|Zn| > 2) over every L and subset, with the Benjamini-Hochberg correction across
+    them (p-values from Zn read as a normal score)."""
+    from scipy.stats import false_discovery_control, norm
+
+    tested = [s for s in subsets if s["metrics"][metric].get("zn") is not None]
+    calls = [s for s in tested if abs(s["metrics"][metric]["zn"]) > 2]
+    if not calls:
+        return f"Llama 2 test: no subset has |Zn| > 2 on {metric}: no contamination effect is called."
+    q = false_discovery_control([2 * norm.sf(abs(s["metrics"][metric]["zn"])) for s in tested], method="bh")
+    kept = {id(s) for s, v in zip(tested, q, strict=True) if v <= FDR}
+    shown = "; ".join(
+        f"{s['subset']} at L={s['L']} (n={s['groups']} groups, Zn {s['metrics'][metric]['zn']:+.2f}"
+        + ("" if id(s) in kept else ", not after the correction") + ")" for s in calls)
+    n_kept = sum(id(s) in kept for s in calls)
+    return (f"Llama 2 test: |Zn| > 2 for {len(calls)} of {len(tested)} subsets, {n_kept} after the "
+            f"Benjamini-Hochberg correction over the {len(tested)} (false discovery rate {FDR:.0%}, "
+            f"p from Zn as a normal score): {shown}.")
 
 
 def conclusions(entry: dict[str, Any]) -> list[str]:
@@ -216,27 +268,12 @@ def conclusions(entry: dict[str, Any]) -> list[str]:
                 i = sw["thresholds"].index(t)
                 out.append(f"EPG at {name} >= {t:g} (the rule's threshold): "
                            f"{percent_ci(sw['metrics'][metric]['epg'][i], signed=True)} points ({metric}).")
-    hits, model_hits = [], []
-    for name, sw in entry["sweeps"].items():
-        for i, t in enumerate(sw["thresholds"]):
-            e = sw["metrics"][metric]["epg"][i]
-            if significant(e):
-                (model_hits if name.startswith(MODEL_PREFIX) else hits).append(
-                    f"{name} >= {t:g}: {percent_ci(e, signed=True)}")
-    if hits:
-        shown = "; ".join(hits[:6]) + (f"; and {len(hits) - 6} more" if len(hits) > 6 else "")
-        out.append(f"EPG's 95% interval excludes 0 at {len(hits)} score thresholds ({metric}; not "
-                   f"corrected for multiple comparisons): {shown}.")
-    else:
-        out.append(f"No threshold of any score shows a significant effect on {metric} (every EPG "
-                   "95% interval contains 0).")
+    corpus_claim, model_claim = (threshold_claim(entry, metric, model=m) for m in (False, True))
+    out.append(corpus_claim or f"No threshold of any corpus score has enough groups on both sides "
+                               f"(at least {M.MIN_GROUPS_FOR_INTERVAL}) to test its EPG on {metric}.")
     llama = entry["llama2"]
     if "subsets" in llama:
-        calls = [f"{s['subset']} at L={s['L']} (n={s['groups']} groups, Zn {s['metrics'][metric]['zn']:+.2f})"
-                 for s in llama["subsets"]
-                 if s["metrics"][metric].get("zn") is not None and abs(s["metrics"][metric]["zn"]) > 2]
-        out.append("Llama 2 test: |Zn| > 2 for " + "; ".join(calls) + "." if calls else
-                   f"Llama 2 test: no subset has |Zn| > 2 on {metric}: no contamination effect is called.")
+        out.append(llama2_claim(llama["subsets"], metric))
     labels = entry["labels"]
     if "subsets" in labels:
         out.append(f"Input vs input+label: {labels['docs_input']} flagged docs have only their input in "
@@ -245,10 +282,8 @@ def conclusions(entry: dict[str, Any]) -> list[str]:
     side = entry.get("model_side") or {}
     if side:
         out.append(side["conclusion"] if "conclusion" in side else f"Model side: {side['absent']}.")
-    if model_hits:
-        out.append(f"Swept as thresholds, the memorization scores give an EPG whose 95% interval excludes 0 "
-                   f"at {len(model_hits)} model-score thresholds ({metric}): " + "; ".join(model_hits[:3])
-                   + (f"; and {len(model_hits) - 3} more." if len(model_hits) > 3 else "."))
+    if model_claim:
+        out.append(f"Memorization scores swept as thresholds: {model_claim}")
     for name, why in (entry.get("skipped_metrics") or {}).items():
         out.append(f"Not analyzed: {name} ({why}).")
     return out
@@ -304,7 +339,7 @@ def analyze(prep_dir: str | Path, results: str | Path, output: str | Path | None
         # whole or not at all, one writer at a time; the default folder is never a link (followed,
         # it would write outside the results folder)
         with staged_output(out, "analyze", follow_link=output is not None) as stage:
-            write_analysis(stage, analysis)
+            write_analysis(stage, analysis, at=out)
         analysis["output_dir"] = str(out)
     return analysis
 
@@ -328,7 +363,8 @@ def analyze_after_evaluate(prep_dir: Path, evaluated: list[EvaluatedTask], out_d
         analysis = analyze_scored(usable, prep_dir, bootstrap=bootstrap, seed=seed)
         # the evaluate folder it will be committed as (out_dir may lie in its staging folder)
         analysis["results"] = str(results_dir if results_dir is not None else out_dir.parent)
-        write_analysis(out_dir, analysis)
+        write_analysis(out_dir, analysis,
+                       at=(results_dir / out_dir.name) if results_dir is not None else out_dir)
     except TcqaError as exc:
         return {"error": str(exc), "skipped": skipped}
     return {"dir": out_dir.name, "report": f"{out_dir.name}/report.html", "skipped": skipped,

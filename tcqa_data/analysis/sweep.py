@@ -114,9 +114,19 @@ def masked_metrics(stats: dict[str, np.ndarray], masks: np.ndarray, weights: np.
     return out
 
 
-def value_ci(point: float, boot: np.ndarray, level: float = M.LEVEL) -> dict[str, Any]:
-    ok = bool(np.isfinite(point))
-    return {"value": float(point) if ok else None, "ci95": M.interval(boot, level) if ok else [None, None]}
+def value_ci(point: float, boot: np.ndarray, groups: int, level: float = M.LEVEL) -> dict[str, Any]:
+    """``metrics.estimate``: the value, and its interval where ``groups`` (the fewest groups it rests
+    on) are enough."""
+    return M.estimate(float(point), boot, groups, level)
+
+
+def epg_ci(point: float, boot: np.ndarray, groups: int) -> dict[str, Any]:
+    """An EPG's ``value_ci`` and, where it has an interval, its bootstrap p-value for "EPG = 0"
+    (``p``; the analysis corrects them across thresholds)."""
+    out = value_ci(point, boot, groups)
+    if out["ci95"][0] is not None:
+        out["p"] = M.bootstrap_p(boot)
+    return out
 
 
 def sweep_scores(scores: dict[str, np.ndarray], rule_thresholds: dict[str, list[float]], u: Units,
@@ -158,16 +168,20 @@ def sweep_scores(scores: dict[str, np.ndarray], rule_thresholds: dict[str, list[
             "share_flagged_docs": [float(x) for x in (flags * docs_per_unit).sum(1) / docs_per_unit.sum()],
             "metrics": {},
         }
+        n_above = [int(x) for x in flags.sum(1)]
+        n_below = [u.n - x for x in n_above]
         for metric in stats:
             f_point, f_boot = full[metric]
             a_point, a_boot = above[metric]
             b_point, b_boot = below[metric]
             epg_boot = f_boot[:, :1] - b_boot[:, sl]
             entry["metrics"][metric] = {
-                "full": value_ci(f_point[0], f_boot[:, 0]),
-                "above": [value_ci(a_point[sl][i], a_boot[:, sl][:, i]) for i in range(len(th))],
-                "below": [value_ci(b_point[sl][i], b_boot[:, sl][:, i]) for i in range(len(th))],
-                "epg": [value_ci(f_point[0] - b_point[sl][i], epg_boot[:, i]) for i in range(len(th))],
+                "full": value_ci(f_point[0], f_boot[:, 0], u.n),
+                "above": [value_ci(a_point[sl][i], a_boot[:, sl][:, i], n_above[i]) for i in range(len(th))],
+                "below": [value_ci(b_point[sl][i], b_boot[:, sl][:, i], n_below[i]) for i in range(len(th))],
+                # EPG moves with the flagged groups only: it needs enough on both sides of the threshold
+                "epg": [epg_ci(f_point[0] - b_point[sl][i], epg_boot[:, i], min(n_above[i], n_below[i]))
+                        for i in range(len(th))],
             }
         out[name] = entry
     return out

@@ -3,20 +3,27 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tcqa_data.eval import metrics as M
 from tcqa_data.io_utils import write_json_atomic, write_text_atomic
 from tcqa_data.report_render import (
     Block,
     Code,
+    Details,
     Figure,
     Heading,
+    Inline,
+    Link,
     Paragraph,
     Table,
+    percent,
     percent_ci,
     png_bytes,
+    share,
     to_html,
     to_markdown,
 )
@@ -43,6 +50,71 @@ def metric_names(task: dict[str, Any]) -> list[str]:
     return list(task["subsets"][first]["metrics"])
 
 
+def verdict(task: dict[str, Any], metric: str | None = None) -> str:
+    """One sentence on how much of the score is contamination, worded by what the numbers support:
+    an effect only where the clean - full interval excludes 0, "too few groups" where there is none."""
+    metric = metric or metric_names(task)[0]
+    subs = task["subsets"]
+    clean = (subs.get("clean") or {}).get("metrics", {}).get(metric) or {}
+    if "full" not in subs:  # --clean-only: nothing to compare with
+        return (f"Clean groups only ({subs['clean']['groups']}): {metric} {percent_ci(clean)}; no full or "
+                "dirty score was computed, so this run cannot say how much contamination adds.")
+    full = subs["full"]["metrics"].get(metric) or {}
+    groups, dirty = subs["full"]["groups"], subs["dirty"]["groups"]
+    if not dirty:
+        return f"No group of {groups} was found in the corpus: the full score is the clean score, {metric} " \
+               f"{percent_ci(full)}."
+    if not subs["clean"]["groups"]:
+        return f"Every group ({groups}) was found in the corpus: there is no clean score to compare with."
+    diff = (task.get("clean_minus_full") or {}).get(metric) or {}
+    c, f = percent(clean.get("value")), percent(full.get("value"))
+    part = f"{dirty} of {groups} groups ({share(dirty / groups)}) are dirty"
+    lo, hi = diff.get("ci95") or [None, None]
+    d = percent_ci(diff, signed=True)
+    if diff.get("value") is None:
+        return f"{part}; {metric} has no value on one of the subsets."
+    if lo is None:
+        return (f"{part}: {metric} is {c} on the clean groups and {f} on all, a difference of {d} points; "
+                "too few groups on one side to tell it from chance.")
+    if hi < 0:
+        return (f"Contamination inflates {metric}: {f} on all groups, {c} on the clean ones, "
+                f"clean - full {d} points (95% interval excludes 0); {part}.")
+    if lo > 0:
+        return (f"The dirty groups score lower than the clean ones: {metric} {c} clean vs {f} full, "
+                f"clean - full {d} points (95% interval excludes 0): contamination does not inflate it; "
+                f"{part}.")
+    return (f"No measurable effect of contamination on {metric}: {c} clean vs {f} full, clean - full {d} "
+            f"points (the 95% interval contains 0); {part}.")
+
+
+def relative_href(target: str | Path, from_dir: str | Path) -> str:
+    """``target`` as a link from a report in ``from_dir`` (relative, '/'-separated: it keeps working
+    when the folders are moved or served together)."""
+    return Path(os.path.relpath(Path(target).resolve(), Path(from_dir).resolve())).as_posix()
+
+
+def prep_links(prep_dir: str | Path, splits: Sequence[tuple[str, str]], at: str | Path) -> list[Inline]:
+    """Links from a report in ``at`` to PREP_DIR's summary and to each (task, split)'s own report,
+    where those files exist."""
+    prep = Path(prep_dir)
+    out: list[Inline] = []
+    if (prep / "summary.html").is_file():
+        out.append(Link("the decontamination summary", relative_href(prep / "summary.html", at)))
+    for task, split in splits:
+        page = prep / task / split / "report.html"
+        if page.is_file():
+            out.append(Link(f"{task} / {split} contamination report", relative_href(page, at)))
+    return out
+
+
+def link_line(lead: str, links: Sequence[Inline]) -> Paragraph:
+    """"Lead: link, link, link." as one paragraph."""
+    pieces: list[Any] = [lead]
+    for i, link in enumerate(links):
+        pieces += ([", "] if i else []) + (list(link) if not isinstance(link, (str, Link)) else [link])
+    return Paragraph([*pieces, "."])
+
+
 def selection_notes(entry: dict[str, Any]) -> list[str]:
     """How a task's docs were chosen, and what that means for its columns (empty for a whole split)."""
     sel = entry.get("selection")
@@ -60,17 +132,31 @@ def selection_notes(entry: dict[str, Any]) -> list[str]:
     return notes
 
 
-def report_blocks(results: dict[str, Any]) -> list[Block]:
+def report_blocks(results: dict[str, Any], at: str | Path | None = None) -> list[Block]:
     """The evaluation report as one document model: report.md, report.html and the printed
-    summary all render these blocks, so they cannot drift apart. The analysis summary that
-    ``tcqa_data.workflow.evaluate`` adds comes after them (``extra``)."""
+    summary all render these blocks, so they cannot drift apart. First the answer (per task a
+    verdict and the clean / full / dirty table), then the method, folded. ``at``: the folder the report
+    is read from, for its links to PREP_DIR's reports (none without it)."""
     model = results["model"]
-    blocks: list[Block] = [
-        Heading(1, f"Evaluation: {model['name']}"),
+    blocks: list[Block] = [Heading(1, f"Evaluation: {model['name']}")]
+    if at is not None and results.get("prep_dir"):
+        links = prep_links(results["prep_dir"], [(t, e["split"]) for t, e in results["tasks"].items()], at)
+        if links:
+            blocks.append(link_line("Which items are dirty, and why: ", links))
+    for task, entry in results["tasks"].items():
+        header, rows = table_rows(entry)
+        groups = {s: entry["subsets"][s]["groups"] for s in entry["subsets"]}
+        blocks.append(Heading(2, f"{task} ({entry['split']})"))
+        blocks.append(Paragraph(verdict(entry)))
+        blocks += [Paragraph(n) for n in selection_notes(entry)]
+        blocks.append(Table(header, rows))
+        blocks.append(Paragraph("groups: " + ", ".join(f"{s} {n}" for s, n in groups.items())))
+    method: list[Block] = [
         Paragraph(["Model ", Code(str(model["source"])),
                    f" on {model['device']} ({model['dtype']}). Values in percent with 95% bootstrap "
                    f"intervals ({results['bootstrap']['samples']} resamples of question groups, "
-                   f"seed {results['bootstrap']['seed']})."]),
+                   f"seed {results['bootstrap']['seed']}); no interval where fewer than "
+                   f"{M.MIN_GROUPS_FOR_INTERVAL} groups stand behind a value (\"too few groups\")."]),
         Paragraph(["Metric families: ", Code("lm_eval/*"), " are lm-evaluation-harness 0.4's numbers "
                    "(MC-TACO: per-candidate accuracy and pooled F1); ", Code("official/*"), " are CogComp's "
                    "MC-TACO evaluator's (per-question strict accuracy and per-question F1 averaged over "
@@ -80,76 +166,90 @@ def report_blocks(results: dict[str, Any]) -> list[Block]:
     if up:
         index = up.get("index")
         where = index.get("path", index.get("dir")) if isinstance(index, dict) else index
-        blocks.append(Paragraph(["Upstream: rule ", Code(str(up.get("rule"))), ", index ",
+        method.append(Paragraph(["Upstream: rule ", Code(str(up.get("rule"))), ", index ",
                                  Code(str(where)), "."]))
-    for task, entry in results["tasks"].items():
-        header, rows = table_rows(entry)
-        groups = {s: entry["subsets"][s]["groups"] for s in entry["subsets"]}
-        blocks.append(Heading(2, f"{task} ({entry['split']})"))
-        blocks += [Paragraph(n) for n in selection_notes(entry)]
-        blocks.append(Paragraph("groups: " + ", ".join(f"{s} {n}" for s, n in groups.items())))
-        blocks.append(Table(header, rows))
+    blocks.append(Details("How these numbers were made", method))
     return blocks
 
 
-def render_markdown(results: dict[str, Any], extra: Sequence[Block] = ()) -> str:
+def render_markdown(results: dict[str, Any], extra: Sequence[Block] = (),
+                    at: str | Path | None = None) -> str:
     """report.md: the evaluation's blocks, then ``extra`` (the analysis summary of
     ``tcqa_data.workflow.evaluate``)."""
-    return to_markdown([*report_blocks(results), *extra])
+    return to_markdown([*report_blocks(results, at), *extra])
 
 
-def render_plot(results: dict[str, Any]) -> bytes:
-    """Bar chart: each metric of each task for clean / full / dirty, with 95% intervals (PNG)."""
+def table_plot(tables: dict[str, dict[str, Any]], title: str, primary_only: bool = False) -> bytes:
+    """Bar chart of clean / full / dirty tables (task -> table): each metric (``primary_only``: the
+    task's first) with its 95% interval where it has one. Only the subsets the tables hold are drawn
+    and named (a clean-only run: clean alone). PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels, series = [], {s: ([], [], []) for s in SUBSET_ORDER}
-    for task, entry in results["tasks"].items():
-        for name in metric_names(entry):
+    present = [s for s in SUBSET_ORDER if any(s in t["subsets"] for t in tables.values())]
+    labels, series = [], {s: ([], [], []) for s in present}
+    for task, entry in tables.items():
+        names = metric_names(entry)
+        for name in names[:1] if primary_only else names:
             labels.append(f"{task}\n{name}")
-            for s in SUBSET_ORDER:
+            for s in present:
                 m = (entry["subsets"].get(s) or {}).get("metrics", {}).get(name) or {}
                 v = m.get("value")
                 lo, hi = m.get("ci95") or [None, None]
                 series[s][0].append(v * 100 if v is not None else float("nan"))  # no bar, not a 0 %
                 series[s][1].append((v - lo) * 100 if v is not None and lo is not None else 0.0)
                 series[s][2].append((hi - v) * 100 if v is not None and hi is not None else 0.0)
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(labels) + 2), 4.0), dpi=100)
-    width = 0.27
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.4 * len(labels) + 1.5), 3.2), dpi=100)
+    width = 0.8 / len(present)
     colors = {"clean": "#2b8a3e", "full": "#495057", "dirty": "#c92a2a"}
-    for k, s in enumerate(SUBSET_ORDER):
-        xs = [i + (k - 1) * width for i in range(len(labels))]
+    for k, s in enumerate(present):
+        xs = [i + (k - (len(present) - 1) / 2) * width for i in range(len(labels))]
         vals, lo, hi = series[s]
         ax.bar(xs, vals, width, yerr=[lo, hi], capsize=3, label=s, color=colors[s])
     ax.set_xticks(range(len(labels)), labels, fontsize=8)
     ax.set_ylabel("score (%)")
     ax.set_ylim(0, 100)
-    ax.legend(fontsize=8)
-    ax.set_title(f"{results['model']['name']}: clean vs full vs dirty (95% CI)")
+    ax.legend(fontsize=8, loc="upper right", bbox_to_anchor=(1.0, 1.0))
+    ax.set_title(title, fontsize=9)
     fig.tight_layout()
     png = png_bytes(fig, dpi=100)  # no metadata: identical results give identical bytes
     plt.close(fig)
     return png
 
 
-def render_html(results: dict[str, Any], extra: Sequence[Block] = ()) -> str:
-    """report.html: the blocks of report.md, then the plot."""
-    plot = Figure("clean vs full vs dirty (95% CI)", lambda: render_plot(results))
-    blocks = [*report_blocks(results), *extra, plot]
+def plot_title(tables: dict[str, dict[str, Any]], what: str) -> str:
+    """"<what>: clean vs full vs dirty (95% CI)", naming only the subsets the tables hold."""
+    present = [s for s in SUBSET_ORDER if any(s in t["subsets"] for t in tables.values())]
+    return f"{what}: {' vs '.join(present)} (95% CI where enough groups)"
+
+
+def render_plot(results: dict[str, Any]) -> bytes:
+    """The evaluation's bar chart: each metric of each task (PNG)."""
+    return table_plot(results["tasks"], plot_title(results["tasks"], results["model"]["name"]))
+
+
+def render_html(results: dict[str, Any], extra: Sequence[Block] = (), at: str | Path | None = None) -> str:
+    """report.html: the blocks of report.md, the plot after the tables (the first screen)."""
+    blocks = report_blocks(results, at)
+    plot = Figure(plot_title(results["tasks"], "scores"), lambda: render_plot(results))
+    first = next((i for i, b in enumerate(blocks) if isinstance(b, Details)), len(blocks))
+    blocks = [*blocks[:first], plot, *extra, *blocks[first:]]
     return to_html(blocks, title=f"tcqa-data evaluation: {results['model']['name']}")
 
 
 def write_outputs(out_dir: str | Path, results: dict[str, Any], samples: list[dict[str, Any]],
-                  extra: Sequence[Block] = ()) -> None:
+                  extra: Sequence[Block] = (), at: str | Path | None = None) -> None:
     """All four files, each written atomically; results.json last (its presence = complete). ``extra``:
-    blocks both reports carry after the evaluation's own."""
+    blocks both reports carry after the evaluation's own; ``at``: the folder the files will be read
+    from (``out_dir`` where not given; a staging folder's final name), for the reports' relative links."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    at = out_dir if at is None else at
     clean = {k: v for k, v in results.items() if not k.startswith("_")}
     write_text_atomic(out_dir / "samples.jsonl",
                       "".join(json.dumps(s, sort_keys=True, ensure_ascii=False) + "\n" for s in samples))
-    write_text_atomic(out_dir / "report.md", render_markdown(clean, extra))
-    write_text_atomic(out_dir / "report.html", render_html(clean, extra))
+    write_text_atomic(out_dir / "report.md", render_markdown(clean, extra, at))
+    write_text_atomic(out_dir / "report.html", render_html(clean, extra, at))
     write_json_atomic(out_dir / "results.json", clean)

@@ -357,12 +357,12 @@ class Evaluation:
             yield stage
         self.results["output_dir"] = str(out_dir)
 
-    def write(self, folder: Path, extra: Sequence[Block] = ()) -> None:
+    def write(self, folder: Path, extra: Sequence[Block] = (), at: Path | None = None) -> None:
         """results.json, samples.jsonl, report.md and report.html into ``folder`` (``extra`` blocks after
-        the evaluation's own in both reports)."""
+        the evaluation's own in both reports; ``at``: the folder they are committed as, for the links)."""
         from tcqa_data.eval.results import write_outputs
 
-        write_outputs(folder, self.results, self.samples, extra)
+        write_outputs(folder, self.results, self.samples, extra, at)
 
     def returned(self) -> dict[str, Any]:
         """What ``evaluate`` returns: the results.json object, the per-doc samples under ``"_samples"``."""
@@ -583,5 +583,5 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
                              before_scoring=claim if write else None)
         if write:
             with run.committing(claim.folder, locked=True) as stage:
-                run.write(stage, extend(run, stage, claim.folder) if extend is not None else ())
+                run.write(stage, extend(run, stage, claim.folder) if extend is not None else (), claim.folder)
     return run.returned()

@@ -18,13 +18,16 @@ from tcqa_data.report_render import (
     Block,
     Bullets,
     Code,
+    Details,
     Figure,
     Heading,
+    Link,
     Paragraph,
     Quote,
     Table,
     highlight,
     png_bytes,
+    share,
     to_html,
     to_markdown,
 )
@@ -170,6 +173,9 @@ def _top_docs(c: dict[str, list], full: pa.Table, spec: TaskSpec) -> list[dict[s
                 "aligned_ref", "aligned_span", "aligned_text", "aligned_text_marks", "aligned_query_spans",
                 "aligned_mismatches", "aligned_field", "aligned_words")})
             row["aligned_share"] = _r(c["aligned_share"][i])
+            # the share an `aligned-field>=` term tests: within the best-covered field, not the query
+            if c.get("aligned_field_share"):
+                row["aligned_field_share"] = _r(c["aligned_field_share"][i])
         if not row["match_spans"] and row["minhash_query_window"]:
             # flagged by MinHash alone: show the query window that matched instead
             start = row["query"].find(row["minhash_query_window"])
@@ -229,11 +235,11 @@ def _clean_share_plot(per: dict[str, dict[str, Any]]) -> bytes:
     names = list(per)
     fig = MplFigure(figsize=(6, 0.4 * len(names) + 1))
     ax = fig.subplots()
-    shares = [per[v]["clean_share_groups"] or 0.0 for v in names]
+    shares = [100 * (per[v]["clean_share_groups"] or 0.0) for v in names]
     ax.barh(range(len(names)), shares, color="#4a4")
     ax.set_yticks(range(len(names)), names, fontsize=8)
-    ax.set_xlim(0, 1)
-    ax.set_xlabel("clean share of question groups")
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("clean share of question groups (%)")
     fig.tight_layout()
     return png_bytes(fig)
 
@@ -278,8 +284,8 @@ def _counts(rep: dict[str, Any]) -> list[Block]:
              str(c["ngram_untestable_docs"]), ""],
             ["shorter than n words, matched whole (tested)", str(c.get("short_whole_docs", 0)), ""],
         ]),
-        Paragraph(f"Clean share: {_fmt(c['clean_share_docs'])} of docs, "
-                  f"{_fmt(c['clean_share_groups'])} of groups."),
+        Paragraph(f"Clean share: {share(c['clean_share_docs'])} of docs, "
+                  f"{share(c['clean_share_groups'])} of groups."),
     ]
 
 
@@ -295,9 +301,13 @@ def _evidence(t: dict[str, Any]) -> list[Block]:
     blocks: list[Block] = [Paragraph(summary), Quote(highlight(t["query"], spans))]
     if t.get("aligned_text"):
         s, e = t["aligned_span"]
+        field = t["aligned_field"] or "-"
+        # both shares, named: `aligned>=` tests the query's, `aligned-field>=` the field's
+        in_field = (f", {share(t['aligned_field_share'])} of field {field}"
+                    if t.get("aligned_field_share") is not None else f", field {field}")
         blocks += [Paragraph(
             [f"aligned corpus span: {t['aligned_ref']} chars {s}-{e}: {t['aligned_words']} query words "
-             f"contaminated (share {_fmt(t['aligned_share'])}, field {t['aligned_field'] or '-'}), "
+             f"contaminated ({share(t['aligned_share'])} of the query{in_field}), "
              f"{t['aligned_mismatches']} mismatched tokens; corpus words that differ are marked"]),
             Quote(highlight(t["aligned_text"], t["aligned_text_marks"]))]
     return blocks
@@ -306,9 +316,18 @@ def _evidence(t: dict[str, Any]) -> list[Block]:
 def build_document(rep: dict[str, Any]) -> list[Block]:
     """The whole report as blocks; report.md and report.html are two renderings of this list."""
     blocks: list[Block] = [Heading(1, f"Contamination report: {rep['task']} / {rep['split']}")]
+    # PREP_DIR/<task>/<split>/report.html: the run's summary is two folders up
+    blocks.append(Paragraph(["Every task and split of this run: ",
+                             Link("the decontamination summary", "../../summary.html"), "."]))
     blocks += _warnings(rep)
-    blocks.append(_method(rep))
+    c = rep["counts"]
+    blocks.append(Paragraph(
+        f"{c['dirty_groups']} of {c['groups']} question groups ({share(1 - c['clean_share_groups'])}) and "
+        f"{c['dirty_docs']} of {c['docs']} docs are dirty under the rule "
+        f"{rep['method']['rule']}; the other {c['clean_docs']} docs form the clean split."
+        if c["groups"] else "The split holds no docs."))
     blocks += _counts(rep)
+    blocks.append(Details("How the docs were tested", [_method(rep)]))
     if rep["field_attribution"]:
         blocks += [Heading(2, "Where matches come from"),
                    Table(["field", "words", "matched words", "docs mostly from it"],
@@ -322,7 +341,7 @@ def build_document(rep: dict[str, Any]) -> list[Block]:
         blocks += [Heading(2, f"Clean share by {fld}"),
                    Table([fld, "docs", "groups", "dirty groups", "clean share"],
                          [[v, str(e["docs"]), str(e["groups"]), str(e["dirty_groups"]),
-                           _fmt(e["clean_share_groups"])] for v, e in per.items()]),
+                           share(e["clean_share_groups"])] for v, e in per.items()]),
                    Figure(f"Clean share by {fld}", lambda per=per: _clean_share_plot(per))]
     blocks.append(Heading(2, "Top contaminated docs (one per group; matched text highlighted: n-gram "
                              "matches, or the MinHash-matched window when only MinHash fired)"))

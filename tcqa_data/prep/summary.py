@@ -20,7 +20,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tcqa_data.io_utils import write_json_atomic, write_text_atomic
-from tcqa_data.report_render import Block, Bullets, Code, Heading, Paragraph, Table, to_html, to_markdown
+from tcqa_data.report_render import (
+    Block,
+    Bullets,
+    Code,
+    Heading,
+    Link,
+    Paragraph,
+    Table,
+    to_html,
+    to_markdown,
+)
 
 # The database's header, byte for byte (its file: `;` delimiters, one row per dataset, subset,
 # source and method); the split columns are percentages 0-100, the PR number is the database's.
@@ -206,7 +216,9 @@ def summary_blocks(summary: Mapping[str, Any]) -> list[Block]:
     blocks += [Heading(2, "Counts"),
                Table(["task", "split", "docs", "dirty docs", "dirty %", "groups", "dirty groups",
                       "dirty groups %", "untestable", "n"],
-                     [[r["task"], r["split"], *counts(r), str(r["ngram"])] for r in rows]
+                     # each split's own report, relative: PREP_DIR/<task>/<split>/report.html
+                     [[[Link(r["task"], f"{r['task']}/{r['split']}/report.html")], r["split"], *counts(r),
+                       str(r["ngram"])] for r in rows]
                      + [["all", "", *counts(summary["totals"]), ""]],
                      align=["l", "l", "r", "r", "r", "r", "r", "r", "r", "r"]),
                Paragraph("Groups: question groups of tasks with group_by (whole groups are dirty or clean), "

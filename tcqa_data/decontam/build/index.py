@@ -59,7 +59,7 @@ from tcqa_data.decontam.ngrams import index as ni
 from tcqa_data.decontam.ngrams import reduce as nred
 from tcqa_data.decontam.ngrams import runs as nruns
 from tcqa_data.decontam.readers.documents import SkipStats
-from tcqa_data.decontam.readers.inputs import CorpusInput, resolve_inputs, split_input
+from tcqa_data.decontam.readers.inputs import CorpusInput, resolve_inputs, split_input, text_progress_total
 from tcqa_data.decontam.readers.storage import content_sha256
 from tcqa_data.deprecation import moved_to_top
 from tcqa_data.engines import Engine, check_writable_dir, local_output_dir, make_engine, run_tasks, stop_pool
@@ -415,7 +415,7 @@ def _build_locked(out: Path, resolved: list[CorpusInput], skipped_files: list[di
                 tasks.append({"key": _shard_key(e["sha256"], sh.index), "path": e["path"],
                               "format": e["format"], "size": e["size"], "index": sh.index,
                               "kind": sh.kind, "start": sh.start, "end": sh.end, "first_line": sh.first_line})
-        results = _run_maps(tasks, str(work), cfg, pool, q, sum(e["size"] for e in entries), quiet,
+        results = _run_maps(tasks, str(work), cfg, pool, q, text_progress_total(entries), quiet,
                             engine=eng)
         by_path: dict[str, list[dict]] = {}
         for t, r in zip(tasks, results, strict=True):

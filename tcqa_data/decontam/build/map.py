@@ -326,11 +326,13 @@ def _map_shard_task(task: dict[str, Any], work_dir: str, cfg: dict[str, Any]) ->
 
 
 def _run_maps(tasks: list[dict], work_dir: str, cfg: dict, pool: ProcessPoolExecutor | None, q,
-              total_bytes: int, quiet: bool, engine: Engine | None = None) -> list[dict]:
+              total_bytes: int | None, quiet: bool, engine: Engine | None = None) -> list[dict]:
+    """Every map task, with one progress bar over the text read (``total_bytes``:
+    ``inputs.text_progress_total``, None where the inputs' sizes do not bound their text)."""
     t0 = time.time()
     done_docs = [0]
     with progress_bar(quiet, bytes_mode=True) as bar:
-        tid = bar.add_task("indexing", total=max(total_bytes, 1), rate="")
+        tid = bar.add_task("indexing", total=None if total_bytes is None else max(total_bytes, 1), rate="")
 
         def advance(nbytes: int, ndocs: int) -> None:
             done_docs[0] += ndocs
@@ -358,7 +360,10 @@ def _run_maps(tasks: list[dict], work_dir: str, cfg: dict, pool: ProcessPoolExec
                     results_by_i[futs[f]] = f.result()  # re-raises InputError from the worker
             _drain(q, advance)
             results = [results_by_i[i] for i in range(len(tasks))]
-        bar.update(tid, completed=max(total_bytes, 1))
+        if total_bytes is not None:
+            bar.update(tid, completed=max(total_bytes, 1))
+        else:  # the total is known now: what was read (the last line says 100%, done)
+            bar.update(tid, total=max(next(t.completed for t in bar.tasks if t.id == tid), 1))
     return results
 
 

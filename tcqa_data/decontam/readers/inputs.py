@@ -9,6 +9,7 @@ import glob
 import os
 import posixpath
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tcqa_data.decontam.readers.storage import (
@@ -50,6 +51,27 @@ class CorpusInput:
     path: str
     format: str
     size: int
+
+
+# formats whose documents' text is never longer (in characters) than the file is in bytes
+_TEXT_BOUNDED_BY_SIZE = frozenset({"jsonl", "txt"})
+
+
+def text_progress_total(inputs: Sequence[CorpusInput] | Sequence[dict]) -> int | None:
+    """The total for a progress bar that counts the characters of text read: the files' sizes where
+    every input is plain (JSONL, .txt: a document's text never has more characters than its line has
+    bytes), None where one is compressed or Parquet (its text can be many times its size on disk, so
+    a total in file bytes would run past 100%: the bar then shows the amount read and the rate)."""
+    total = 0
+    for inp in inputs:
+        if isinstance(inp, dict):
+            fmt, size = inp.get("format"), inp.get("size", 0)
+        else:
+            fmt, size = inp.format, inp.size
+        if fmt not in _TEXT_BOUNDED_BY_SIZE:
+            return None
+        total += int(size)
+    return total
 
 
 @dataclass(frozen=True)

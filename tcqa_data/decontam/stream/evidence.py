@@ -26,6 +26,7 @@ import numpy as np
 from tcqa_data.decontam.core.hashing import word_counts
 from tcqa_data.decontam.detect.evidence import NgramHits
 from tcqa_data.decontam.readers import CorpusInput
+from tcqa_data.decontam.readers.inputs import text_progress_total
 from tcqa_data.decontam.stream.scan import SHARD_BYTES, StreamHits, hf_input, read_texts, scan_corpus
 from tcqa_data.decontam.stream.table import BenchmarkTable, StreamConfig
 from tcqa_data.errors import ConfigError
@@ -247,9 +248,11 @@ def fill_stream(evidence: StreamEvidence, groups: Sequence[tuple[int, Sequence[s
         work_dir = Path(out).resolve().parent
         work_dir.mkdir(parents=True, exist_ok=True)
     with nullcontext() if eng is None or given else eng, progress_bar(quiet, bytes_mode=True) as prog:
-        bar = prog.add_task("stream corpus", total=sum(i.size for i in evidence.inputs), rate="")
+        bar = prog.add_task("stream corpus", total=text_progress_total(evidence.inputs), rate="")
         evidence.fill(queries, sorted({n for n, _ in groups}), workers=workers, engine=eng,
                       work_dir=None if work_dir is None else str(work_dir),
                       whole={m: sorted(v) for m, v in whole.items()},
                       progress=lambda nbytes, ndocs: prog.update(bar, advance=nbytes))
+        if text_progress_total(evidence.inputs) is None:  # the total is known now: what was read
+            prog.update(bar, total=max(next(t.completed for t in prog.tasks if t.id == bar), 1))
     return queries
