@@ -8,7 +8,8 @@ from typing import Optional
 import typer
 
 from tcqa_data.cli import app, comma_list, warning
-from tcqa_data.decontam.detect.rules import DEFAULT_RULE, rule_terms_help
+from tcqa_data.decontam.detect.rules import DEFAULT_RULE, DEFAULT_SEMANTIC, rule_terms_help
+from tcqa_data.decontam.semantic.model import DEFAULT_MODEL
 
 
 @app.command("decontaminate")
@@ -40,7 +41,9 @@ def decontaminate_cmd(
                                          help="Comma-separated split names to process (default: all)."),
     rule: str = typer.Option(DEFAULT_RULE, "--rule",
                              help=f"Flag rule: {rule_terms_help()}, e.g. "
-                                  "'ngram-fraction>=0.5|minhash>=0.8' or 'any-ngram|aligned-field>=0.8'."),
+                                  "'ngram-fraction>=0.5|minhash>=0.8', 'any-ngram|aligned-field>=0.8' or "
+                                  f"'any-ngram|semantic' (rephrased items; semantic = "
+                                  f"semantic>={DEFAULT_SEMANTIC})."),
     ngram: str = typer.Option("13", "--ngram", help="N-gram size the index holds, or 'auto' (GPT-3: 5th "
                                                    "percentile of query length, clamped to 8..13)."),
     max_corpus_freq: Optional[int] = typer.Option(  # noqa: UP045
@@ -68,6 +71,11 @@ def decontaminate_cmd(
         None, "--source-name",
         help="The corpus as contamination_report.csv names it (CONDA's Contaminated Source), e.g. a hub "
              "id such as allenai/c4 (default: its hub dataset or file names)."),
+    embedding_model: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--embedding-model",
+        help=f"With a semantic rule term: the sentence-transformers model (name, folder or hub id) that "
+             f"scores candidate windows (default: {DEFAULT_MODEL}, installed with the semantic extra, its "
+             f"weights sha256 pinned). A bare 'semantic' term means semantic>={DEFAULT_SEMANTIC}."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or summary."),
 ) -> None:
     """Score benchmark docs against INDEX_DIR (or stream --corpus); write splits, evidence, reports."""
@@ -94,7 +102,7 @@ def decontaminate_cmd(
             corpus=corpus or None, text_field=text_field, id_field=id_field, on_error=on_error,
             workers=workers, engine=engine, ray_address=ray_address, hf_dataset=hf_dataset,
             hf_config=hf_config, hf_split=hf_split, short_min_words=short_min_words or None,
-            source_name=source_name,
+            source_name=source_name, embedding_model=embedding_model,
         )
     for note in summary.get("warnings", []):  # shown even with --quiet; also at the top of every report
         warning(note)
