@@ -113,6 +113,13 @@ def test_rephrased_items_flagged_in_stream_and_index_mode_alike(devset, tmp_path
     assert sem["model"]["weights_sha256"].startswith("53aa5117")
     assert sem["default_threshold"] == DEFAULT_SEMANTIC
     assert 0 < sem["candidates"]["windows_passed"] < sem["candidates"]["windows"]
+    # the evidence a person reads: the pairs side by side, shared words marked; the tiers counted
+    html = (tmp_path / "stream" / task / "test" / "report.html").read_text()
+    assert "Semantic tier: best item / corpus window pairs" in html
+    assert f"<mark>{hit['semantic_shared_words'][0]}</mark>" in html
+    row = json.loads((tmp_path / "stream" / "summary.json").read_text())["rows"][0]
+    tiers = row["dirty_docs_by_tier"]
+    assert tiers["semantic_only"] == int((flags & ~lexical).sum()) and sum(tiers.values()) == int(flags.sum())
     # index mode: the text store's docs read the same way, the same rows
     index = tmp_path / "index"
     build_index([str(devset["corpus"])], index, ngram_sizes=(13,), minhash=False, text_store="auto",
