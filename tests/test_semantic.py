@@ -50,6 +50,15 @@ def devset(wiki_sample, tmp_path_factory) -> dict:
             "injected": np.array([it.injected is not None for it in items])}
 
 
+@pytest.fixture(scope="module")
+def stream_out(devset, tmp_path_factory) -> Path:
+    """One local stream pass with ``any-ngram|semantic`` (compared with index mode and with Ray)."""
+    out = tmp_path_factory.mktemp("stream_run") / "stream"
+    decontaminate(None, [devset["task"]], out, corpus=[str(devset["corpus"])], data_files=devset["data"],
+                  quiet=True, rule="any-ngram|semantic")
+    return out
+
+
 def _flags(out: Path, task: str) -> tuple[np.ndarray, list[dict]]:
     rows = pq.read_table(out / task / "test" / "contamination.parquet").to_pylist()
     return np.array([r["doc_dirty"] for r in rows]), rows
@@ -93,13 +102,12 @@ def test_a_wrong_weights_file_is_refused_in_one_line(tmp_path):
         load_embedding_model(str(bad))
 
 
-def test_rephrased_items_flagged_in_stream_and_index_mode_alike(devset, tmp_path):
+def test_rephrased_items_flagged_in_stream_and_index_mode_alike(devset, stream_out, tmp_path):
     from tcqa_data.decontam.build import build_index
 
     args = dict(data_files=devset["data"], quiet=True, rule="any-ngram|semantic")
-    decontaminate(None, [devset["task"]], tmp_path / "stream", corpus=[str(devset["corpus"])], **args)
     task = Path(devset["task"]).stem
-    flags, rows = _flags(tmp_path / "stream", task)
+    flags, rows = _flags(stream_out, task)
     inj = devset["injected"]
     assert flags[inj].mean() >= 0.6  # rephrased: n-grams alone flag none of these
     assert flags[~inj].mean() <= 0.1  # same-subject items not in the corpus
@@ -108,16 +116,16 @@ def test_rephrased_items_flagged_in_stream_and_index_mode_alike(devset, tmp_path
     hit = next(r for r, f, i in zip(rows, flags, inj, strict=True) if f and i)
     assert hit["semantic_cosine"] >= DEFAULT_SEMANTIC and hit["semantic_shared_words"]
     assert hit["semantic_doc_ref"].startswith("corpus.jsonl:") and hit["semantic_window"]
-    manifest = json.loads((tmp_path / "stream" / "prep_manifest.json").read_text())
+    manifest = json.loads((stream_out / "prep_manifest.json").read_text())
     sem = manifest["semantic"]
     assert sem["model"]["weights_sha256"].startswith("53aa5117")
     assert sem["default_threshold"] == DEFAULT_SEMANTIC
     assert 0 < sem["candidates"]["windows_passed"] < sem["candidates"]["windows"]
     # the evidence a person reads: the pairs side by side, shared words marked; the tiers counted
-    html = (tmp_path / "stream" / task / "test" / "report.html").read_text()
+    html = (stream_out / task / "test" / "report.html").read_text()
     assert "Semantic tier: best item / corpus window pairs" in html
     assert f"<mark>{hit['semantic_shared_words'][0]}</mark>" in html
-    row = json.loads((tmp_path / "stream" / "summary.json").read_text())["rows"][0]
+    row = json.loads((stream_out / "summary.json").read_text())["rows"][0]
     tiers = row["dirty_docs_by_tier"]
     assert tiers["semantic_only"] == int((flags & ~lexical).sum()) and sum(tiers.values()) == int(flags.sum())
     # index mode: the text store's docs read the same way, the same rows
@@ -130,20 +138,20 @@ def test_rephrased_items_flagged_in_stream_and_index_mode_alike(devset, tmp_path
     assert [{c: r[c] for c in cols} for r in idx_rows] == [{c: r[c] for c in cols} for r in rows]
 
 
-def test_local_workers_and_ray_give_the_same_bytes(devset, tmp_path):
-    args = dict(data_files=devset["data"], quiet=True, rule="any-ngram|semantic",
-                corpus=[str(devset["corpus"])])
+def test_ray_gives_the_bytes_of_one_local_pass(devset, stream_out, tmp_path):
+    """The corpus cut into shards run as Ray tasks (``--engine ray``, a local instance of 2 CPUs):
+    the same candidates, so the same PREP_DIR as one local pass, byte for byte."""
     with private_ray():
-        decontaminate(None, [devset["task"]], tmp_path / "local", **args)
-        decontaminate(None, [devset["task"]], tmp_path / "ray", engine="ray", **args)
+        decontaminate(None, [devset["task"]], tmp_path / "ray", engine="ray", data_files=devset["data"],
+                      quiet=True, rule="any-ngram|semantic", corpus=[str(devset["corpus"])])
 
     def files(root: Path) -> list[Path]:
         return sorted(p.relative_to(root) for p in root.rglob("*") if p.is_file())
 
-    local = files(tmp_path / "local")
+    local = files(stream_out)
     assert local == files(tmp_path / "ray")
     for f in local:
-        assert (tmp_path / "local" / f).read_bytes() == (tmp_path / "ray" / f).read_bytes(), f
+        assert (stream_out / f).read_bytes() == (tmp_path / "ray" / f).read_bytes(), f
 
 
 def test_any_ngram_alone_loads_no_model_and_keeps_its_columns(devset, tmp_path):
@@ -152,3 +160,23 @@ def test_any_ngram_alone_loads_no_model_and_keeps_its_columns(devset, tmp_path):
     _, rows = _flags(tmp_path / "o", Path(devset["task"]).stem)
     assert "semantic_cosine" not in rows[0]
     assert "semantic" not in json.loads((tmp_path / "o" / "prep_manifest.json").read_text())
+
+
+def test_candidates_are_the_same_for_any_cut_into_shards(devset):
+    """Shards of 256 KB on 2 worker processes keep the same candidate windows (the same top docs per
+    item, spans and texts) as one pass: the ranking is a total order over the corpus."""
+    from tcqa_data.decontam.readers import resolve_inputs
+    from tcqa_data.decontam.stream.scan import scan_corpus
+    from tcqa_data.decontam.stream.table import BenchmarkTable, StreamConfig
+
+    data = devset["data"][Path(devset["task"]).stem]["test"]
+    queries = sorted({json.loads(line)["question"] for line in data.read_text().split("\n") if line})
+    table = BenchmarkTable(queries, StreamConfig(semantic=True))
+    inputs = resolve_inputs([str(devset["corpus"])])
+    one = scan_corpus(table, inputs).semantic
+    many = scan_corpus(table, inputs, workers=2, shard_bytes=256 << 10).semantic
+    assert len(one) > 10 and one.windows == many.windows and one.passed == many.passed
+    assert one.passed < one.windows / 2  # a minority of windows become candidates
+    for c in one.cols:
+        assert (one.cols[c] == many.cols[c]).all(), c
+    assert one.texts == many.texts
