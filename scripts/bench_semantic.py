@@ -60,9 +60,10 @@ def recall(args: argparse.Namespace) -> None:
 
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    items, texts = load_items(DATA / "paraphrase")
+    subjects = tuple(args.subjects.split(","))
+    items, texts = load_items(DATA / "paraphrase", subjects)
     corpus = write_corpus(DATA / "corpus" / "wiki_sample.jsonl", items, texts, work / "corpus.jsonl")
-    tasks, files = zip(*(mmlu_task(work, s) for s in SUBJECTS), strict=True)
+    tasks, files = zip(*(mmlu_task(work, s) for s in subjects), strict=True)
     out = work / "prep"
     t0 = time.process_time()
     decontaminate(
@@ -78,7 +79,7 @@ def recall(args: argparse.Namespace) -> None:
     cpu = time.process_time() - t0
     manifest = json.loads((out / "prep_manifest.json").read_text())
     cols: dict[str, list] = defaultdict(list)
-    for s in SUBJECTS:
+    for s in subjects:
         for r in pq.read_table(out / f"mmlu_{s}" / "test" / "contamination.parquet").to_pylist():
             for k in (
                 "ngram_hits",
@@ -91,7 +92,8 @@ def recall(args: argparse.Namespace) -> None:
                 cols[k].append(r[k])
     cols["ngram_fraction"] = [0.0] * len(items)
     cols["longest_match"] = [0] * len(items)
-    baseline = llm_decontaminator_top1(corpus, [it.query for it in items], args.embedding_model)
+    baseline = (np.full(len(items), np.nan) if args.no_baseline
+                else llm_decontaminator_top1(corpus, [it.query for it in items], args.embedding_model))
 
     def flags(rule: str) -> np.ndarray:
         return Rule.parse(rule).evaluate(cols)[0]
@@ -119,7 +121,7 @@ def recall(args: argparse.Namespace) -> None:
         f"LLM-Decontaminator top-1 (>= {DEFAULT_SEMANTIC})": baseline >= DEFAULT_SEMANTIC,
     }
     groups: dict[str, np.ndarray] = {}
-    for s in SUBJECTS:
+    for s in subjects:
         for how in ("rephrased", "translated"):
             for kind in ("own", "spliced", "rewrapped"):
                 groups[f"{s} {how} {kind}"] = np.array(
@@ -131,7 +133,7 @@ def recall(args: argparse.Namespace) -> None:
     for name, g in groups.items():
         shares = " | ".join(f"{f[g].mean():.2f}" for f in rules.values())
         print(f"| {name} | {int(g.sum())} | {shares} |")
-    for s in SUBJECTS:
+    for s in subjects:
         g = np.array([it.subject == s for it in items])
         print(
             f"{s}: rephrased recall any-ngram|semantic {rules['any-ngram|semantic'][g & reph].mean():.3f}, "
@@ -273,6 +275,8 @@ def main() -> None:
     ap.add_argument("--copies", type=int, default=10)
     ap.add_argument("--calibrate", default="sociology")
     ap.add_argument("--embedding-model", default=None)
+    ap.add_argument("--subjects", default=",".join(SUBJECTS), help="recall: MMLU subjects")
+    ap.add_argument("--no-baseline", action="store_true", help="recall: skip LLM Decontaminator's top-1")
     ap.add_argument("--sample", type=int, default=256, help="cost: candidate texts embedded to time it")
     args = ap.parse_args()
     recall(args) if args.what == "recall" else cost(args)
