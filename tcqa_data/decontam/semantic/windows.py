@@ -173,6 +173,8 @@ def scan_windows(rare: RareWordTable, arr: np.ndarray, doc_start: np.ndarray, se
                       out.windows, out.passed)
     cand = _top(cand)
     tb_start, tb_end = _token_bytes(arr)
+    if len(tb_start) != len(h):  # the kernels' tokens are the buffer's runs of non-space bytes
+        raise RuntimeError(f"semantic windows: {len(tb_start)} tokens in the buffer, {len(h)} hashed")
     raw = arr.tobytes() if not isinstance(arr, bytes | bytearray) else bytes(arr)
     first_tok = doc_first[cand.cols["doc"]]
     lo = tb_start[first_tok + cand.cols["start"]]
