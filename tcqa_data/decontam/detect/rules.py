@@ -26,9 +26,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tcqa_data.decontam.semantic.matches import DEFAULT_THRESHOLD
+
 DEFAULT_RULE = "any-ngram"
-# a bare ``semantic`` term: the cosine the semantic tier ships (``decontam/semantic/matches.py``)
-DEFAULT_SEMANTIC = 0.8
+# a bare ``semantic`` term: the cosine the semantic tier ships
+DEFAULT_SEMANTIC = DEFAULT_THRESHOLD
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tcqa_data.decontam.detect.rules import DEFAULT_SEMANTIC
 from tcqa_data.decontam.semantic.rarewords import RareWordTable
 from tcqa_data.decontam.semantic.windows import Candidates
 
-DEFAULT_THRESHOLD = DEFAULT_SEMANTIC
+DEFAULT_THRESHOLD = 0.8
 VIEW_MIN_WORDS = 4
 VIEW_MAX_LINES = 8
 
