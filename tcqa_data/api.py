@@ -244,6 +244,7 @@ def decontaminate(
     source_name: str | None = None,
     quiet: bool = False,
     allow_task_code: bool = False,
+    embedding_model: str | None = None,
 ) -> PrepSummary:
     """Flag the benchmark docs that overlap the corpus and write PREP_DIR to ``out``, as
     ``tcqa-data decontaminate``.
@@ -281,6 +282,9 @@ def decontaminate(
         quiet: No progress bars.
         allow_task_code: Run the Python that task YAMLs outside the installed lm-eval name
             (``!function``, ``class:``); refused by default.
+        embedding_model: With a ``semantic`` rule term: the sentence-transformers model (name, folder
+            or hub id) that scores candidate windows (default: all-MiniLM-L6-v2 from the semantic
+            extra, its weights sha256 pinned).
 
     Returns:
         The run summary, with each task and split's counts under ``tasks``.
@@ -307,7 +311,7 @@ def decontaminate(
         id_field=id_field, on_error=on_error, workers=workers, engine=engine,
         ray_address=ray_address, hf_dataset=hf_dataset, hf_config=hf_config, hf_split=hf_split,
         short_min_words=short_min_words or None, source_name=source_name,
-        allow_task_code=allow_task_code)
+        allow_task_code=allow_task_code, embedding_model=embedding_model)
     if index_dir is None:
         return run(None, task_list, out, **kwargs)  # type: ignore[return-value]
     with reading(index_dir):  # an index file damaged with its size kept: found by a full check

@@ -20,8 +20,9 @@ from tcqa_data.cli import (
     value_of,
     warning,
 )
-from tcqa_data.decontam.detect.rules import DEFAULT_RULE, rule_terms_help
+from tcqa_data.decontam.detect.rules import DEFAULT_RULE, DEFAULT_SEMANTIC, rule_terms_help
 from tcqa_data.decontam.readers.presets import text_field_for
+from tcqa_data.decontam.semantic.model import DEFAULT_MODEL
 
 
 @app.command("decontaminate")
@@ -57,7 +58,9 @@ def decontaminate_cmd(
                                          help="Comma-separated split names to process (default: all)."),
     rule: str = typer.Option(DEFAULT_RULE, "--rule",
                              help=f"Flag rule: {rule_terms_help()}, e.g. "
-                                  "'ngram-fraction>=0.5|minhash>=0.8' or 'any-ngram|aligned-field>=0.8'."),
+                                  "'ngram-fraction>=0.5|minhash>=0.8', 'any-ngram|aligned-field>=0.8' or "
+                                  f"'any-ngram|semantic' (rephrased items; semantic = "
+                                  f"semantic>={DEFAULT_SEMANTIC})."),
     ngram: str = typer.Option("13", "--ngram", callback=ngram_option,
                               help="N-gram size the index holds, or 'auto' (GPT-3: 5th "
                                    "percentile of query length, clamped to 8..13)."),
@@ -91,6 +94,11 @@ def decontaminate_cmd(
         help="The corpus as contamination_report.csv names it (CONDA's Contaminated Source), e.g. a hub "
              "id such as allenai/c4 (default: its hub dataset or file names)."),
     allow_task_code: bool = typer.Option(False, "--allow-task-code", help=ALLOW_TASK_CODE_HELP),
+    embedding_model: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--embedding-model",
+        help=f"With a semantic rule term: the sentence-transformers model (name, folder or hub id) that "
+             f"scores candidate windows (default: {DEFAULT_MODEL}, installed with the semantic extra, its "
+             f"weights sha256 pinned). A bare 'semantic' term means semantic>={DEFAULT_SEMANTIC}."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or summary."),
 ) -> None:
     """Score benchmark docs against INDEX_DIR (or stream --corpus); write splits, evidence, reports."""
@@ -118,7 +126,7 @@ def decontaminate_cmd(
             on_error=value_of(on_error),
             workers=workers, engine=value_of(engine), ray_address=ray_address, hf_dataset=hf_dataset,
             hf_config=hf_config, hf_split=hf_split, short_min_words=short_min_words or None,
-            source_name=source_name, allow_task_code=allow_task_code,
+            source_name=source_name, allow_task_code=allow_task_code, embedding_model=embedding_model,
         )
     for note in summary.get("warnings", []):  # shown even with --quiet; also at the top of every report
         warning(note)

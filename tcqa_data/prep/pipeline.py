@@ -110,6 +110,7 @@ class _Run:
     quiet: bool
     stream: bool = False  # the evidence is a corpus pass (--corpus), not an index
     short_min_words: int | None = None  # shorter queries of at least this many words whole (None: off)
+    semantic_model: Any = None  # the semantic tier's EmbeddingModel (a ``semantic`` rule term)
     # known once the evidence is filled (after a stream's pass)
     index_summary: dict[str, Any] = dataclasses.field(default_factory=dict)
     fix_ref: Callable[[str | None], str | None] | None = None  # corpus doc refs as PREP_DIR records them
@@ -183,6 +184,7 @@ def decontaminate(
     hf_split: str = "train",
     source_name: str | None = None,
     allow_task_code: bool = False,
+    embedding_model: str | None = None,
 ) -> dict[str, Any]:
     """Score every doc of ``tasks`` against the index, write PREP_DIR, return the summary.
 
@@ -209,6 +211,10 @@ def decontaminate(
     verified against its text), and an index without a usable text store keeps such queries
     "untestable", its ``untestable_policy`` saying why. None or 0: off (all "untestable").
 
+    ``embedding_model``: the semantic tier's sentence-transformers model (name, folder or hub id;
+    default: the bundled ``all-MiniLM-L6-v2``), loaded (and its weights digest checked) before
+    anything is written when the rule has a ``semantic`` term.
+
     ``source_name``: the corpus as ``contamination_report.csv`` names it (the CONDA database's
     "Contaminated Source", e.g. a hub id); default: its hub dataset or file names
     (:func:`default_source_name`).
@@ -229,6 +235,11 @@ def decontaminate(
         raise ConfigError("no tasks given; e.g. --tasks mc_taco,squad_completion")
     parsed_rule, fixed_n = _check_options(rule, ngram, max_corpus_freq, group_policy)
     stream = corpus is not None or hf_dataset is not None
+    semantic_model = None
+    if parsed_rule.uses_semantic:  # a model that cannot load is refused before anything is written
+        from tcqa_data.decontam.semantic import load_embedding_model
+
+        semantic_model = load_embedding_model(embedding_model)
     if stream == (index_dir is not None):
         raise ConfigError("give either an index folder (INDEX_DIR) or a corpus (--corpus, --hf-dataset), "
                           "not both or neither")
@@ -237,7 +248,8 @@ def decontaminate(
 
         run = _open_stream_run(list(corpus or []), StreamConfig(
             normalization=normalization or "janitor", anchors=parsed_rule.uses_alignment,
-            text_field=text_field, id_field=id_field, on_error=on_error, hf_dataset=hf_dataset,
+            semantic=parsed_rule.uses_semantic, text_field=text_field, id_field=id_field, on_error=on_error,
+            hf_dataset=hf_dataset,
             hf_config=hf_config, hf_split=hf_split), out_dir, parsed_rule, fixed_n,
             max_corpus_freq=max_corpus_freq, group_policy=group_policy, quiet=quiet,
             short_min_words=short_min_words)
@@ -245,6 +257,7 @@ def decontaminate(
         run = _open_run(index_dir, out_dir, parsed_rule, fixed_n, normalization=normalization,
                         max_corpus_freq=max_corpus_freq, group_policy=group_policy, quiet=quiet,
                         short_min_words=short_min_words)
+    run.semantic_model = semantic_model
     jobs = task_jobs(tasks, data_files, splits, group_by=group_by, lm_eval_include=lm_eval_include,
                      lm_eval_include_defaults=lm_eval_include_defaults, allow_task_code=allow_task_code)
     check_prep_names(jobs)  # before the (stream) pass: refused before any work
@@ -257,6 +270,8 @@ def decontaminate(
         if run.evidence.num_docs == 0:  # (config and summary hold this list: every report shows it)
             run.config["warnings"].append("the corpus holds 0 documents: nothing was searched, so every doc "
                                           "below is reported clean")
+    if semantic_model is not None:
+        run.config["semantic"] = _semantic_config(run)
     run.fix_ref = portable_ref(run.index_dir, run.evidence.manifest)
     run.index_summary = _index_summary(run.evidence, run.index_dir)
     rows: list[dict[str, Any]] = []
@@ -279,6 +294,24 @@ def decontaminate(
     manifest[DATA_KEY] = data_digests(run.out)  # evaluate and analyze check them before a model loads
     write_json_atomic(run.out / "prep_manifest.json", manifest)
     return summary
+
+
+def _semantic_config(run: _Run) -> dict[str, Any]:
+    """What the manifest and reports say of the semantic tier: the model and its weights digest,
+    the shipped threshold, and (stream) how many corpus windows became candidates."""
+    from tcqa_data.decontam.detect.rules import DEFAULT_SEMANTIC
+    from tcqa_data.decontam.semantic import windows
+
+    out: dict[str, Any] = {
+        "model": run.semantic_model.manifest(), "default_threshold": DEFAULT_SEMANTIC,
+        "terms": [str(t) for t in run.rule.terms if t.uses_semantic],
+        "candidates": {"window_words": windows.WINDOW_WORDS, "window_stride": windows.WINDOW_STRIDE,
+                       "min_share": windows.MIN_SHARE, "top_per_query": windows.TOP_PER_QUERY}}
+    found = getattr(getattr(run.evidence, "hits", None), "semantic", None) if run.stream else None
+    if found is not None:
+        out["candidates"].update({"windows": found.windows, "windows_passed": found.passed,
+                                  "pairs_kept": len(found)})
+    return out
 
 
 def _input_names(run: _Run, hf_dataset: str | None) -> list[str]:
@@ -349,6 +382,9 @@ def _open_run(index_dir: str | os.PathLike, out_dir: str | os.PathLike, rule: Ru
     if rule.uses_minhash and not idx.has_minhash:
         raise IndexMismatchError(f"rule {str(rule)!r} uses MinHash, but index {index_dir} has no "
                                  "MinHash section; rebuild it with MinHash or use an n-gram rule")
+    if rule.uses_semantic and not idx.has_text:
+        raise IndexMismatchError(f"rule {str(rule)!r} reads corpus windows (semantic), but index "
+                                 f"{index_dir} has no text store; rebuild it with one or use --corpus")
     if rule.uses_alignment and not idx.has_text:
         raise IndexMismatchError(f"rule {str(rule)!r} aligns against corpus text, but index "
                                  f"{index_dir} has no text store; rebuild it with --text-store auto")
@@ -489,7 +525,7 @@ def _process_split(spec: TaskSpec | LmEvalTask, b: BenchmarkSplit, queries: list
         # alignment against corpus text (aligned_* columns) runs when the rule has an aligned term
         cols = score_docs(qdocs, run.evidence, n, max_corpus_freq=run.max_corpus_freq,
                           use_minhash=run.use_minhash, progress=step, align=rule.uses_alignment,
-                          short_min_words=run.short_min_words)
+                          short_min_words=run.short_min_words, semantic_model=run.semantic_model)
     portable_doc_refs(cols, run.fix_ref)
     gids = group_ids(spec, b.table)
     dirty_doc, fired = rule.evaluate(cols)
@@ -560,4 +596,13 @@ def _contamination_table(cols: dict[str, list], gids: list[int], n: int, dirty_d
     for name, typ in ALIGNED_COLUMN_TYPES.items():  # present when the index has a text store
         if name in cols:
             data[name] = pa.array(cols[name], type=typ)
+    for name, typ in SEMANTIC_COLUMN_TYPES.items():  # present when the rule has a semantic term
+        if name in cols:
+            data[name] = pa.array(cols[name], type=typ)
     return pa.table(data)
+
+
+SEMANTIC_COLUMN_TYPES = {
+    "semantic_cosine": pa.float64(), "semantic_doc_ref": pa.string(), "semantic_span": pa.list_(pa.int64()),
+    "semantic_window": pa.string(), "semantic_shared_words": pa.list_(pa.string()),
+    "semantic_candidates": pa.int64()}

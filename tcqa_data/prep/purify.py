@@ -140,6 +140,9 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
     parsed = Rule.parse(rule)
     if parsed.uses_minhash:
         raise ConfigError(f"rule {str(parsed)!r}: {MINHASH_REFUSAL}")
+    if parsed.uses_semantic:  # (decontaminate flags rephrased items; purify cuts n-gram spans)
+        raise ConfigError(f"rule {str(parsed)!r}: purify does not take semantic terms yet; find rephrased "
+                          "items with `decontaminate --rule 'any-ngram|semantic'`")
     evidence = StreamEvidence.open(list(corpus), StreamConfig(
         ngram_sizes=(ngram,), anchors=parsed.uses_alignment, keep_pairs=True, text_field=text_field,
         id_field=id_field, on_error=on_error), distinct=False)  # every input is written out

@@ -42,6 +42,8 @@ CONDA_SPLIT_COLUMNS = {"train": "Train Split", "validation": "Development Split"
 REFERENCE_ALIGNED = "https://arxiv.org/abs/2307.09288"
 REFERENCE_MINHASH = "https://arxiv.org/abs/2107.06499"
 REFERENCE_NGRAM = "https://arxiv.org/abs/2005.14165"
+# rephrased items: LLM Decontaminator (Yang et al. 2023), whose embedding step the semantic tier refines
+REFERENCE_SEMANTIC = "https://arxiv.org/abs/2311.04850"
 # Where a dirty doc's matches fall besides the template fields (rows of the field table)
 OUTSIDE_FIELDS = "(template text outside the fields)"
 NO_MATCH = "(no n-gram or aligned match: group policy or MinHash)"
@@ -124,16 +126,40 @@ def split_row(spec: Any, split: str, role: str, declared: bool, ngram: int,
         "fields": fields,
         # dirty docs whose matches fall in each field (a doc may count in several)
         "dirty_docs_matched_in": {**where, OUTSIDE_FIELDS: outside, NO_MATCH: no_match},
+        **({"dirty_docs_by_tier": tier_counts(contamination)}
+           if "semantic_cosine" in contamination.column_names else {}),
     }
 
 
+def tier_counts(contamination: pa.Table) -> dict[str, int]:
+    """Docs the rule flagged (``doc_dirty``) by which tier's clauses fired: lexical only (n-grams,
+    alignment, MinHash), semantic only, or both."""
+    fired = contamination.column("rule_fired").to_pylist()
+    flagged = contamination.column("doc_dirty").to_pylist()
+    out = {"lexical_only": 0, "semantic_only": 0, "both": 0}
+    for f, d in zip(fired, flagged, strict=True):
+        if not d:
+            continue
+        clauses = f.split("|")
+        sem = any("semantic" in c for c in clauses)
+        lex = any("semantic" not in c for c in clauses)
+        out["both" if sem and lex else "semantic_only" if sem else "lexical_only"] += 1
+    return out
+
+
 def reference_for(rule: Any) -> str:
-    """The method paper a rule follows, for the database's Reference column."""
+    """The method paper a rule follows, for the database's Reference column (a rule with a semantic
+    term: its lexical method's paper, then LLM Decontaminator's)."""
     if rule.uses_alignment:
-        return REFERENCE_ALIGNED
-    if rule.uses_minhash and not rule.uses_ngrams:
-        return REFERENCE_MINHASH
-    return REFERENCE_NGRAM
+        lexical = REFERENCE_ALIGNED
+    elif rule.uses_minhash and not rule.uses_ngrams:
+        lexical = REFERENCE_MINHASH
+    else:
+        lexical = REFERENCE_NGRAM
+    if getattr(rule, "uses_semantic", False):
+        return REFERENCE_SEMANTIC if not rule.uses_ngrams and not rule.uses_minhash else \
+            f"{lexical} {REFERENCE_SEMANTIC}"
+    return lexical
 
 
 def build_summary(rows: Sequence[Mapping[str, Any]], *, config: Mapping[str, Any],
@@ -232,6 +258,16 @@ def summary_blocks(summary: Mapping[str, Any]) -> list[Block]:
                      align=["l", "l", "l", "r"]),
                Paragraph("A dirty doc counts under every template field its n-gram (or aligned) matches fall "
                          "in, so a row's fields may add up to more than its dirty docs.")]
+    tiers = [r for r in rows if "dirty_docs_by_tier" in r]
+    if tiers:
+        blocks += [Heading(2, "Which tier flagged the docs"),
+                   Table(["task", "split", "lexical only", "semantic only", "both"],
+                         [[r["task"], r["split"], *(str(r["dirty_docs_by_tier"][k])
+                                                    for k in ("lexical_only", "semantic_only", "both"))]
+                          for r in tiers], align=["l", "l", "r", "r", "r"]),
+                   Paragraph("Docs the rule flagged (before the group policy), by the clauses that fired: "
+                             "lexical (n-gram, alignment, MinHash) or semantic (a rephrasing found by the "
+                             "embedding model among rare-word candidate windows).")]
     return blocks
 
 

@@ -188,6 +188,12 @@ def _normalized_buffer(parts: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
     return arr, doc_start
 
 
+def normalized_buffer(texts: Sequence[str], scheme: str = "janitor") -> tuple[np.ndarray, np.ndarray]:
+    """``texts`` normalized into ``hash_normalized``'s layout (the buffer and ``doc_start``), for
+    callers that read the normalized bytes as well as hashing them (the semantic tier's windows)."""
+    return _normalized_buffer([encode_normalized(t, scheme) for t in texts])
+
+
 def word_counts(texts: Sequence[str], scheme: str = "janitor") -> np.ndarray:
     """``len(tokenize(text, scheme))`` of each text (int64), from one compiled tokenizing pass
     over all of them instead of a list of token strings per text."""

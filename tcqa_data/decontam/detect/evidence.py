@@ -12,6 +12,8 @@
 - ``alignment_candidates(queries, ...)``: corpus docs sharing rare 4-grams with each query, and
   ``text`` / ``texts`` of candidate docs (``has_text``: whether it can give texts);
 - ``doc_refs(ordinals)``: how corpus docs are named in the reports;
+- ``semantic_matches(queries, model)``: the semantic tier (``decontam/semantic``): per query, the
+  corpus window most like it by the embedding ``model`` among its rare-word candidates;
 - ``whole_hits(queries, m)``: for short queries of exactly ``m`` words (fewer than n: no n-gram),
   the query's one m-gram as ``ngram_hits`` answers an n-gram (``whole_problem``: why it cannot,
   or None).
@@ -85,6 +87,8 @@ class EvidenceSource(Protocol):
     def whole_problem(self) -> str | None: ...
 
     def whole_hits(self, queries: Sequence[str], m: int) -> NgramHits: ...
+
+    def semantic_matches(self, queries: Sequence[str], model: Any) -> Any: ...
 
 
 def whole_sequence_hits(queries: Sequence[str], m: int, candidates: Sequence[np.ndarray],
@@ -264,6 +268,17 @@ class IndexEvidence:
             return (f"its text store has no anchors for input {missing[0]}"
                     + (f" and {len(missing) - 1} more" if len(missing) > 1 else "") + "; rerun index-corpus")
         return problem
+
+    def semantic_matches(self, queries: Sequence[str], model: Any) -> Any:
+        """``SemanticMatches`` of ``queries``: every text-store doc read as candidate windows
+        (``semantic_from_texts``), the candidates verified by ``model``."""
+        from tcqa_data.decontam.semantic import semantic_from_texts
+
+        if not self.has_text:
+            raise RuntimeError("the index has no text store (built with --text-store none): the semantic "
+                               "tier reads corpus text")
+        return semantic_from_texts(queries, int(self.ngrams.num_docs()), self.store.texts, model,
+                                   self.normalization, self.hash_seed)
 
     def whole_hits(self, queries: Sequence[str], m: int) -> NgramHits:
         """Each query's (of exactly ``m`` words) one m-gram in the corpus: candidates from the anchors,

@@ -11,6 +11,8 @@ Rules (``Rule.parse``) are a tiny boolean grammar over these scores::
             | "minhash>=" FLOAT             # 0..1
             | "aligned>=" FLOAT             # 0..1, share of query tokens in an aligned match (align.py)
             | "aligned-field>=" FLOAT       # 0..1, the same share within the best-covered field
+            | "semantic" [">=" FLOAT]        # cosine of the best candidate window (semantic tier);
+                                            # bare: the shipped threshold (DEFAULT_SEMANTIC)
 
 N-gram terms fire only on testable docs (query of at least ``n`` words); :func:`doc_status`
 tells "dirty", "clean" and "untestable" docs apart.
@@ -24,7 +26,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tcqa_data.decontam.semantic.matches import DEFAULT_THRESHOLD
+
 DEFAULT_RULE = "any-ngram"
+# a bare ``semantic`` term: the cosine the semantic tier ships
+DEFAULT_SEMANTIC = DEFAULT_THRESHOLD
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,7 @@ class TermKind:
     metric: str
     placeholder: str | None
     threshold: str  # "none", "count" (a positive integer) or "share" (0..1)
+    default: float | None = None  # the threshold of the bare term, where it may be left out
 
 
 # The parser's table: the regex, the metrics and the help (``rule_terms_help``) are all read from it.
@@ -47,6 +54,7 @@ TERM_KINDS: tuple[TermKind, ...] = (
     TermKind("minhash", "minhash_sim", "T", "share"),
     TermKind("aligned", "aligned_share", "S", "share"),
     TermKind("aligned-field", "aligned_field_share", "S", "share"),
+    TermKind("semantic", "semantic_cosine", "T", "share", DEFAULT_SEMANTIC),
 )
 AND, OR = "&", "|"  # AND binds tighter than OR
 OPERATORS: tuple[tuple[str, str], ...] = ((AND, "and"), (OR, "or"))
@@ -60,8 +68,12 @@ _TERM_RE = re.compile(
 
 
 def term_syntax(kind: TermKind) -> str:
-    """How a term is written: ``any-ngram``, ``ngram-hits>=K``, ..."""
-    return kind.name if kind.placeholder is None else f"{kind.name}>={kind.placeholder}"
+    """How a term is written: ``any-ngram``, ``ngram-hits>=K``, ``semantic[>=T]``, ..."""
+    if kind.placeholder is None:
+        return kind.name
+    if kind.default is not None:
+        return f"{kind.name}[>={kind.placeholder}]"
+    return f"{kind.name}>={kind.placeholder}"
 
 
 def rule_terms_help() -> str:
@@ -86,6 +98,10 @@ class Term:
     @property
     def uses_alignment(self) -> bool:
         return self.name.startswith("aligned")
+
+    @property
+    def uses_semantic(self) -> bool:
+        return self.name == "semantic"
 
     def __str__(self) -> str:
         kind = _KINDS[self.name].threshold
@@ -119,13 +135,16 @@ class Rule:
             for term_text in clause_text.split(AND):
                 t = term_text.strip().lower()
                 m = _TERM_RE.match(t)
-                if not m or (_KINDS[m["name"]].placeholder is None) != (m["value"] is None):
+                kind_of = _KINDS[m["name"]] if m else None
+                if not m or (kind_of.placeholder is None and m["value"] is not None) or (
+                        kind_of.placeholder is not None and m["value"] is None and kind_of.default is None):
                     raise ConfigError(
                         f"cannot parse rule term {term_text.strip()!r} in {text!r}; terms are "
                         f"{rule_terms_help()}")
                 name = m["name"]
                 kind = _KINDS[name].threshold
-                value = 1.0 if kind == "none" else float(m["value"])
+                value = (1.0 if kind == "none" else float(m["value"]) if m["value"] is not None
+                         else float(_KINDS[name].default))
                 if kind == "share" and not 0.0 <= value <= 1.0:
                     raise ConfigError(f"rule term {t!r}: threshold must be in [0, 1]")
                 if kind == "count" and (value != int(value) or value < 1):
@@ -150,8 +169,12 @@ class Rule:
         return any(t.uses_alignment for t in self.terms)
 
     @property
+    def uses_semantic(self) -> bool:
+        return any(t.uses_semantic for t in self.terms)
+
+    @property
     def uses_ngrams(self) -> bool:
-        return any(not t.uses_minhash and not t.uses_alignment for t in self.terms)
+        return any(not t.uses_minhash and not t.uses_alignment and not t.uses_semantic for t in self.terms)
 
     def evaluate(self, scores: dict[str, np.ndarray]) -> tuple[np.ndarray, list[str]]:
         """Per doc: whether the rule fires, and which clauses fired (text, '|'-joined)."""
@@ -161,7 +184,9 @@ class Rule:
         for clause in self.clauses:
             ok = np.ones(k, dtype=bool)
             for term in clause:
-                values = np.asarray(scores[term.metric], dtype=np.float64)
+                raw = scores[term.metric]
+                values = (np.array([np.nan if v is None else v for v in raw], dtype=np.float64)
+                          if term.uses_semantic else np.asarray(raw, dtype=np.float64))
                 hit = values >= term.threshold
                 if term.metric.startswith("ngram") or term.metric == "longest_match":
                     hit &= np.asarray(scores["testable"], dtype=bool)
@@ -181,7 +206,8 @@ def doc_status(dirty: np.ndarray, testable: np.ndarray, rule: Rule,
     A doc is 'untestable' when the rule did not fire, the query is shorter than n words, and no
     MinHash term of the rule could test it instead (no such term, or no query window long enough
     to query), and no alignment term either (the query is shorter than the alignment's minimum
-    match). Untestable docs stay in the clean split (nothing shows they were seen) but are
+    match), and no semantic term (it tests every doc with text). Untestable docs stay in the clean
+    split (nothing shows they were seen) but are
     counted and listed separately in every report.
     """
     out = []
@@ -190,7 +216,7 @@ def doc_status(dirty: np.ndarray, testable: np.ndarray, rule: Rule,
         al_tested = rule.uses_alignment and aligned_tested is not None and bool(aligned_tested[i])
         if d:
             out.append("dirty")
-        elif not t and not mh_tested and not al_tested:
+        elif not t and not mh_tested and not al_tested and not rule.uses_semantic:
             out.append("untestable")
         else:
             out.append("clean")

@@ -10,7 +10,10 @@ from an evidence source (``evidence.py``; an opened index: ``IndexEvidence``):
 - the corpus docs the matched n-grams come from, and the n-grams' corpus doc frequency;
 - ``minhash_sim``: the best verified MinHash Jaccard estimate of any query window (the whole
   query, and each attributed field on its own) against a corpus window;
-- per-field attribution: how many matched words fall inside each template field.
+- per-field attribution: how many matched words fall inside each template field;
+- ``semantic_*`` (with ``semantic_model``: the semantic tier, ``decontam/semantic``): the cosine of
+  the corpus window most like the query among its rare-word candidates, that window's doc, word
+  span and normalized text, the rare words it shares with the query, the candidates scored.
 
 A query shorter than ``n`` words has no n-gram: ``testable`` is False and n-gram rules cannot
 flag it. Such docs are reported as "untestable", never silently as clean (see
@@ -155,7 +158,8 @@ def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
 def score_docs(docs: Sequence[QueryDoc], evidence: EvidenceSource, n: int, *,
                max_corpus_freq: int | None = None, use_minhash: bool = True,
                progress: Callable[[int], None] | None = None, align: bool | None = None,
-               align_params: Any = None, short_min_words: int | None = None) -> dict[str, list]:
+               align_params: Any = None, short_min_words: int | None = None,
+               semantic_model: Any = None) -> dict[str, list]:
     """Score every doc against ``evidence`` (e.g. ``IndexEvidence.open(INDEX_DIR)``); returns column
     name -> per-doc values.
 
@@ -164,7 +168,8 @@ def score_docs(docs: Sequence[QueryDoc], evidence: EvidenceSource, n: int, *,
     ``align``: align queries against candidate corpus docs' text (``aligned_*`` columns, see
     ``align.py``); None = when the evidence has corpus texts. ``align_params``: ``AlignParams``.
     ``short_min_words``: queries of that many words up to ``n - 1`` are matched whole (module doc;
-    the evidence must answer ``whole_hits``).
+    the evidence must answer ``whole_hits``). ``semantic_model``: an ``EmbeddingModel``: the
+    ``semantic_*`` columns (``evidence.semantic_matches``).
     """
     # MC-TACO repeats one query for every candidate answer of a question: score each distinct
     # (query, fields) once and copy the result to its docs.
@@ -188,6 +193,8 @@ def score_docs(docs: Sequence[QueryDoc], evidence: EvidenceSource, n: int, *,
     cols = _score_unique(unique, evidence, n, max_corpus_freq=max_corpus_freq, use_minhash=use_minhash,
                          progress=step, align=align, align_params=align_params,
                          short_min_words=short_min_words)
+    if semantic_model is not None:
+        cols.update(semantic_columns([d.query for d in unique], evidence, semantic_model))
     step(len(docs) - len(unique))
     return {name: [values[j] for j in where] for name, values in cols.items()}
 
@@ -308,6 +315,24 @@ def _score_unique(docs: Sequence[QueryDoc], evidence: EvidenceSource, n: int, *,
     cols["minhash_query_window"] = wins if wins is not None else [None] * k
     cols["minhash_doc_ref"] = wrefs if wrefs is not None else [None] * k
     return cols
+
+
+SEMANTIC_COLUMNS = ("semantic_cosine", "semantic_doc_ref", "semantic_span", "semantic_window",
+                    "semantic_shared_words", "semantic_candidates")
+
+
+def semantic_columns(queries: Sequence[str], evidence: EvidenceSource, model: Any) -> dict[str, list]:
+    """The ``semantic_*`` columns of ``queries`` (module doc); cosine None where no candidate."""
+    sm = evidence.semantic_matches(list(queries), model)
+    have = np.flatnonzero(sm.docs >= 0)
+    refs: list[str | None] = [None] * len(queries)
+    if len(have):
+        for i, r in zip(have.tolist(), evidence.doc_refs(sm.docs[have]), strict=True):
+            refs[i] = str(r)
+    return {"semantic_cosine": [None if c != c else float(c) for c in sm.cosine.tolist()],
+            "semantic_doc_ref": refs, "semantic_span": list(sm.spans), "semantic_window": list(sm.windows),
+            "semantic_shared_words": [list(w) for w in sm.shared_words],
+            "semantic_candidates": sm.candidates.tolist()}
 
 
 def _whole_hits(docs: Sequence[QueryDoc], all_tokens: list[list[str]], evidence: EvidenceSource, n: int,

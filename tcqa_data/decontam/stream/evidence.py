@@ -8,6 +8,8 @@ the benchmark table (``table.py``) instead of an index:
 - ``alignment_candidates``: the text store's anchor ranking (``anchor_index.rank_candidates``)
   over the anchor hits of the pass, so the same docs in the same order;
 - ``text``/``texts``: the matched docs' own text, read again from their inputs (no text store);
+- ``semantic_matches``: the semantic tier's candidate windows, collected in the same pass from
+  each batch's normalized buffer (``cfg.semantic``), verified by the embedding model once;
 - MinHash: not answered (``has_minhash`` False). A MinHash term would need every corpus window
   cut and signed (sentence splitting: most of an index build's time) and banded against the
   queries; stream mode refuses ``minhash>=`` terms (see ``prep/pipeline.py``).
@@ -97,6 +99,8 @@ class StreamEvidence:
         self.ngram_sizes: list[int] = sorted(cfg.ngram_sizes)
         self._hits: StreamHits | None = None
         self._texts: dict[int, str] = {}
+        self._queries: list[str] = []
+        self._semantic: Any = None  # SemanticMatches of every table query, once verified
 
     @classmethod
     def open(cls, specs: Sequence[str], cfg: StreamConfig, *, distinct: bool = True) -> StreamEvidence:
@@ -129,6 +133,7 @@ class StreamEvidence:
         self.cfg = dataclasses.replace(self.cfg, ngram_sizes=tuple(sorted(set(ngram_sizes))))
         self.ngram_sizes = sorted(self.cfg.ngram_sizes)
         table = BenchmarkTable(queries, self.cfg, whole)
+        self._queries = list(queries)
         self._hits = scan_corpus(table, self.inputs, progress, workers=workers, shard_bytes=shard_bytes,
                                  engine=engine, work_dir=work_dir)
         return self
@@ -176,6 +181,20 @@ class StreamEvidence:
 
         flat, _ = batch_ngram_hashes(list(queries), [m], self.normalization, self.hash_seed)[m]
         return self.ngram_hits(np.asarray(flat, dtype=np.uint64), m)
+
+    # ---- semantic tier -------------------------------------------------------------------------
+
+    def semantic_matches(self, queries: Sequence[str], model: Any) -> Any:
+        """``SemanticMatches`` of ``queries`` (given to ``fill``) from the pass's candidates."""
+        from tcqa_data.decontam.semantic import verify
+
+        table = self.hits.table
+        if table.rare is None or self.hits.semantic is None:
+            raise RuntimeError("the corpus pass collected no semantic candidates (StreamConfig.semantic)")
+        if self._semantic is None:
+            self._semantic = verify(self._queries, table.rare, self.hits.semantic, model, self.normalization)
+        number = {q: i for i, q in enumerate(self._queries)}
+        return self._semantic.take([number[q] for q in queries])
 
     # ---- MinHash: refused (module doc) ---------------------------------------------------------
 

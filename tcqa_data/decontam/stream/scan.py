@@ -39,6 +39,8 @@ from tcqa_data.decontam.readers import (
     split_input,
 )
 from tcqa_data.decontam.readers.storage import is_url
+from tcqa_data.decontam.semantic.rarewords import RareWordTable
+from tcqa_data.decontam.semantic.windows import Candidates
 from tcqa_data.decontam.stream.table import BenchmarkTable, StreamConfig
 
 BATCH_CHARS = 4_000_000
@@ -64,6 +66,7 @@ class StreamHits:
     anchor_df: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     anchor_pairs: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
     skipped: SkipStats = field(default_factory=SkipStats)
+    semantic: Candidates | None = None  # the semantic tier's candidate windows (``cfg.semantic``)
 
     def hit_pairs(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Every (n-gram row, doc) hit of size ``n`` (``keep_pairs``), sorted by doc then row."""
@@ -90,6 +93,7 @@ class ShardHits:
     num_docs: int = 0
     chars: int = 0
     skipped: SkipStats = field(default_factory=SkipStats)
+    semantic: Candidates | None = None
 
     ARRAYS = ("pairs", "counts")
 
@@ -104,7 +108,8 @@ class ShardHits:
                 write_npy_atomic(folder / f"{kind}.{key}.1.npy", b)
         return {"keys": {kind: sorted(getattr(self, kind)) for kind in self.ARRAYS},
                 "named": [list(x) for x in self.named], "num_docs": self.num_docs, "chars": self.chars,
-                "skipped": self.skipped.to_dict()}
+                "skipped": self.skipped.to_dict(),
+                "semantic": None if self.semantic is None else self.semantic.save(folder)}
 
     @classmethod
     def load(cls, folder: Path, meta: dict[str, Any]) -> ShardHits:
@@ -116,6 +121,8 @@ class ShardHits:
             for key in meta["keys"][kind]:
                 getattr(out, kind)[key] = (np.array(load_npy(folder / f"{kind}.{key}.0.npy", None)),
                                            np.array(load_npy(folder / f"{kind}.{key}.1.npy", None)))
+        if meta.get("semantic") is not None:
+            out.semantic = Candidates.load(folder, meta["semantic"])
         return out
 
 
@@ -124,15 +131,25 @@ class _ShardScan:
 
     def __init__(self, table: BenchmarkTable) -> None:
         self.table = table
-        self.out = ShardHits()
+        self.out = ShardHits(semantic=Candidates() if table.rare is not None else None)
         self.parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
 
     def add(self, by_n: dict[int, tuple[np.ndarray, np.ndarray]], ndocs: int,
-            name: Callable[[np.ndarray], list[tuple[str, int]]]) -> None:
+            name: Callable[[np.ndarray], list[tuple[str, int]]],
+            buffer: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         """One batch: ``by_n`` n -> (hashes, batch-local doc) from the kernels; ``name(local docs)``
-        gives the (ref, line/row) of the batch's docs that matched."""
+        gives the (ref, line/row) of the batch's docs that matched; ``buffer``: the batch's
+        normalized buffer and doc starts, read for the semantic tier's candidate windows."""
         base = self.out.num_docs
         matched: list[np.ndarray] = []
+        if self.out.semantic is not None and buffer is not None:
+            from tcqa_data.decontam.semantic.windows import scan_windows
+
+            assert self.table.rare is not None
+            found = scan_windows(self.table.rare, buffer[0], buffer[1], self.table.cfg.seed, base)
+            self.out.semantic = self.out.semantic.merged(found)
+            if len(found):  # a candidate doc is named too: its ref goes in the evidence
+                matched.append(np.unique(found.cols["doc"] - base))
         lookups: list[tuple[str, Any, Callable]] = [(str(n), by_n[n], lambda h, n=n: self.table.lookup(h, n))
                                                     for n in self.table.cfg.ngram_sizes]
         if self.table.cfg.anchors:
@@ -172,7 +189,7 @@ def scan_shard(table: BenchmarkTable, shard: InputShard, progress: Callable[[int
                ) -> ShardHits:
     """Stream one input shard against ``table``: its hits, doc numbers local to the shard;
     ``progress(chars, docs)`` after each batch."""
-    from tcqa_data.decontam.core.hashing import batch_ngram_hashes, hash_normalized, hash_normalized_present
+    from tcqa_data.decontam.core.hashing import hash_normalized, hash_normalized_present, normalized_buffer
     from tcqa_data.decontam.textstore.anchors import ANCHOR_K
 
     cfg = table.cfg
@@ -193,7 +210,7 @@ def scan_shard(table: BenchmarkTable, shard: InputShard, progress: Callable[[int
 
             by_n = (hash_normalized_present(b.data, b.doc_start, cfg.seed, present) if present is not None
                     else hash_normalized(b.data, b.doc_start, ns, cfg.seed))
-            scan.add(by_n, len(b.rows), name)
+            scan.add(by_n, len(b.rows), name, (b.data, b.doc_start))
             scan.out.chars += b.chars
             if progress is not None:
                 progress(b.chars, len(b.rows))
@@ -205,8 +222,8 @@ def scan_shard(table: BenchmarkTable, shard: InputShard, progress: Callable[[int
         def name_docs(local: np.ndarray, batch: list = batch) -> list[tuple[str, int]]:
             return [(batch[i].ref, batch[i].row) for i in local.tolist()]
 
-        scan.add(batch_ngram_hashes([d.text for d in batch], ns, cfg.normalization, cfg.seed), len(batch),
-                 name_docs)
+        buffer = normalized_buffer([d.text for d in batch], cfg.normalization)
+        scan.add(hash_normalized(*buffer, ns, cfg.seed), len(batch), name_docs, buffer)
         chars = sum(len(d.text) for d in batch)
         scan.out.chars += chars
         if progress is not None:
@@ -224,7 +241,8 @@ class _Merge:
             table, inputs,
             df={n: np.zeros(len(table.keys[n]), np.int64) for n in cfg.ngram_sizes},
             docs={n: np.full((len(table.keys[n]), cfg.provenance), -1, np.int64) for n in cfg.ngram_sizes},
-            anchor_df=np.zeros(len(table.anchor_keys), np.int64))
+            anchor_df=np.zeros(len(table.anchor_keys), np.int64),
+            semantic=Candidates() if table.rare is not None else None)
         self.kept = {n: np.zeros(len(table.keys[n]), np.int64) for n in cfg.ngram_sizes}
 
     def add(self, part: ShardHits, input_number: int) -> None:
@@ -251,6 +269,8 @@ class _Merge:
             hits.anchor_df[uniq] += counts
             rows, docs = part.pairs["anchors"]
             hits.anchor_pairs.append((rows, docs + base))
+        if hits.semantic is not None and part.semantic is not None:
+            hits.semantic = hits.semantic.merged(part.semantic.shifted(base))
         for o, ref, row in part.named:
             hits.refs[base + o] = ref
             hits.where[base + o] = (input_number, row)
@@ -318,6 +338,8 @@ def scan_corpus(table: BenchmarkTable, inputs: Sequence[CorpusInput],
         for n in table.cfg.ngram_sizes:
             write_npy_atomic(folder / f"keys.{n}.npy", table.keys[n])
         write_npy_atomic(folder / "keys.anchors.npy", table.anchor_keys)
+        if table.rare is not None:
+            table.rare.save(folder)
         calls = [{"index": i, "path": s.input.path, "format": s.input.format, "size": s.input.size,
                   "shard": [s.index, s.kind, s.start, s.end, s.first_line]}
                  for i, (_, s) in enumerate(shards)]
@@ -348,7 +370,8 @@ def scan_shard_task(work: str, cfg: dict[str, Any], index: int, path: str, forma
     folder = Path(work)
     config = StreamConfig(**{**cfg, "ngram_sizes": tuple(cfg["ngram_sizes"])})
     keys = {n: load_npy(folder / f"keys.{n}.npy", None) for n in config.ngram_sizes}
-    table = BenchmarkTable.from_keys(config, keys, load_npy(folder / "keys.anchors.npy", None))
+    rare = RareWordTable.load(folder) if config.semantic else None
+    table = BenchmarkTable.from_keys(config, keys, load_npy(folder / "keys.anchors.npy", None), rare)
     inp = CorpusInput(path, format, size)
     part = scan_shard(table, InputShard(inp, *shard))
     return part.save(folder / f"shard{index:05d}")

@@ -28,6 +28,7 @@ import numpy as np
 from tcqa_data.decontam.core.arrays import sorted_unique
 from tcqa_data.decontam.ngrams.index import DEFAULT_PROVENANCE
 from tcqa_data.decontam.ngrams.runs import sort_pairs
+from tcqa_data.decontam.semantic.rarewords import RareWordTable
 
 FILTER_BITS = 24  # the presence filter: 16 MB per n-gram size
 
@@ -48,6 +49,8 @@ class StreamConfig:
     provenance: int = DEFAULT_PROVENANCE
     anchors: bool = False
     keep_pairs: bool = False
+    # also collect the semantic tier's candidate windows (``decontam/semantic``: a ``semantic`` term)
+    semantic: bool = False
     text_field: str = "text"
     id_field: str | None = None
     on_error: str = "raise"
@@ -102,11 +105,13 @@ class BenchmarkTable:
         self.anchor_keys = (sorted_unique(np.asarray(by_n[ANCHOR_K][0], dtype=np.uint64) >> np.uint64(32))
                             if cfg.anchors else np.empty(0, np.uint64))
         self.anchor_filter = _presence(self.anchor_keys, 32)
+        self.rare = RareWordTable.build(queries, cfg.normalization, cfg.seed) if cfg.semantic else None
 
     @classmethod
-    def from_keys(cls, cfg: StreamConfig, keys: dict[int, np.ndarray], anchor_keys: np.ndarray
-                  ) -> BenchmarkTable:
-        """A table for lookups only (a stream worker's: no queries, no holders)."""
+    def from_keys(cls, cfg: StreamConfig, keys: dict[int, np.ndarray], anchor_keys: np.ndarray,
+                  rare: RareWordTable | None = None) -> BenchmarkTable:
+        """A table for lookups only (a stream worker's: no queries, no holders; ``rare``: the
+        items' rare words, with ``cfg.semantic``)."""
         table = cls.__new__(cls)
         table.cfg, table.num_queries, table._slots = cfg, 0, {}
         table.keys = {n: np.asarray(k, dtype=np.uint64) for n, k in keys.items()}
@@ -114,6 +119,7 @@ class BenchmarkTable:
         table.holder_start, table.holders = {}, {}
         table.anchor_keys = np.asarray(anchor_keys, dtype=np.uint64)
         table.anchor_filter = _presence(table.anchor_keys, 32)
+        table.rare = rare
         return table
 
     def presence_bits(self) -> dict[int, tuple[np.ndarray, int, np.ndarray, int]]:

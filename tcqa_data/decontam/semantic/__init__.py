@@ -1,0 +1,45 @@
+"""The semantic tier: benchmark items that were rephrased or translated before they reached a corpus.
+
+N-grams cannot see a rephrased item; a sentence embedding of every corpus window would cost far
+more than the corpus pass. So the tier works in two steps, both from the benchmark side:
+
+1. candidates, lexically, at stream speed (``rarewords.py``, ``windows.py``): each item's rare
+   words in an inverted index; every corpus doc read whole as overlapping windows, and a window
+   becomes a candidate for an item when it shares enough of that item's rare-word weight (a small
+   share of windows pass; only the best few docs per item are kept);
+2. verification (``model.py``, ``matches.py``): a sentence-embedding model scores each candidate
+   span against its item (cosine), batched, on the GPU when there is one.
+
+The result answers an evidence source's ``semantic_matches`` (``detect/evidence.py``): a stream
+pass fills the candidates as it reads each batch (``stream/scan.py``), an index reads its text
+store (``semantic_from_texts``). The rule term ``semantic>=T`` (bare ``semantic``:
+``DEFAULT_THRESHOLD``) and the ``semantic_*`` columns do not know which.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from tcqa_data.decontam.semantic.matches import DEFAULT_THRESHOLD, SemanticMatches, verify
+from tcqa_data.decontam.semantic.model import DEFAULT_MODEL, EmbeddingModel, load_embedding_model
+from tcqa_data.decontam.semantic.rarewords import RareWordTable
+from tcqa_data.decontam.semantic.windows import Candidates, scan_windows
+
+TEXT_BATCH = 2048  # text-store docs normalized and scanned at once (index mode)
+
+__all__ = ["DEFAULT_MODEL", "DEFAULT_THRESHOLD", "Candidates", "EmbeddingModel", "RareWordTable",
+           "SemanticMatches", "load_embedding_model", "scan_windows", "semantic_from_texts", "verify"]
+
+
+def semantic_from_texts(queries: Sequence[str], num_docs: int, texts: Callable[[Sequence[int]], list[str]],
+                        model: EmbeddingModel, scheme: str, seed: int) -> SemanticMatches:
+    """``SemanticMatches`` of ``queries`` against corpus docs ``0..num_docs-1`` read by ``texts``
+    (an index's text store), in batches of ``TEXT_BATCH`` docs."""
+    from tcqa_data.decontam.core.hashing import normalized_buffer
+
+    rare = RareWordTable.build(queries, scheme, seed)
+    cands = Candidates()
+    for lo in range(0, num_docs, TEXT_BATCH):
+        arr, doc_start = normalized_buffer(texts(list(range(lo, min(num_docs, lo + TEXT_BATCH)))), scheme)
+        cands = cands.merged(scan_windows(rare, arr, doc_start, seed, lo))
+    return verify(queries, rare, cands, model, scheme)

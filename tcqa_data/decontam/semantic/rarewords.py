@@ -1,0 +1,129 @@
+"""The benchmark side of the semantic tier: each item's rare words, as an inverted index.
+
+A rephrasing keeps most of an item's rare words (names, numbers, terms) and changes the common
+ones. A word is rare when its Zipf frequency in wordfreq's English reference table (shipped with
+the ``wordfreq`` package: no corpus statistics are needed before the pass) is below
+``RARE_MAX_ZIPF``; its weight is ``(ZIPF_CEILING - zipf) * WEIGHT_SCALE`` as an integer, so sums
+are exact and the same in any order (a stream cut into any shards ranks candidates alike). Words
+held by more than ``MAX_HOLDERS`` items are no evidence of one item and are left out.
+
+``RareWordTable`` is that index: the words' token hashes (the n-gram kernels' 1-gram hashes, so a
+corpus token and an item token are equal when their hashes are), sorted, with the items holding
+each (CSR), and per item its total rare weight, rare word count and length in words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+RARE_MAX_ZIPF = 5.0  # rarer than 100 per million English words
+ZIPF_CEILING = 7.0
+WEIGHT_SCALE = 100
+MAX_HOLDERS = 64
+
+
+@lru_cache(maxsize=1 << 18)
+def word_weight(word: str) -> int:
+    """Integer rarity weight of a normalized word (0: common, not a rare word)."""
+    from wordfreq import zipf_frequency
+
+    zipf = zipf_frequency(word, "en")
+    if zipf >= RARE_MAX_ZIPF:
+        return 0
+    return int(round((ZIPF_CEILING - zipf) * WEIGHT_SCALE))
+
+
+def word_hashes(words: Sequence[str], seed: int) -> np.ndarray:
+    """The 1-gram hash of each normalized word, as the corpus pass hashes its tokens."""
+    from tcqa_data.decontam.core.hashing import hash_normalized
+    from tcqa_data.decontam.core.hashing import normalized_buffer as buffer
+
+    if not words:
+        return np.empty(0, np.uint64)
+    arr, doc_start = buffer(list(words), "janitor")  # already normalized: only joined here
+    h, owner = hash_normalized(arr, doc_start, [1], seed)[1]
+    if len(h) != len(words):
+        raise ValueError("word_hashes: every word must be one token")
+    return np.asarray(h, dtype=np.uint64)
+
+
+class RareWordTable:
+    """Items' rare words as an inverted index (module doc)."""
+
+    ARRAYS = ("keys", "weight", "post_start", "post_query", "query_total", "query_rare", "query_words")
+
+    def __init__(self, arrays: dict[str, np.ndarray], words: list[str] | None = None) -> None:
+        for name in self.ARRAYS:
+            setattr(self, name, np.asarray(arrays[name]))
+        self.words = words  # each key's word (the builder's table only: shared words in reports)
+
+    @classmethod
+    def build(cls, queries: Sequence[str], scheme: str, seed: int) -> RareWordTable:
+        from tcqa_data.decontam.core.normalize import tokenize
+
+        holders: dict[str, list[int]] = {}
+        lengths = np.zeros(len(queries), np.int64)
+        for q, text in enumerate(queries):
+            tokens = tokenize(text, scheme)
+            lengths[q] = len(tokens)
+            for w in dict.fromkeys(tokens):
+                if word_weight(w):
+                    holders.setdefault(w, []).append(q)
+        words = sorted(w for w, qs in holders.items() if len(qs) <= MAX_HOLDERS)
+        hashes = word_hashes(words, seed)
+        order = np.argsort(hashes, kind="stable")
+        keys = hashes[order]
+        words = [words[i] for i in order.tolist()]
+        weight = np.array([word_weight(w) for w in words], dtype=np.int64)
+        counts = np.array([len(holders[w]) for w in words], dtype=np.int64)
+        post_start = np.zeros(len(words) + 1, np.int64)
+        np.cumsum(counts, out=post_start[1:])
+        post_query = np.array([q for w in words for q in holders[w]], dtype=np.int64)
+        per_post_weight = np.repeat(weight, counts)
+        total = np.bincount(post_query, weights=per_post_weight, minlength=len(queries)).astype(np.int64) \
+            if len(post_query) else np.zeros(len(queries), np.int64)
+        rare = np.bincount(post_query, minlength=len(queries)).astype(np.int64) if len(post_query) \
+            else np.zeros(len(queries), np.int64)
+        return cls({"keys": keys, "weight": weight, "post_start": post_start, "post_query": post_query,
+                    "query_total": total, "query_rare": rare, "query_words": lengths}, words)
+
+    @property
+    def num_queries(self) -> int:
+        return len(self.query_total)
+
+    def lookup(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per token hash: its row in ``keys`` (valid where found) and whether it is a rare word."""
+        rows = np.searchsorted(self.keys, hashes)
+        if not len(self.keys):
+            return rows, np.zeros(len(hashes), bool)
+        np.minimum(rows, len(self.keys) - 1, out=rows)
+        return rows, self.keys[rows] == hashes
+
+    def shared_words(self, query_text: str, window_text: str, scheme: str) -> list[str]:
+        """The item's rare words (those in the table) that the window holds, in the item's order."""
+        from tcqa_data.decontam.core.normalize import tokenize
+
+        assert self.words is not None
+        known = set(self.words)
+        in_window = set(tokenize(window_text, scheme))
+        return [w for w in dict.fromkeys(tokenize(query_text, scheme)) if w in known and w in in_window]
+
+    def save(self, folder: Path) -> None:
+        from tcqa_data.io_utils import write_npy_atomic
+
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in self.ARRAYS:
+            write_npy_atomic(folder / f"rare.{name}.npy", getattr(self, name))
+
+    @classmethod
+    def load(cls, folder: Path) -> RareWordTable:
+        from tcqa_data.io_utils import load_npy
+
+        arrays: dict[str, Any] = {name: np.array(load_npy(folder / f"rare.{name}.npy", None))
+                                  for name in cls.ARRAYS}
+        return cls(arrays)

@@ -1,0 +1,184 @@
+"""Candidate windows: corpus spans that share enough of an item's rare-word weight.
+
+Every corpus doc is read whole as overlapping windows of ``WINDOW_WORDS`` words, one every
+``WINDOW_STRIDE`` words (a long article is not truncated: an item spliced into its middle is in
+some window). Per batch of normalized docs (``hash_normalized``'s layout, so the stream pass's
+own buffer), the tokens are hashed as 1-grams, looked up among the items' rare words
+(``RareWordTable``) and expanded to the items holding each; a window is a candidate for an item
+when the distinct rare words they share weigh at least ``MIN_SHARE`` of the item's rare weight
+(at most ``SHARE_CAP``: a rephrasing of a long item may keep only its question) and
+number at least ``MIN_SHARED`` (or all the item's rare words, when it has fewer).
+
+Per item only the best ``TOP_PER_QUERY`` candidate docs are kept (by shared weight, then doc
+ordinal, then window: a total order, so any cut of the corpus into batches and shards keeps the
+same ones), each as its best window's verification span: the item's length in words (clamped to
+``SPAN_MIN_WORDS``..``SPAN_MAX_WORDS``) centred on the shared words, and that span's normalized
+text. Memory is bounded by the benchmark side: items x ``TOP_PER_QUERY``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tcqa_data.decontam.semantic.rarewords import RareWordTable
+
+WINDOW_WORDS = 64
+WINDOW_STRIDE = 32
+MIN_SHARE = 0.25
+SHARE_CAP = 2000  # a long item (a passage and its question) needs this much shared weight at most
+MIN_SHARED = 3
+TOP_PER_QUERY = 4
+SPAN_MIN_WORDS = 16
+SPAN_MAX_WORDS = 160
+
+_COLUMNS = ("query", "doc", "window", "weight", "shared", "start", "end")
+
+
+@dataclass
+class Candidates:
+    """Candidate (item, corpus doc) spans: per row the item, the doc ordinal, the window number,
+    the shared rare weight and word count, the span ``[start, end)`` in doc words, and its text;
+    ``windows``/``passed``: windows read and windows that were candidates (before the top cut)."""
+
+    cols: dict[str, np.ndarray] = field(default_factory=lambda: {c: np.empty(0, np.int64) for c in _COLUMNS})
+    texts: list[str] = field(default_factory=list)
+    windows: int = 0
+    passed: int = 0
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def shifted(self, base: int) -> Candidates:
+        """The same candidates with doc ordinals moved by ``base`` (a shard's docs in the corpus)."""
+        cols = dict(self.cols)
+        cols["doc"] = cols["doc"] + base
+        return Candidates(cols, list(self.texts), self.windows, self.passed)
+
+    def merged(self, other: Candidates) -> Candidates:
+        """Both sets, cut to the best ``TOP_PER_QUERY`` docs per item (module doc)."""
+        cols = {c: np.concatenate([self.cols[c], other.cols[c]]) for c in _COLUMNS}
+        return _top(Candidates(cols, self.texts + other.texts, self.windows + other.windows,
+                               self.passed + other.passed))
+
+    def save(self, folder: Path) -> dict[str, Any]:
+        from tcqa_data.io_utils import write_npy_atomic
+
+        folder.mkdir(parents=True, exist_ok=True)
+        for c in _COLUMNS:
+            write_npy_atomic(folder / f"semantic.{c}.npy", self.cols[c])
+        (folder / "semantic.texts.json").write_text(json.dumps(self.texts), encoding="utf-8")
+        return {"windows": self.windows, "passed": self.passed}
+
+    @classmethod
+    def load(cls, folder: Path, meta: dict[str, Any]) -> Candidates:
+        from tcqa_data.io_utils import load_npy
+
+        cols = {c: np.array(load_npy(folder / f"semantic.{c}.npy", None)) for c in _COLUMNS}
+        texts = json.loads((folder / "semantic.texts.json").read_text(encoding="utf-8"))
+        return cls(cols, texts, int(meta["windows"]), int(meta["passed"]))
+
+
+def _top(c: Candidates) -> Candidates:
+    """Per (item, doc) the best window, then per item the best ``TOP_PER_QUERY`` docs."""
+    q, d, w, wt = (c.cols[k] for k in ("query", "doc", "window", "weight"))
+    if not len(q):
+        return c
+    order = np.lexsort((w, d, -wt, q))
+    qs, ds = q[order], d[order]
+    first_of_pair = np.ones(len(order), bool)
+    first_of_pair[1:] = (qs[1:] != qs[:-1]) | (ds[1:] != ds[:-1])
+    order = order[first_of_pair]  # (per item, by weight: the pair's first row is its best window)
+    order = order[np.lexsort((w[order], d[order], -wt[order], q[order]))]
+    qs = q[order]
+    new_q = np.ones(len(order), bool)
+    new_q[1:] = qs[1:] != qs[:-1]
+    group_start = np.maximum.accumulate(np.where(new_q, np.arange(len(order)), 0))
+    order = order[np.arange(len(order)) - group_start < TOP_PER_QUERY]
+    return Candidates({k: v[order] for k, v in c.cols.items()}, [c.texts[i] for i in order.tolist()],
+                      c.windows, c.passed)
+
+
+def _token_bytes(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end byte of every token of a normalized buffer (runs of non-space bytes)."""
+    edge = np.diff((arr != 32).view(np.int8))
+    return np.flatnonzero(edge == 1) + 1, np.flatnonzero(edge == -1) + 1
+
+
+def scan_windows(rare: RareWordTable, arr: np.ndarray, doc_start: np.ndarray, seed: int,
+                 doc_base: int = 0) -> Candidates:
+    """The candidate spans of one normalized batch (module doc); docs numbered from ``doc_base``."""
+    from tcqa_data.decontam.core.hashing import hash_normalized
+
+    ndocs = len(doc_start) - 1
+    h, tok_doc = hash_normalized(arr, doc_start, [1], seed)[1]
+    tok_doc = np.asarray(tok_doc, np.int64)
+    doc_first = np.searchsorted(tok_doc, np.arange(ndocs + 1))  # each doc's first token (+ the end)
+    doc_len = np.diff(doc_first)
+    out = Candidates()
+    out.windows = int(np.maximum(1, -(-(doc_len - WINDOW_WORDS) // WINDOW_STRIDE) + 1)[doc_len > 0].sum())
+    rows, found = rare.lookup(np.asarray(h, np.uint64))
+    tok = np.flatnonzero(found)
+    if not len(tok) or not rare.num_queries:
+        return out
+    v = rows[tok]
+    doc = tok_doc[tok]
+    pos = tok - doc_first[doc]
+    # every (hit, item holding the word)
+    cnt = rare.post_start[v + 1] - rare.post_start[v]
+    hit = np.repeat(np.arange(len(v)), cnt)
+    within = np.arange(len(hit)) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    q = rare.post_query[rare.post_start[v][hit] + within]
+    v, doc, pos = v[hit], doc[hit], pos[hit]
+    # each word is in two windows: the one it starts the second half of, and the next
+    win = pos // WINDOW_STRIDE
+    q2 = np.concatenate([q, q])
+    doc2 = np.concatenate([doc, doc])
+    v2 = np.concatenate([v, v])
+    pos2 = np.concatenate([pos, pos])
+    win2 = np.concatenate([win, win - 1])
+    keep = (win2 >= 0) & (win2 * WINDOW_STRIDE < np.maximum(doc_len[doc2] - WINDOW_WORDS + WINDOW_STRIDE, 1))
+    q2, doc2, v2, pos2, win2 = q2[keep], doc2[keep], v2[keep], pos2[keep], win2[keep]
+    # distinct (item, doc, window, word), at its first position
+    order = np.lexsort((pos2, v2, win2, doc2, q2))
+    q2, doc2, v2, pos2, win2 = q2[order], doc2[order], v2[order], pos2[order], win2[order]
+    first = np.ones(len(q2), bool)
+    first[1:] = (q2[1:] != q2[:-1]) | (doc2[1:] != doc2[:-1]) | (win2[1:] != win2[:-1]) | (v2[1:] != v2[:-1])
+    q2, doc2, v2, pos2, win2 = q2[first], doc2[first], v2[first], pos2[first], win2[first]
+    # per (item, doc, window): shared weight, shared words, mean position
+    grp = np.ones(len(q2), bool)
+    grp[1:] = (q2[1:] != q2[:-1]) | (doc2[1:] != doc2[:-1]) | (win2[1:] != win2[:-1])
+    starts = np.flatnonzero(grp)
+    weight = np.add.reduceat(rare.weight[v2], starts)
+    shared = np.diff(np.append(starts, len(q2)))
+    centre = np.add.reduceat(pos2, starts) // shared
+    gq, gdoc, gwin = q2[starts], doc2[starts], win2[starts]
+    need_words = np.minimum(MIN_SHARED, rare.query_rare[gq])
+    need_weight = np.minimum(rare.query_total[gq], SHARE_CAP) * int(MIN_SHARE * 100)
+    ok = (weight * 100 >= need_weight) & (shared >= need_words) & (shared >= 2)
+    out.passed = int(ok.sum())
+    if not out.passed:
+        return out
+    span = np.clip(rare.query_words[gq[ok]], SPAN_MIN_WORDS, SPAN_MAX_WORDS)
+    gdoc_ok = gdoc[ok]
+    start = np.clip(centre[ok] - span // 2, 0, None)
+    end = np.minimum(start + span, doc_len[gdoc_ok])
+    start = np.maximum(np.minimum(start, end - span), 0)
+    cand = Candidates({"query": gq[ok], "doc": gdoc_ok, "window": gwin[ok], "weight": weight[ok],
+                       "shared": shared[ok], "start": start, "end": end}, [""] * out.passed,
+                      out.windows, out.passed)
+    cand = _top(cand)
+    tb_start, tb_end = _token_bytes(arr)
+    if len(tb_start) != len(h):  # the kernels' tokens are the buffer's runs of non-space bytes
+        raise RuntimeError(f"semantic windows: {len(tb_start)} tokens in the buffer, {len(h)} hashed")
+    raw = arr.tobytes() if not isinstance(arr, bytes | bytearray) else bytes(arr)
+    first_tok = doc_first[cand.cols["doc"]]
+    lo = tb_start[first_tok + cand.cols["start"]]
+    hi = tb_end[first_tok + cand.cols["end"] - 1]
+    cand.texts = [raw[a:b].decode("utf-8", "replace") for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
+    cand.cols["doc"] = cand.cols["doc"] + doc_base
+    return cand

@@ -1,0 +1,99 @@
+"""Injected corpora from ../shared/data/paraphrase and the wiki sample (semantic tier tests and
+``scripts/bench_semantic.py``).
+
+Per MMLU subject, item ``i`` (its query: the question and its four choices) is
+- ``i % 4 == 0``: rephrased (English), injected;
+- ``i % 4 == 1``: translated (Chinese), injected;
+- otherwise not injected: a hard negative (same subject, not in the corpus).
+The injection kind cycles over ``own`` (its own document), ``spliced`` (inserted at a paragraph
+break in the middle of a long article) and ``rewrapped`` (hard-wrapped at 40 columns as a quoted
+e-mail, its own document). Items whose rephrasing is empty are negatives.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+SUBJECTS = ("abstract_algebra", "high_school_us_history", "sociology")
+KINDS = ("own", "spliced", "rewrapped")
+
+
+@dataclass(frozen=True)
+class Item:
+    subject: str
+    index: int
+    query: str
+    injected: str | None  # "rephrased" / "translated" / None
+    kind: str | None
+
+
+def mmlu_yaml(subject: str) -> str:
+    """A task YAML for one subject's ``cais/mmlu`` rows (lm-eval's prompt; query: question, options)."""
+    options = "\\n".join(f"{letter}. {{{{choices[{k}]}}}}" for k, letter in enumerate("ABCD"))
+    query = "{{question.strip()}}\\n" + options
+    return (f"task: mmlu_{subject}\ndataset_path: cais/mmlu\noutput_type: multiple_choice\ntest_split: test\n"
+            f'doc_to_text: "{query}\\nAnswer:"\ndoc_to_target: "{{{{answer}}}}"\n'
+            f'doc_to_choice: ["A", "B", "C", "D"]\nshould_decontaminate: true\n'
+            f'doc_to_decontamination_query: "{query}"\n')
+
+
+def item_query(row: dict) -> str:
+    return row["question"] + "\n" + "\n".join(f"{'ABCD'[k]}. {c}" for k, c in enumerate(row["choices"]))
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
+
+
+def load_items(folder: Path, subjects: tuple[str, ...] = SUBJECTS) -> tuple[list[Item], dict]:
+    """Every item of ``subjects`` and, per (subject, index), the text injected for it."""
+    items, texts = [], {}
+    for s in subjects:
+        rows = _jsonl(folder / f"mmlu_{s}_test.jsonl")
+        reph = _jsonl(folder / f"mmlu_{s}_test_rephrased_en.jsonl")
+        zh = _jsonl(folder / f"mmlu_{s}_test_translated_zh.jsonl")
+        for i, row in enumerate(rows):
+            how, text = None, ""
+            if i % 4 == 0 and reph[i]["text"].strip():
+                how, text = "rephrased", reph[i]["text"]
+            elif i % 4 == 1 and zh[i]["text"].strip():
+                how, text = "translated", zh[i]["text"]
+            kind = KINDS[(i // 4) % 3] if how else None
+            items.append(Item(s, i, item_query(row), how, kind))
+            if how:
+                texts[(s, i)] = text
+    return items, texts
+
+
+def write_corpus(wiki: Path, items: list[Item], texts: dict, out: Path, copies: int = 1) -> Path:
+    """The wiki sample (``copies`` times) with the injected items, as one JSONL file."""
+    articles = _jsonl(wiki)
+    long_ones = [k for k, a in enumerate(articles) if len(a["text"].split()) > 3000]
+    splice: dict[int, list[str]] = {}
+    extra: list[dict] = []
+    for j, it in enumerate(x for x in items if x.injected):
+        text = texts[(it.subject, it.index)]
+        if it.kind == "spliced":
+            splice.setdefault(long_ones[j % len(long_ones)], []).append(text)
+        elif it.kind == "rewrapped":
+            extra.append({"id": f"inj-{it.subject}-{it.index}", "title": "mail",
+                          "text": "\n".join("> " + line for line in textwrap.wrap(text, 40))})
+        else:
+            extra.append({"id": f"inj-{it.subject}-{it.index}", "title": "note", "text": text})
+    with out.open("w", encoding="utf-8") as fh:
+        for c in range(copies):
+            for k, a in enumerate(articles):
+                body = a["text"]
+                if c == 0 and k in splice:
+                    paras = body.split("\n\n")
+                    for t, ins in enumerate(splice[k]):
+                        at = max(1, (len(paras) * (t + 1)) // (len(splice[k]) + 1))
+                        paras.insert(at, ins)
+                    body = "\n\n".join(paras)
+                fh.write(json.dumps({"id": f"{a['id']}-{c}", "text": body}) + "\n")
+        for e in extra:
+            fh.write(json.dumps({"id": e["id"], "text": e["text"]}) + "\n")
+    return out

@@ -1,0 +1,182 @@
+"""The semantic tier (``decontam/semantic``, ``--rule 'any-ngram|semantic'``) on real data.
+
+A slice of the wiki sample with rephrased MMLU abstract-algebra items injected (own documents,
+spliced into long articles, re-wrapped; ``semantic_devset.py``), the task being those items as
+``cais/mmlu`` rows. The embedding model is the bundled default (loaded once per process).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from conftest import private_ray, shared_file
+from semantic_devset import load_items, mmlu_yaml, write_corpus
+
+from tcqa_data.decontam.detect.rules import DEFAULT_SEMANTIC, Rule
+from tcqa_data.errors import ConfigError
+from tcqa_data.prep.pipeline import decontaminate
+
+pytest.importorskip("sentence_transformers")
+
+SUBJECT = "abstract_algebra"
+WIKI_DOCS = 250
+
+
+
+@pytest.fixture(scope="module")
+def devset(wiki_sample, tmp_path_factory) -> dict:
+    folder = shared_file("paraphrase/mmlu_abstract_algebra_test.jsonl").parent
+    root = tmp_path_factory.mktemp("semantic")
+    items, texts = load_items(folder, (SUBJECT,))
+    items = [it for it in items if it.injected != "translated"]  # English only here
+    wiki = root / "wiki.jsonl"
+    with open(wiki_sample, encoding="utf-8") as fh:
+        lines = [fh.readline() for _ in range(WIKI_DOCS)]
+    wiki.write_text("".join(lines), encoding="utf-8")
+    corpus = write_corpus(wiki, items, texts, root / "corpus.jsonl")
+    task = root / f"mmlu_{SUBJECT}.yaml"
+    task.write_text(mmlu_yaml(SUBJECT), encoding="utf-8")
+    data = root / "test.jsonl"
+    kept = {it.index for it in items}
+    rows = [r for i, r in enumerate((folder / f"mmlu_{SUBJECT}_test.jsonl").read_text().split("\n")[:100])
+            if i in kept]
+    data.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return {"corpus": corpus, "task": str(task), "data": {task.stem: {"test": data}},
+            "injected": np.array([it.injected is not None for it in items])}
+
+
+@pytest.fixture(scope="module")
+def stream_out(devset, tmp_path_factory) -> Path:
+    """One local stream pass with ``any-ngram|semantic`` (compared with index mode and with Ray)."""
+    out = tmp_path_factory.mktemp("stream_run") / "stream"
+    decontaminate(None, [devset["task"]], out, corpus=[str(devset["corpus"])], data_files=devset["data"],
+                  quiet=True, rule="any-ngram|semantic")
+    return out
+
+
+def _flags(out: Path, task: str) -> tuple[np.ndarray, list[dict]]:
+    rows = pq.read_table(out / task / "test" / "contamination.parquet").to_pylist()
+    return np.array([r["doc_dirty"] for r in rows]), rows
+
+
+def test_bare_semantic_term_is_the_shipped_threshold():
+    rule = Rule.parse("any-ngram|semantic")
+    assert str(rule) == f"any-ngram|semantic>={DEFAULT_SEMANTIC}" and rule.uses_semantic
+    assert not Rule.parse("any-ngram").uses_semantic
+    with pytest.raises(ConfigError, match="semantic"):
+        Rule.parse("semantic>=1.5")
+
+
+def test_model_is_the_pinned_minilm_and_orders_similarity():
+    from tcqa_data.decontam.semantic.model import PINNED_SHA256, load_embedding_model
+
+    m = load_embedding_model()
+    assert m.digest == PINNED_SHA256["all-MiniLM-L6-v2"]
+    e = m.encode(["A man is eating food.", "A man is eating a piece of bread.", "A man is riding a horse."])
+    sims = e @ e.T
+    # the model card's own example: eating / bread 0.7553, eating / riding far lower
+    assert abs(sims[0, 1] - 0.7553) < 0.01 and sims[0, 2] < 0.4
+
+
+def test_a_wrong_weights_file_is_refused_in_one_line(tmp_path):
+    from tcqa_data.decontam.semantic.model import PINNED_SHA256, default_model_dir, load_embedding_model
+
+    src = default_model_dir()
+    bad = tmp_path / "model"
+    shutil.copytree(src, bad, ignore=shutil.ignore_patterns("model.safetensors"))
+    with open(src / "model.safetensors", "rb") as fh:
+        data = bytearray(fh.read())
+    data[-1] ^= 0xFF  # one byte changed
+    (bad / "model.safetensors").write_bytes(bytes(data))
+    with pytest.raises(ConfigError) as err:
+        load_embedding_model(str(bad), expected_sha256=PINNED_SHA256["all-MiniLM-L6-v2"])
+    line = str(err.value)
+    assert "\n" not in line and "model.safetensors" in line and "pip install" in line
+    (bad / "model.safetensors").unlink()
+    with pytest.raises(ConfigError, match="no weights file"):
+        load_embedding_model(str(bad))
+
+
+def test_rephrased_items_flagged_in_stream_and_index_mode_alike(devset, stream_out, tmp_path):
+    from tcqa_data.decontam.build import build_index
+
+    args = dict(data_files=devset["data"], quiet=True, rule="any-ngram|semantic")
+    task = Path(devset["task"]).stem
+    flags, rows = _flags(stream_out, task)
+    inj = devset["injected"]
+    assert flags[inj].mean() >= 0.6  # rephrased: n-grams alone flag none of these
+    assert flags[~inj].mean() <= 0.1  # same-subject items not in the corpus
+    lexical = np.array([r["ngram_hits"] > 0 for r in rows])
+    assert not lexical[inj].any()
+    hit = next(r for r, f, i in zip(rows, flags, inj, strict=True) if f and i)
+    assert hit["semantic_cosine"] >= DEFAULT_SEMANTIC and hit["semantic_shared_words"]
+    assert hit["semantic_doc_ref"].startswith("corpus.jsonl:") and hit["semantic_window"]
+    manifest = json.loads((stream_out / "prep_manifest.json").read_text())
+    sem = manifest["semantic"]
+    assert sem["model"]["weights_sha256"].startswith("53aa5117")
+    assert sem["default_threshold"] == DEFAULT_SEMANTIC
+    assert 0 < sem["candidates"]["windows_passed"] < sem["candidates"]["windows"]
+    # the evidence a person reads: the pairs side by side, shared words marked; the tiers counted
+    html = (stream_out / task / "test" / "report.html").read_text()
+    assert "Semantic tier: best item / corpus window pairs" in html
+    assert f"<mark>{hit['semantic_shared_words'][0]}</mark>" in html
+    row = json.loads((stream_out / "summary.json").read_text())["rows"][0]
+    tiers = row["dirty_docs_by_tier"]
+    assert tiers["semantic_only"] == int((flags & ~lexical).sum()) and sum(tiers.values()) == int(flags.sum())
+    # index mode: the text store's docs read the same way, the same rows
+    index = tmp_path / "index"
+    build_index([str(devset["corpus"])], index, ngram_sizes=(13,), minhash=False, text_store="auto",
+                quiet=True, workers=1)
+    decontaminate(index, [devset["task"]], tmp_path / "idx", **args)
+    _, idx_rows = _flags(tmp_path / "idx", task)
+    cols = ("doc_dirty", "semantic_cosine", "semantic_doc_ref", "semantic_span", "semantic_shared_words")
+    assert [{c: r[c] for c in cols} for r in idx_rows] == [{c: r[c] for c in cols} for r in rows]
+
+
+def test_ray_gives_the_bytes_of_one_local_pass(devset, stream_out, tmp_path):
+    """The corpus cut into shards run as Ray tasks (``--engine ray``, a local instance of 2 CPUs):
+    the same candidates, so the same PREP_DIR as one local pass, byte for byte."""
+    with private_ray():
+        decontaminate(None, [devset["task"]], tmp_path / "ray", engine="ray", data_files=devset["data"],
+                      quiet=True, rule="any-ngram|semantic", corpus=[str(devset["corpus"])])
+
+    def files(root: Path) -> list[Path]:
+        return sorted(p.relative_to(root) for p in root.rglob("*") if p.is_file())
+
+    local = files(stream_out)
+    assert local == files(tmp_path / "ray")
+    for f in local:
+        assert (stream_out / f).read_bytes() == (tmp_path / "ray" / f).read_bytes(), f
+
+
+def test_any_ngram_alone_loads_no_model_and_keeps_its_columns(devset, tmp_path):
+    decontaminate(None, [devset["task"]], tmp_path / "o", corpus=[str(devset["corpus"])],
+                  data_files=devset["data"], quiet=True)
+    _, rows = _flags(tmp_path / "o", Path(devset["task"]).stem)
+    assert "semantic_cosine" not in rows[0]
+    assert "semantic" not in json.loads((tmp_path / "o" / "prep_manifest.json").read_text())
+
+
+def test_candidates_are_the_same_for_any_cut_into_shards(devset):
+    """Shards of 256 KB on 2 worker processes keep the same candidate windows (the same top docs per
+    item, spans and texts) as one pass: the ranking is a total order over the corpus."""
+    from tcqa_data.decontam.readers import resolve_inputs
+    from tcqa_data.decontam.stream.scan import scan_corpus
+    from tcqa_data.decontam.stream.table import BenchmarkTable, StreamConfig
+
+    data = devset["data"][Path(devset["task"]).stem]["test"]
+    queries = sorted({json.loads(line)["question"] for line in data.read_text().split("\n") if line})
+    table = BenchmarkTable(queries, StreamConfig(semantic=True))
+    inputs = resolve_inputs([str(devset["corpus"])])
+    one = scan_corpus(table, inputs).semantic
+    many = scan_corpus(table, inputs, workers=2, shard_bytes=256 << 10).semantic
+    assert len(one) > 10 and one.windows == many.windows and one.passed == many.passed
+    assert one.passed < one.windows / 2  # a minority of windows become candidates
+    for c in one.cols:
+        assert (one.cols[c] == many.cols[c]).all(), c
+    assert one.texts == many.texts
