@@ -607,6 +607,15 @@ def print_targets(rows: list[dict]) -> None:
     print("(local vs Ray identity and scaling: scripts/bench_scale.py; recall: scripts/bench_detect.py)")
 
 
+def _write_targets(res: dict, path: Path) -> None:
+    """The results with their target rows, written to ``path`` and printed."""
+    res["targets"] = target_rows(res)
+    res["load_avg_end"] = os.getloadavg()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(res, indent=2))
+    print_targets(res["targets"])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--synthetic-gb", type=float, default=0.0, help="also index a synthetic corpus this big")
@@ -659,22 +668,14 @@ def main() -> None:
     if args.first_run:
         res["first_run"] = first_run_after_install(bench, WIKI)
         print("first run", res["first_run"], flush=True)
-        res["targets"] = target_rows(res)
-        res["load_avg_end"] = os.getloadavg()
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(res, indent=2))
-        print_targets(res["targets"])
+        _write_targets(res, args.json)
         return
 
     if args.janitor_only:
         res["janitor_side_by_side"] = janitor_side_by_side(args.janitor_gb or 0.2, bench, args.repeat,
                                                              full=not args.no_side_by_side_full)
         print("janitor side by side", res["janitor_side_by_side"], flush=True)
-        res["targets"] = target_rows(res)
-        res["load_avg_end"] = os.getloadavg()
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(res, indent=2))
-        print_targets(res["targets"])
+        _write_targets(res, args.json)
         return
 
     texts = read_texts(WIKI)

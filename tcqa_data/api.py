@@ -398,15 +398,15 @@ def evaluate(
     resamples = bootstrap if bootstrap is not None else M.BOOTSTRAP_SAMPLES
     seed = bootstrap_seed if bootstrap_seed is not None else M.BOOTSTRAP_SEED
     if backend == "lm-eval":
-        native_only = {"clean_only": clean_only, "limit_groups": limit_groups, "gguf_file": gguf_file,
-                       "sample_groups": sample_groups, "trust_remote_code": trust_remote_code,
-                       "memorization_only": memorization_only,
-                       "memorization_context": memorization_context != "prompt"}
-        given = [k for k, v in native_only.items() if v]
+        from tcqa_data.eval.lm_eval_backend import native_only_given, run_lm_eval
+
+        given = native_only_given(clean_only=clean_only, limit_groups=limit_groups, gguf_file=gguf_file,
+                                  sample_groups=sample_groups, trust_remote_code=trust_remote_code,
+                                  memorization_only=memorization_only,
+                                  memorization_context=memorization_context)
         if given:
             raise ConfigError(f"{', '.join(given)} apply to the native backend only; lm-eval scores every "
                               "doc of the full split")
-        from tcqa_data.eval.lm_eval_backend import run_lm_eval
 
         run = run_lm_eval(prep_dir, model_args or f"pretrained={model}", model=lm_eval_model, tasks=names,
                           split=split, output=out, batch_size=batch_size,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 import xxhash
@@ -161,6 +161,15 @@ class BlockCheck:
         y = min(self.size, x + self.block_bytes)
         raise self._damaged(f"{self.path} does not match its checksum at bytes {x:,}-{y:,} "
                             "(its bytes were altered)")
+
+    def check_span(self, arr: Any = None, first: Any = None, last: Any = None) -> None:
+        """Rows ``[first, last)`` of ``arr`` (``last`` None: the whole file), once per block."""
+        if self.complete:
+            return
+        if last is None:
+            self.check_all()
+        else:
+            self.check_rows(arr, first, last)
 
     def check_rows(self, arr: np.ndarray, first: np.ndarray | int, last: np.ndarray | int) -> None:
         """Check the bytes of rows ``[first, last)`` of ``arr``, an array ``numpy.load`` mapped from

@@ -98,11 +98,12 @@ def evaluate_cmd(
     split = one_split(prefer(splits, old_split, "--split"), "evaluate")
     names = comma_list(tasks)
     if backend == "lm-eval":
-        native_only = {"--clean-only": clean_only, "--limit-groups": limit_groups, "--gguf-file": gguf_file,
-                       "--sample-groups": sample_groups, "--trust-remote-code": trust_remote_code,
-                       "--memorization-only": memorization_only,
-                       "--memorization-context": memorization_context != "prompt"}
-        given = [k for k, v in native_only.items() if v]
+        from tcqa_data.eval.lm_eval_backend import native_only_given
+
+        given = ["--" + name.replace("_", "-") for name in native_only_given(
+            clean_only=clean_only, limit_groups=limit_groups, gguf_file=gguf_file,
+            sample_groups=sample_groups, trust_remote_code=trust_remote_code,
+            memorization_only=memorization_only, memorization_context=memorization_context)]
         if given:
             raise typer.BadParameter(f"{', '.join(given)} apply to the native backend only; lm-eval "
                                      "scores every doc of the full split", param_hint="--backend")

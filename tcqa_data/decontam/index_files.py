@@ -396,12 +396,8 @@ class IndexChecks:
         """Check rows ``[first, last)`` of ``arr`` read from the index file ``path`` (``last`` None:
         the whole file)."""
         check = self.get(path)
-        if check is None or check.complete:
-            return
-        if last is None:
-            check.check_all()
-        else:
-            check.check_rows(arr, first, last)
+        if check is not None:
+            check.check_span(arr, first, last)
 
 
 def index_checks(root: str | os.PathLike, manifest: dict[str, Any]) -> IndexChecks | None:

@@ -139,18 +139,23 @@ def check_exported_templates(exported: list[ExportedTask], *, allow_task_code: b
                                     f"outside the installed lm-eval package; {ALLOW_HINT}")
 
 
+def native_only_given(*, clean_only: bool, limit_groups: int | None, gguf_file: str | None,
+                      sample_groups: int | None, trust_remote_code: bool, memorization_only: bool,
+                      memorization_context: str) -> list[str]:
+    """The native backend's options given (their parameter names) that lm-eval cannot honour: it
+    scores every doc of the full split, with its own model loading and no memorization scores."""
+    given = {"clean_only": clean_only, "limit_groups": limit_groups, "gguf_file": gguf_file,
+             "sample_groups": sample_groups, "trust_remote_code": trust_remote_code,
+             "memorization_only": memorization_only, "memorization_context": memorization_context != "prompt"}
+    return [name for name, value in given.items() if value]
+
+
 def _function_refs(value: Any, key: str) -> Iterator[tuple[str, Any]]:
     """(field, FunctionRef) for each ``!function`` anywhere in an exported YAML's value."""
     from tcqa_data.prep.lm_eval_export import FunctionRef
+    from tcqa_data.prep.task_code import nested_values
 
-    if isinstance(value, FunctionRef):
-        yield key, value
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            yield from _function_refs(v, f"{key}.{k}" if key else str(k))
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            yield from _function_refs(v, f"{key}[{i}]")
+    return nested_values(value, FunctionRef, key)
 
 
 @contextmanager

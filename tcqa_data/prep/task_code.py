@@ -74,15 +74,21 @@ def read_task_yaml(path: str | os.PathLike) -> Any:
             from None
 
 
-def _code_refs(value: Any, key: str) -> Iterator[tuple[str, str]]:
-    if isinstance(value, _Code):
-        yield key, f"!function {value}"
+def nested_values(value: Any, leaf: type | tuple[type, ...], key: str = "") -> Iterator[tuple[str, Any]]:
+    """(field path such as ``filter_list[0].filter[1].function``, value) for each instance of
+    ``leaf`` anywhere in a YAML value, its mappings and lists walked."""
+    if isinstance(value, leaf):
+        yield key, value
     elif isinstance(value, dict):
         for k, v in value.items():
-            yield from _code_refs(v, f"{key}.{k}" if key else str(k))
+            yield from nested_values(v, leaf, f"{key}.{k}" if key else str(k))
     elif isinstance(value, list):
         for i, v in enumerate(value):
-            yield from _code_refs(v, f"{key}[{i}]")
+            yield from nested_values(v, leaf, f"{key}[{i}]")
+
+
+def _code_refs(value: Any, key: str) -> Iterator[tuple[str, str]]:
+    return ((k, f"!function {v}") for k, v in nested_values(value, _Code, key))
 
 
 def task_code(path: str | os.PathLike) -> list[str]:

@@ -233,12 +233,8 @@ class NgramIndex:
         """Check rows ``[first, last)`` of a bucket array (default: all of it) against the index's
         block checksums before they are used (``index_files.block_check``: once per block)."""
         check = self._checks.get(id(arr))
-        if check is None or check.complete:
-            return
-        if first is None:
-            check.check_all()
-        else:
-            check.check_rows(arr, first, last)
+        if check is not None:
+            check.check_span(arr, first, last)
 
     def lookup(self, hashes: np.ndarray, n: int) -> LookupResult:
         """Vectorized lookup of n-gram hashes (from ``ngram_hashes(..., n, normalization, hash_seed)``)."""
