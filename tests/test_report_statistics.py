@@ -16,7 +16,7 @@ from tcqa_data.analysis.model_side import plain_line
 from tcqa_data.analysis.run import threshold_claim
 from tcqa_data.decontam.readers.inputs import resolve_inputs, text_progress_total
 from tcqa_data.eval import metrics as M
-from tcqa_data.eval.results import plot_title, table_plot, verdict
+from tcqa_data.eval.results import plot_title, table_figure, table_plot, verdict
 from tcqa_data.report_render import percent_ci
 
 
@@ -139,6 +139,32 @@ def test_a_clean_only_plot_names_only_clean():
     assert "clean" in title and "full" not in title and "dirty" not in title
     png = table_plot(clean_only, title)
     assert png.startswith(b"\x89PNG")
+
+
+def test_the_plot_draws_an_error_bar_only_where_there_is_an_interval():
+    # too few groups: the bar alone (a zero-length error bar would read as a [v, v] interval)
+    import matplotlib.pyplot as plt
+    from matplotlib.container import ErrorbarContainer
+
+    few = _accuracy_table(np.array([1, 0]), np.array([True, False]))
+    many = _accuracy_table(np.arange(200) % 3 == 0, np.arange(200) % 2 == 0)
+    tables = {name: {"subsets": {s: {"groups": 1, "docs": 1, "metrics": {"acc": out[s]}}
+                                 for s in ("clean", "full", "dirty")}}
+              for name, out in (("few", few), ("many", many))}
+    fig = table_figure(tables, plot_title(tables, "t"))
+    try:
+        ax = fig.axes[0]
+        bars = [c for c in ax.containers if not isinstance(c, ErrorbarContainer)]
+        errs = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+        assert len(bars) == 3 and all(len(b) == 2 for b in bars)  # a bar per subset and task
+        assert len(errs) == 3  # one error bar per subset: the 200-group task's
+        for err in errs:
+            (segments,) = [c.get_segments() for c in err.lines[2]]
+            assert len(segments) == 1
+            (x, lo), (_, hi) = segments[0]
+            assert x > 0.5 and lo < hi  # at the second task, a real interval
+    finally:
+        plt.close(fig)
 
 
 def test_progress_total_of_compressed_text_is_unknown(tmp_path):

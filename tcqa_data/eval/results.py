@@ -179,17 +179,20 @@ def render_markdown(results: dict[str, Any], extra: Sequence[Block] = (),
     return to_markdown([*report_blocks(results, at), *extra])
 
 
-def table_plot(tables: dict[str, dict[str, Any]], title: str, primary_only: bool = False) -> bytes:
-    """Bar chart of clean / full / dirty tables (task -> table): each metric (``primary_only``: the
-    task's first) with its 95% interval where it has one. Only the subsets the tables hold are drawn
-    and named (a clean-only run: clean alone). PNG."""
+def table_figure(tables: dict[str, dict[str, Any]], title: str, primary_only: bool = False) -> Any:
+    """The matplotlib figure of ``table_plot``: bars for every value, an error bar only where the value
+    has an interval (none at all where there were too few groups: a zero-length bar would read as a
+    degenerate interval)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     present = [s for s in SUBSET_ORDER if any(s in t["subsets"] for t in tables.values())]
-    labels, series = [], {s: ([], [], []) for s in present}
+    labels: list[str] = []
+    # subset -> (bar values, (x index, value, lower, upper) of the values that have an interval)
+    Interval = tuple[int, float, float, float]
+    series: dict[str, tuple[list[float], list[Interval]]] = {s: ([], []) for s in present}
     for task, entry in tables.items():
         names = metric_names(entry)
         for name in names[:1] if primary_only else names:
@@ -199,21 +202,35 @@ def table_plot(tables: dict[str, dict[str, Any]], title: str, primary_only: bool
                 v = m.get("value")
                 lo, hi = m.get("ci95") or [None, None]
                 series[s][0].append(v * 100 if v is not None else float("nan"))  # no bar, not a 0 %
-                series[s][1].append((v - lo) * 100 if v is not None and lo is not None else 0.0)
-                series[s][2].append((hi - v) * 100 if v is not None and hi is not None else 0.0)
+                if v is not None and lo is not None and hi is not None:
+                    series[s][1].append((len(labels) - 1, v * 100, lo * 100, hi * 100))
     fig, ax = plt.subplots(figsize=(max(5.0, 1.4 * len(labels) + 1.5), 3.2), dpi=100)
     width = 0.8 / len(present)
     colors = {"clean": "#2b8a3e", "full": "#495057", "dirty": "#c92a2a"}
     for k, s in enumerate(present):
-        xs = [i + (k - (len(present) - 1) / 2) * width for i in range(len(labels))]
-        vals, lo, hi = series[s]
-        ax.bar(xs, vals, width, yerr=[lo, hi], capsize=3, label=s, color=colors[s])
+        offset = (k - (len(present) - 1) / 2) * width
+        vals, intervals = series[s]
+        ax.bar([i + offset for i in range(len(labels))], vals, width, label=s, color=colors[s])
+        if intervals:
+            ax.errorbar([i + offset for i, *_ in intervals], [v for _, v, _, _ in intervals],
+                        yerr=[[v - lo for _, v, lo, _ in intervals], [hi - v for _, v, _, hi in intervals]],
+                        fmt="none", ecolor="black", elinewidth=1, capsize=3)
     ax.set_xticks(range(len(labels)), labels, fontsize=8)
     ax.set_ylabel("score (%)")
     ax.set_ylim(0, 100)
     ax.legend(fontsize=8, loc="upper right", bbox_to_anchor=(1.0, 1.0))
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
+    return fig
+
+
+def table_plot(tables: dict[str, dict[str, Any]], title: str, primary_only: bool = False) -> bytes:
+    """Bar chart of clean / full / dirty tables (task -> table): each metric (``primary_only``: the
+    task's first) with its 95% interval where it has one. Only the subsets the tables hold are drawn
+    and named (a clean-only run: clean alone). PNG."""
+    import matplotlib.pyplot as plt
+
+    fig = table_figure(tables, title, primary_only)
     png = png_bytes(fig, dpi=100)  # no metadata: identical results give identical bytes
     plt.close(fig)
     return png
