@@ -198,9 +198,12 @@ def _name(source: str, gguf: str | None) -> str:
 def model_name(model: str, gguf_file: str | None = None) -> str:
     """The name :func:`load_model` gives ``model`` (results' ``model.name``, and evaluate's default
     folder ``PREP_DIR/eval/<name>``), known from the argument alone: without loading anything, so the
-    folder is checked before the model loads."""
-    _, _, source, gguf = _resolve(str(model), gguf_file)
-    return _name(source, gguf)
+    folder is checked before the model loads. Checks nothing: a model that cannot load fails in
+    :func:`load_model`, after the prepared tasks are checked."""
+    model = str(model)
+    if model in PACKAGED_MODELS and gguf_file is None and not Path(model).exists():
+        return Path(PACKAGED_MODELS[model][2]).stem  # the packaged .gguf file's name, as loaded
+    return _name(*split_gguf(model, gguf_file))
 
 
 def _load_model(model: str, *, gguf_file: str | None, device: str, dtype: str, trust_remote_code: bool,

@@ -11,9 +11,10 @@ huge file in those folders (lm-eval's task index would block on a FIFO or read `
 forever), with one line, before lm-eval is asked for anything.
 
 Templates: every template field of a loaded lm-eval task (:data:`TEMPLATE_FIELDS`) is type-checked
-(pydantic), checked by the sandbox and rendered on every eval doc with its budgets
-(:func:`check_task_templates`), so the lm-eval YAMLs decontaminate exports hold only templates that
-passed.
+(pydantic), checked by the sandbox and rendered on every eval doc with its budgets, fewshot_config's
+on every few-shot doc, and its filter and metric regexes run with a timeout on the docs' strings
+(:func:`check_task_templates`), so the lm-eval YAMLs decontaminate exports hold only templates and
+patterns that passed.
 """
 
 from __future__ import annotations
@@ -207,8 +208,10 @@ def _templates_of(task: Any) -> dict[str, Any]:
 
 def check_task_templates(task: Any, name: str, docs: Any) -> None:
     """Every template field of a loaded lm-eval task: its type checked, its strings checked by the
-    sandbox, and each top-level template rendered on every eval doc in the sandbox with its budgets;
-    a failure is one ConfigError naming the task's file and the field."""
+    sandbox, each top-level template rendered on every eval doc in the sandbox with its budgets,
+    fewshot_config's on every few-shot doc (:func:`_fewshot_templates`), and the task's filter and
+    metric patterns run with a timeout on the docs' strings (:mod:`tcqa_data.prep.task_regex`); a
+    failure is one ConfigError naming the task's file and the field."""
     cfg = task.config
     origin = (getattr(cfg, "metadata", None) or {}).get("config_source") if isinstance(
         getattr(cfg, "metadata", None), dict) else None
@@ -236,6 +239,9 @@ def check_task_templates(task: Any, name: str, docs: Any) -> None:
     # what the model's outputs are compared with, and look like: the task's regexes run on these
     texts = _render_all(rendered, docs, where, "doc", clock)
     fewshot_docs, fewshot_templates = _fewshot_templates(task, features)
+    if fewshot_docs is None:  # on the eval docs: what rendered there already needs no second pass
+        fewshot_templates = {k: v for k, v in fewshot_templates.items()
+                             if rendered.get(k.split(".", 1)[1]) != v}
     if fewshot_templates:
         _render_all(fewshot_templates, fewshot_docs if fewshot_docs is not None else docs, where,
                     "few-shot doc" if fewshot_docs is not None else "doc", clock)
