@@ -349,6 +349,7 @@ FILTERS = ('filter_list:\n  - name: strict\n    filter:\n      - function: regex
 @pytest.mark.parametrize(("pattern", "why"), [
     (BACKTRACKING, "ran longer than 1 s on one string"),
     ("(unclosed", "not a valid regular expression"),
+    (["a list"], "expected a regular expression string"),
 ])
 def test_lm_eval_regex_filter_is_run_on_the_docs_at_decontaminate_time(small, squad30, tmp_path, pattern,
                                                                        why):

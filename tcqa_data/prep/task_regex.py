@@ -202,7 +202,8 @@ def task_patterns(config: Mapping[str, Any]) -> list[tuple[str, Any]]:
         if isinstance(value, Mapping):
             for k, v in value.items():
                 if k in PATTERN_KEYS:
-                    items = enumerate(v) if isinstance(v, list) else [(None, v)]
+                    # regexes_to_ignore is a list of patterns, regex_pattern one
+                    items = enumerate(v) if k == "regexes_to_ignore" and isinstance(v, list) else [(None, v)]
                     out.extend((f"{key}.{k}" + ("" if i is None else f"[{i}]"), p) for i, p in items)
                 else:
                     walk(v, f"{key}.{k}")
