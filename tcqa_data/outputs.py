@@ -16,6 +16,7 @@ import ctypes.util
 import errno
 import fcntl
 import functools
+import gc
 import hashlib
 import inspect
 import json
@@ -334,13 +335,40 @@ def staged(final: str | os.PathLike, within: str | os.PathLike | None = None) ->
     try:
         yield stage
     except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
+        _discard(stage)
         raise
     try:
         commit_dir(stage, final)
     except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
+        _discard(stage)
         raise
+
+
+# staging folders a failed run could not remove: listing a folder takes a file descriptor, and on
+# EMFILE the failed work (an index's memory maps) still holds them all until its frames are freed
+_UNREMOVED: list[Path] = []
+
+
+def _discard(stage: Path) -> None:
+    shutil.rmtree(stage, ignore_errors=True)
+    if os.path.lexists(stage):
+        _UNREMOVED.append(stage)
+
+
+def remove_unremoved(exc: BaseException | None = None) -> None:
+    """Remove the staging folders failed runs left (:func:`staged`), once what held the process's
+    open files is freed: ``exc``'s tracebacks (the failed work's frames) are dropped first. For the
+    CLI's error handler, after an OS error such as EMFILE."""
+    if not _UNREMOVED:
+        return
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        exc.__traceback__ = None
+        exc = exc.__cause__ or exc.__context__
+    gc.collect()
+    while _UNREMOVED:
+        shutil.rmtree(_UNREMOVED.pop(), ignore_errors=True)
 
 
 def next_generation_dir(final: str | os.PathLike) -> Path:

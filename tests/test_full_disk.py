@@ -175,3 +175,33 @@ def test_a_read_only_disk_and_unwritable_names_are_one_line(disk, data, tmp_path
         assert code == 2 and err.startswith("Error: ") and len(err.strip().splitlines()) == 1, err
         assert needle in err, err
     assert list(disk.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["index-corpus", "decontaminate"])
+def test_too_many_open_files_is_one_line_and_keeps_the_previous_output(command, data, tmp_path, monkeypatch,
+                                                                        capsys):
+    """EMFILE from the kernel (a real RLIMIT_NOFILE of 10 in the child): index-corpus --append hits it
+    while writing its n-gram files, decontaminate while mapping the index. One line naming the path,
+    the previous output byte for byte, nothing new beside it, and a rerun with the usual limit works."""
+    import resource
+
+    from test_faults import spawn
+
+    first, rerun = COMMANDS[command]
+    out = tmp_path / "out"
+    code, err = cli(first(data, out), monkeypatch, capsys)
+    assert code == 0, err
+    before, beside = snapshot(out), sorted(p.name for p in tmp_path.iterdir())
+
+    def few_files() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (10, 10))
+
+    proc = spawn(rerun(data, out), preexec_fn=few_files)
+    _, err = proc.communicate(timeout=300)
+    err = "".join(line for line in err.splitlines(keepends=True) if not line.startswith("[progress]"))
+    assert proc.returncode == 2 and err.startswith("Error: ") and len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err and "open files" in err.lower() and str(tmp_path.parent) in err, err
+    assert snapshot(out) == before and sorted(p.name for p in tmp_path.iterdir()) == beside
+    code, err = cli(rerun(data, out), monkeypatch, capsys)  # nothing held: it runs (index-corpus resumes)
+    assert code == 0, err
+    assert snapshot(out) != before

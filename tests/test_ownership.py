@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -160,6 +161,39 @@ def test_a_link_at_a_default_output_folder_is_refused(tmp_path):
     with pytest.raises(TcqaError, match="symbolic link"):
         OutputClaim(None, prep).__enter__()
     assert listing(outside) == ["private.txt"] and stat.S_IMODE(outside.stat().st_mode) == 0o700
+
+
+@pytest.mark.parametrize("planted", ["foreign folder", "link"])
+def test_evaluate_default_folder_is_checked_before_the_model_loads(kept_prep, tmp_path, monkeypatch, capsys,
+                                                                  planted):
+    """PREP_DIR/eval/<model> was claimed only once the model had loaded (its name came from the loaded
+    model): minutes of loading before a refusal. The name comes from the --model argument now."""
+    import tcqa_data.eval.runner as runner
+    from tcqa_data.eval.models import model_name
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model was loaded before its output folder was checked")
+
+    monkeypatch.setattr(runner, "load_model", no_load)
+    model = tmp_path / "models" / "org-model-7b"
+    model.mkdir(parents=True)
+    prep = tmp_path / "prep"
+    shutil.copytree(kept_prep, prep)
+    (prep / "eval").mkdir(exist_ok=True)
+    default = runner.default_output(prep, model_name(str(model)))
+    assert default == prep / "eval" / "org-model-7b"
+    outside = tmp_path / "outside"
+    outside.mkdir(mode=0o700)
+    (outside / "private.txt").write_text("mine")
+    if planted == "link":
+        default.symlink_to(outside)
+    else:
+        default.mkdir()
+        (default / "notes.txt").write_text("someone's")
+    before = snapshot(tmp_path)
+    code, err = cli(["evaluate", prep, "--model", model, "--device", "cpu", "-q"], monkeypatch, capsys)
+    assert_one_line_error(code, err, str(default), "symbolic link" if planted == "link" else "notes.txt")
+    assert snapshot(tmp_path) == before and stat.S_IMODE(outside.stat().st_mode) == 0o700
 
 
 def test_a_replaced_folder_keeps_its_mode(tmp_path):

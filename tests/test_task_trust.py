@@ -340,6 +340,144 @@ def test_lm_eval_shipped_code_is_installed_code():
     assert all(task_code(p) == [] for p in with_code)
 
 
+# ---- lm-eval's regex filters and few-shot templates ----------------------------------------------
+BACKTRACKING = r"^(\w|\w\w|\s)+$"  # seconds to hours on a sentence that ends in "?" or "."
+FILTERS = ('filter_list:\n  - name: strict\n    filter:\n      - function: regex\n'
+           '        regex_pattern: {}\n      - function: take_first\n')
+
+
+@pytest.mark.parametrize(("pattern", "why"), [
+    (BACKTRACKING, "ran longer than 1 s on one string"),
+    ("(unclosed", "not a valid regular expression"),
+    (["a list"], "expected a regular expression string"),
+])
+def test_lm_eval_regex_filter_is_run_on_the_docs_at_decontaminate_time(small, squad30, tmp_path, pattern,
+                                                                       why):
+    """A task file's filter pattern ran only inside lm-eval at evaluate time (Python's re, no
+    timeout): decontaminate runs it on the docs' own strings, with a timeout, before any export."""
+    pytest.importorskip("lm_eval.tasks", reason="needs the lm-eval extra")
+    from tcqa_data.prep.pipeline import decontaminate
+
+    folder = _lm_task(tmp_path / "tasks", squad30,
+                      'doc_to_text: "{{text}}"\n' + FILTERS.format(json.dumps(pattern)))
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError) as ei:
+        decontaminate(small["index"], ["tcqa_trust_squad"], tmp_path / "out", lm_eval_include=folder,
+                      lm_eval_include_defaults=False, quiet=True)
+    msg = str(ei.value)
+    assert "\n" not in msg and str(folder / "task.yaml") in msg, msg
+    assert "filter_list[0].filter[0].regex_pattern" in msg and why in msg, msg
+    assert time.monotonic() - t0 < 30 and not (tmp_path / "out").exists()
+
+
+def test_lm_eval_runs_task_regexes_with_a_timeout_under_tcqa_data():
+    """By construction: while lm-eval runs under tcqa-data, its regex filters and exact_match's
+    regexes_to_ignore match with the regex package's timeout (Python's re takes seconds here, and
+    hours a few characters later); elsewhere lm-eval is untouched, and a safe pattern gives re's answers."""
+    pytest.importorskip("lm_eval.filters", reason="needs the lm-eval extra")
+    import re
+
+    from lm_eval.api import metrics
+    from lm_eval.filters import extraction
+
+    from tcqa_data.prep.task_regex import RegexOverBudget
+    from tcqa_data.prep.templates import sandboxed_lm_eval
+
+    outputs = [["The answer is #### 1,234 apples."], ["#### -7"], ["no number here"]]
+    mc_docs = [{"choices": ["Denver Broncos", "Carolina Panthers"]}] * 3
+    mc_outputs = [["(B) Carolina Panthers"], ["I think Denver Broncos."], ["neither"]]
+    plain = (extraction.RegexFilter().apply(outputs, []),
+             extraction.MultiChoiceRegexFilter(regex_pattern=r"(\([A-B]\))", ignore_case=True,
+                                               regexes_to_ignore=[r"\."]).apply(mc_outputs, mc_docs),
+             metrics.exact_match_hf_evaluate(["Denver, Broncos"], ["denver broncos"], ignore_case=True,
+                                             regexes_to_ignore=[","]))
+    hostile = "(a|aa)+$"
+    with sandboxed_lm_eval({hostile: "task.yaml: filter_list[0].filter[0].regex_pattern"}):
+        assert extraction.re is not re and metrics.re is not re
+        timed = (extraction.RegexFilter().apply(outputs, []),
+                 extraction.MultiChoiceRegexFilter(regex_pattern=r"(\([A-B]\))", ignore_case=True,
+                                                   regexes_to_ignore=[r"\."]).apply(mc_outputs, mc_docs),
+                 metrics.exact_match_hf_evaluate(["Denver, Broncos"], ["denver broncos"], ignore_case=True,
+                                                 regexes_to_ignore=[","]))
+        assert timed == plain and plain[0] == [["1,234"], ["-7"], ["[invalid]"]]
+        t0 = time.monotonic()
+        with pytest.raises(RegexOverBudget, match=r"task.yaml: filter_list\[0\].filter\[0\].regex_pattern "
+                                                  "ran longer than 1 s"):
+            extraction.RegexFilter(regex_pattern=hostile).apply([["a" * 32 + "b"]], [])
+        with pytest.raises(RegexOverBudget, match="ran longer than 1 s"):
+            metrics.exact_match_hf_evaluate(["x"], ["a" * 32 + "b"], regexes_to_ignore=[hostile])
+        assert time.monotonic() - t0 < 10
+    assert extraction.re is re and metrics.re is re
+
+
+def test_exported_filter_patterns_are_checked_and_named_before_lm_eval_runs(tmp_path):
+    """evaluate --backend lm-eval reads the exported YAMLs' patterns first: a bad one is one line
+    naming the file and field; the rest are named for lm-eval's timed run."""
+    pytest.importorskip("lm_eval.filters", reason="needs the lm-eval extra")
+    from tcqa_data.eval.lm_eval_backend import ExportedTask, check_exported_templates
+
+    folder = tmp_path / "lm_eval"
+    folder.mkdir()
+    steps = [{"function": "regex", "regex_pattern": r"#### (\d+)"}, {"function": "take_first"}]
+    config = {"task": "tcqa_x_validation_full", "doc_to_text": "{{text}}",
+              "filter_list": [{"name": "strict", "filter": steps}],
+              "metric_list": [{"metric": "exact_match", "regexes_to_ignore": [",", r"\$"]}]}
+    path = folder / "tcqa_x_validation_full.yaml"
+    path.write_text(yaml.safe_dump(config))
+    exported = [ExportedTask("x", "validation", "tcqa_x_validation_full", folder)]
+    sources = check_exported_templates(exported, allow_task_code=False)
+    assert sources == {r"#### (\d+)": f"{path}: filter_list[0].filter[0].regex_pattern",
+                       ",": f"{path}: metric_list[0].regexes_to_ignore[0]",
+                       r"\$": f"{path}: metric_list[0].regexes_to_ignore[1]"}
+    config["metric_list"][0]["regexes_to_ignore"] = [",", "[unclosed"]
+    path.write_text(yaml.safe_dump(config))
+    with pytest.raises(ConfigError) as ei:
+        check_exported_templates(exported, allow_task_code=False)
+    assert "\n" not in str(ei.value) and f"{path}: metric_list[0].regexes_to_ignore[1]" in str(ei.value)
+
+
+def test_lm_eval_shipped_filter_patterns_match_as_re_does():
+    """Every regex pattern lm-eval's own task YAMLs give its filters and metrics compiles in the timed
+    regex and finds what Python's re finds, on answers shaped as model outputs."""
+    lm_eval = pytest.importorskip("lm_eval", reason="needs the lm-eval extra")
+    import re
+
+    from tcqa_data.prep.task_code import read_task_yaml
+    from tcqa_data.prep.task_regex import TimedPattern, task_patterns
+
+    outputs = ["The answer is (B).", "#### 1,234", "So the final answer is 42.", "Answer: yes\nbecause",
+               "The answer is: $\\boxed{17}$", "A) Paris", "Final Answer: The final answer is 3. I hope"]
+    patterns = set()
+    for path in sorted((Path(lm_eval.__file__).parent / "tasks").rglob("*.yaml")):
+        text = path.read_text(errors="replace")
+        if "regex_pattern" in text or "regexes_to_ignore" in text:
+            cfg = read_task_yaml(path)
+            if isinstance(cfg, dict):
+                patterns.update(p for _, p in task_patterns(cfg) if isinstance(p, str))
+    assert len(patterns) >= 30  # 36 distinct patterns in lm-eval 0.4.13's tasks
+    for p in sorted(patterns):
+        timed = TimedPattern(p)
+        assert [timed.findall(o) for o in outputs] == [re.findall(p, o) for o in outputs], p
+
+
+def test_fewshot_templates_are_rendered_on_the_fewshot_docs(small, squad30, tmp_path):
+    """fewshot_config's templates were only parsed at decontaminate time: one that runs over its
+    loop budget on a few-shot doc is now refused there, naming the file, the field and the doc."""
+    pytest.importorskip("lm_eval.tasks", reason="needs the lm-eval extra")
+    from tcqa_data.prep.pipeline import decontaminate
+
+    over_budget = "{% for i in range(150000) %}{% for j in range(2) %}{% endfor %}{% endfor %}{{text}}"
+    folder = _lm_task(tmp_path / "tasks", squad30, 'doc_to_text: "{{text}}"\nfewshot_split: validation\n'
+                      "fewshot_config:\n  sampler: first_n\n  doc_to_text: " + json.dumps(over_budget) + "\n")
+    with pytest.raises(ConfigError) as ei:
+        decontaminate(small["index"], ["tcqa_trust_squad"], tmp_path / "out", lm_eval_include=folder,
+                      lm_eval_include_defaults=False, quiet=True)
+    msg = str(ei.value)
+    assert "\n" not in msg and str(folder / "task.yaml") in msg, msg
+    assert "template fewshot_config.doc_to_text (few-shot doc 0)" in msg and "loop iterations" in msg, msg
+    assert not (tmp_path / "out").exists()
+
+
 # ---- options checked at parse time -------------------------------------------------------------
 @pytest.mark.parametrize("args", [
     ["decontaminate", "IDX", "--out", "o", "--ngram", "0"],

@@ -183,15 +183,19 @@ def main() -> None:
 
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _on_sigint)
+    from tcqa_data.outputs import remove_unremoved
+
     try:
         app()
     except TcqaError as exc:
         error(str(exc))
+        remove_unremoved(exc)  # staging a failed run could not remove (EMFILE): its files are closed now
         sys.exit(2)
     except OSError as exc:  # a full disk, a read-only one, no permission, too many open files...
         from tcqa_data.outputs import os_error_line
 
         error(os_error_line(exc))
+        remove_unremoved(exc)
         sys.exit(2)
     except UnicodeEncodeError as exc:
         if not isinstance(exc.object, str) or not any("\udc80" <= c <= "\udcff" for c in exc.object):

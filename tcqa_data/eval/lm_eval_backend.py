@@ -116,17 +116,22 @@ def check_exported_code(exported: list[ExportedTask]) -> None:
 _OWN_MODULES = ("tcqa_dataset.", "tcqa_contains.", "lm_eval.")
 
 
-def check_exported_templates(exported: list[ExportedTask], *, allow_task_code: bool) -> None:
+def check_exported_templates(exported: list[ExportedTask], *, allow_task_code: bool) -> dict[str, str]:
     """Each exported YAML's templates checked by the sandbox (lm-eval renders them in it too, see
-    ``run_lm_eval``), and its ``!function`` helpers copied from a task's own Python refused unless
-    ``allow_task_code``: one line naming the file and the field."""
+    ``run_lm_eval``), its filter and metric patterns compiled (lm-eval runs them with a timeout,
+    ``prep.task_regex``), and its ``!function`` helpers copied from a task's own Python refused unless
+    ``allow_task_code``: one line naming the file and the field. Returns pattern -> "file: field"."""
     from tcqa_data.prep.lm_eval_export import read_exported_yaml
     from tcqa_data.prep.task_code import ALLOW_HINT, FEWSHOT_TEMPLATE_FIELDS, TEMPLATE_FIELDS
+    from tcqa_data.prep.task_regex import check_task_regexes
     from tcqa_data.prep.templates import check_source
 
+    regex_sources: dict[str, str] = {}
     for e in exported:
         for path in sorted(e.include_path.glob("*.yaml")):
             doc = read_exported_yaml(path)
+            for pattern, where in check_task_regexes(doc, [], str(path)).items():
+                regex_sources.setdefault(pattern, where)
             fewshot = doc.get("fewshot_config") if isinstance(doc.get("fewshot_config"), dict) else {}
             values = [(f, doc.get(f)) for f in TEMPLATE_FIELDS] + \
                 [(f"fewshot_config.{f}", fewshot.get(f)) for f in FEWSHOT_TEMPLATE_FIELDS]
@@ -137,6 +142,7 @@ def check_exported_templates(exported: list[ExportedTask], *, allow_task_code: b
                 if not allow_task_code and not ref.qual.startswith(_OWN_MODULES):
                     raise TcqaError(f"{path}: {key} is !function {ref.qual}, code copied from a task "
                                     f"outside the installed lm-eval package; {ALLOW_HINT}")
+    return regex_sources
 
 
 def native_only_given(*, clean_only: bool, limit_groups: int | None, gguf_file: str | None,
@@ -190,7 +196,8 @@ def run_lm_eval(prep_dir: str | Path, model_args: str, *, model: str = "hf", tas
     minutes for f1), since ``tcqa-data analyze`` gives every metric its interval.
     ``allow_modified_code`` runs exported code that differs from what decontaminate wrote;
     ``allow_task_code`` runs ``!function`` helpers copied from a task's own Python. lm-eval renders
-    every template in tcqa-data's sandbox, with its budgets, while it runs here.
+    every template in tcqa-data's sandbox, with its budgets, and every filter and metric pattern with
+    a timeout, while it runs here.
     """
     from tcqa_data.prep.lm_eval_tasks import import_lm_eval
 
@@ -202,7 +209,7 @@ def run_lm_eval(prep_dir: str | Path, model_args: str, *, model: str = "hf", tas
     exported = exported_full_tasks(prep_dir, tasks, split)
     if not allow_modified_code:
         check_exported_code(exported)
-    check_exported_templates(exported, allow_task_code=allow_task_code)
+    regex_sources = check_exported_templates(exported, allow_task_code=allow_task_code)
     out = Path(output) if output is not None else Path(prep_dir) / "eval" / "lm_eval"
     command = "evaluate --backend lm-eval"
     # the folder's lock from before lm-eval runs to the commit; lm-eval's files are written into a
@@ -215,7 +222,7 @@ def run_lm_eval(prep_dir: str | Path, model_args: str, *, model: str = "hf", tas
         names = [e.lm_eval_task for e in exported]
         from tcqa_data.prep.templates import sandboxed_lm_eval
 
-        with _private_bytecode(), sandboxed_lm_eval():
+        with _private_bytecode(), sandboxed_lm_eval(regex_sources):
             results = lm_eval.simple_evaluate(model=model, model_args=model_args, tasks=names,
                                               task_manager=manager, batch_size=batch_size, device=device,
                                               limit=limit, log_samples=True, bootstrap_iters=bootstrap_iters,

@@ -182,6 +182,30 @@ def load_model(model: str, *, gguf_file: str | None = None, device: str = "auto"
                 gguf_utils.tqdm = gguf_tqdm
 
 
+def _resolve(model: str, gguf_file: str | None) -> tuple[str | None, str, str, str | None]:
+    """(packaged alias or None, the path or hub id meant, the folder or id to load, the GGUF file)."""
+    alias = model if model in PACKAGED_MODELS and gguf_file is None and not Path(model).exists() else None
+    target = str(packaged_model_path(model)) if alias else model
+    check_local_model(target, gguf_file)
+    source, gguf = split_gguf(target, gguf_file)
+    return alias, target, source, gguf
+
+
+def _name(source: str, gguf: str | None) -> str:
+    return Path(gguf).stem if gguf else Path(source.rstrip("/")).name or source
+
+
+def model_name(model: str, gguf_file: str | None = None) -> str:
+    """The name :func:`load_model` gives ``model`` (results' ``model.name``, and evaluate's default
+    folder ``PREP_DIR/eval/<name>``), known from the argument alone: without loading anything, so the
+    folder is checked before the model loads. Checks nothing: a model that cannot load fails in
+    :func:`load_model`, after the prepared tasks are checked."""
+    model = str(model)
+    if model in PACKAGED_MODELS and gguf_file is None and not Path(model).exists():
+        return Path(PACKAGED_MODELS[model][2]).stem  # the packaged .gguf file's name, as loaded
+    return _name(*split_gguf(model, gguf_file))
+
+
 def _load_model(model: str, *, gguf_file: str | None, device: str, dtype: str, trust_remote_code: bool,
                 max_length: int | None) -> LoadedModel:
     import transformers
@@ -189,10 +213,7 @@ def _load_model(model: str, *, gguf_file: str | None, device: str, dtype: str, t
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
     model = str(model)
-    alias = model if model in PACKAGED_MODELS and gguf_file is None and not Path(model).exists() else None
-    target = str(packaged_model_path(model)) if alias else model
-    check_local_model(target, gguf_file)
-    source, gguf = split_gguf(target, gguf_file)
+    alias, target, source, gguf = _resolve(model, gguf_file)
     if gguf is not None and not (Path(source) / gguf).is_file() and os.path.isdir(source):
         raise TcqaError(f"GGUF file {gguf!r} not found in folder {source}")
     kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
@@ -216,7 +237,7 @@ def _load_model(model: str, *, gguf_file: str | None, device: str, dtype: str, t
     if tokenizer.pad_token_id is None:
         # lm-eval does the same: padding is only ever masked out.
         tokenizer.pad_token = tokenizer.eos_token if tokenizer.eos_token is not None else tokenizer.unk_token
-    name = Path(gguf).stem if gguf else Path(source.rstrip("/")).name or source
+    name = _name(source, gguf)
     n_params = sum(p.numel() for p in lm.parameters())
     return LoadedModel(
         model=lm, tokenizer=tokenizer, device=dev, dtype=torch_dtype, name=name, source=str(model),

@@ -30,7 +30,7 @@ from tcqa_data.eval.memorization import (
     add_headline,
     doc_memorization,
 )
-from tcqa_data.eval.models import LoadedModel, load_model
+from tcqa_data.eval.models import LoadedModel, load_model, model_name
 from tcqa_data.eval.scoring import (
     Engine,
     LLRequest,
@@ -371,15 +371,18 @@ class Evaluation:
 
 
 class OutputClaim:
-    """EVAL_DIR's lock, taken as soon as the model is loaded (its name gives the default folder,
-    ``PREP_DIR/eval/<model>``) and held until the commit: a second ``evaluate`` into the same folder
-    is refused at once, not after the first one's scoring. Pass it as ``run_evaluation``'s
-    ``before_scoring``; ``folder`` is then the folder to commit (``locked=True``). A folder given
-    (``output``) is claimed at once, before the model loads."""
+    """EVAL_DIR's lock, taken before the model loads and held until the commit: a second
+    ``evaluate`` into the same folder, a folder another command wrote or a link is refused at once,
+    not after the model has loaded or scored. A folder given (``output``) is claimed on entry; so is
+    the default folder ``PREP_DIR/eval/<model>`` when ``model_name`` (``models.model_name``, the name
+    the loaded model will carry) is given, else once the model is loaded: pass the claim as
+    ``run_evaluation``'s ``before_scoring``. ``folder`` is then the folder to commit (``locked=True``)."""
 
-    def __init__(self, output: str | Path | None, prep_dir: str | Path | None = None) -> None:
+    def __init__(self, output: str | Path | None, prep_dir: str | Path | None = None,
+                 model_name: str | None = None) -> None:
         self.output = output
         self.prep_dir = prep_dir
+        self.model_name = model_name
         self.folder: Path | None = None
         self._held = ExitStack()
 
@@ -396,10 +399,12 @@ class OutputClaim:
         if self.output is not None:  # a folder named: claimed before the model loads
             self._claim(Path(self.output))
         elif self.prep_dir is not None:
-            # the default folder's name comes with the loaded model; where it goes is checked now
-            # (PREP_DIR/eval: a folder of PREP_DIR, never a link out of it, writable)
+            # PREP_DIR/eval: a folder of PREP_DIR, never a link out of it, writable; then the model's
+            # own folder, whose name the model argument gives (models.model_name)
             evals = output_target(Path(self.prep_dir) / "eval", follow_link=False)
             check_output_dir(evals)
+            if self.model_name is not None:
+                self(default_output(Path(self.prep_dir), self.model_name))
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -573,7 +578,8 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
     results.json object, with the per-doc samples under the key ``"_samples"``
     (not written into results.json).
     """
-    with OutputClaim(output, prep_dir if write else None) as claim:
+    name = model.name if isinstance(model, LoadedModel) else model_name(str(model), gguf_file)
+    with OutputClaim(output, prep_dir if write else None, name) as claim:
         run = run_evaluation(prep_dir, model, tasks, clean_only, device, dtype, batch_size, limit_groups,
                              gguf_file=gguf_file, trust_remote_code=trust_remote_code, split=split,
                              bootstrap=bootstrap, seed=seed, quiet=quiet, packing=packing,

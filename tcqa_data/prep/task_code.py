@@ -11,9 +11,10 @@ huge file in those folders (lm-eval's task index would block on a FIFO or read `
 forever), with one line, before lm-eval is asked for anything.
 
 Templates: every template field of a loaded lm-eval task (:data:`TEMPLATE_FIELDS`) is type-checked
-(pydantic), checked by the sandbox and rendered on every eval doc with its budgets
-(:func:`check_task_templates`), so the lm-eval YAMLs decontaminate exports hold only templates that
-passed.
+(pydantic), checked by the sandbox and rendered on every eval doc with its budgets, fewshot_config's
+on every few-shot doc, and its filter and metric regexes run with a timeout on the docs' strings
+(:func:`check_task_templates`), so the lm-eval YAMLs decontaminate exports hold only templates and
+patterns that passed.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import yaml
 
 from tcqa_data.errors import ConfigError
 from tcqa_data.io_utils import decode_utf8, read_regular_file
+from tcqa_data.prep.task_regex import check_task_regexes
 from tcqa_data.prep.templates import RenderClock, check_source, render
 
 ALLOW_HINT = ("lm-eval would import and run it unsandboxed; pass --allow-task-code if you trust "
@@ -203,16 +205,19 @@ def _templates_of(task: Any) -> dict[str, Any]:
     ``fewshot_config.FIELD``)."""
     cfg = task.config
     out = {f: getattr(cfg, f, None) for f in TEMPLATE_FIELDS}
-    fewshot = getattr(cfg, "fewshot_config", None) or {}
-    if isinstance(fewshot, dict):
-        out.update({f"fewshot_config.{f}": fewshot.get(f) for f in FEWSHOT_TEMPLATE_FIELDS})
+    # lm-eval keeps fewshot_config as a FewshotConfig (its fields inherited from the task's), or a mapping
+    fewshot = getattr(task, "fewshot_cfg", None) or getattr(cfg, "fewshot_config", None) or {}
+    out.update({f"fewshot_config.{f}": fewshot.get(f) if isinstance(fewshot, dict) else
+                getattr(fewshot, f, None) for f in FEWSHOT_TEMPLATE_FIELDS})
     return out
 
 
 def check_task_templates(task: Any, name: str, docs: Any) -> None:
     """Every template field of a loaded lm-eval task: its type checked, its strings checked by the
-    sandbox, and each top-level template rendered on every eval doc in the sandbox with its budgets;
-    a failure is one ConfigError naming the task's file and the field."""
+    sandbox, each top-level template rendered on every eval doc in the sandbox with its budgets,
+    fewshot_config's on every few-shot doc (:func:`_fewshot_templates`), and the task's filter and
+    metric patterns run with a timeout on the docs' strings (:mod:`tcqa_data.prep.task_regex`); a
+    failure is one ConfigError naming the task's file and the field."""
     cfg = task.config
     origin = (getattr(cfg, "metadata", None) or {}).get("config_source") if isinstance(
         getattr(cfg, "metadata", None), dict) else None
@@ -237,14 +242,56 @@ def check_task_templates(task: Any, name: str, docs: Any) -> None:
                     (field_name != "doc_to_decontamination_query" or cfg.should_decontaminate):
                 rendered[field_name] = value
     clock = RenderClock(where)
+    # what the model's outputs are compared with, and look like: the task's regexes run on these
+    texts = _render_all(rendered, docs, where, "doc", clock)
+    fewshot_docs, fewshot_templates = _fewshot_templates(task, features)
+    if fewshot_docs is None:  # on the eval docs: what rendered there already needs no second pass
+        fewshot_templates = {k: v for k, v in fewshot_templates.items()
+                             if rendered.get(k.split(".", 1)[1]) != v}
+    if fewshot_templates:
+        _render_all(fewshot_templates, fewshot_docs if fewshot_docs is not None else docs, where,
+                    "few-shot doc" if fewshot_docs is not None else "doc", clock)
+    check_task_regexes({"filter_list": getattr(cfg, "filter_list", None),
+                        "metric_list": getattr(cfg, "metric_list", None)}, texts, where)
+
+
+def _render_all(templates: dict[str, str], docs: Any, where: str, what: str, clock: RenderClock) -> list[str]:
+    """Each template rendered on each doc in the sandbox; the renders and the docs' own strings."""
+    texts: list[str] = []
     for i, doc in enumerate(docs):
-        for field_name, text in rendered.items():
+        for field_name, text in templates.items():
             try:
-                render(text, dict(doc), where=f"{where}: template {field_name} (doc {i})")
+                texts.append(render(text, dict(doc), where=f"{where}: template {field_name} ({what} {i})"))
                 clock.tick()
             except jinja2.UndefinedError as exc:
-                raise ConfigError(f"{where}: template {field_name} uses a field doc {i} lacks: "
+                raise ConfigError(f"{where}: template {field_name} uses a field {what} {i} lacks: "
                                   f"{exc.message}") from None
+        texts.extend(v for v in dict(doc).values() if isinstance(v, str))
+    return texts
+
+
+def _fewshot_templates(task: Any, features: set[str]) -> tuple[Any, dict[str, str]]:
+    """(the docs lm-eval's few-shot sampler draws from, or None when it has none to give here;
+    ``fewshot_config.FIELD`` -> template, for the templates lm-eval renders on them).
+
+    lm-eval's sampler draws a random few among ``task.fewshot_docs()`` (the fewshot split, the
+    listed samples, else training, validation or test docs) and renders them with the few-shot
+    templates (``fewshot_config``'s own, else the task's, which ``task.fewshot_cfg`` inherits).
+    Rendering every one of those docs covers every draw. Without few-shot docs (or when listing
+    them fails: lm-eval fails there too), the templates render on the eval docs, which share the
+    schema."""
+    fs = getattr(task, "fewshot_cfg", None)
+    if fs is None:
+        return None, {}
+    templates = {f"fewshot_config.{f}": v for f in FEWSHOT_TEMPLATE_FIELDS
+                 if isinstance(v := getattr(fs, f, None), str) and v not in features}
+    if not templates:
+        return None, {}
+    try:
+        docs = task.fewshot_docs()
+    except Exception:  # noqa: BLE001 - no few-shot source configured: render on the eval docs
+        docs = None
+    return docs, templates
 
 
 _EXPECTED_TYPES = {

@@ -31,7 +31,7 @@ import functools
 import math
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import jinja2
@@ -336,18 +336,23 @@ def apply_template(template: str, doc: dict[str, Any]) -> str:
 
 
 @contextlib.contextmanager
-def sandboxed_lm_eval() -> Iterator[None]:
-    """lm-eval renders every template through this module while the block runs.
+def sandboxed_lm_eval(regex_sources: Mapping[str, str] | None = None) -> Iterator[None]:
+    """lm-eval renders every template through this module, and runs a task's filter and metric
+    patterns with a timeout (:mod:`tcqa_data.prep.task_regex`), while the block runs.
 
     lm-eval looks ``utils.apply_template`` up on each call (``lm_eval.api.task`` uses
     ``utils.apply_template``), so replacing the module attribute puts its renders (loading a task,
-    building prompts in ``simple_evaluate``) in this sandbox with its budgets.
+    building prompts in ``simple_evaluate``) in this sandbox with its budgets. ``regex_sources``:
+    pattern -> the file and field it came from, for errors.
     """
     import lm_eval.utils
+
+    from tcqa_data.prep.task_regex import timed_lm_eval_regexes
 
     original = lm_eval.utils.apply_template
     lm_eval.utils.apply_template = apply_template
     try:
-        yield
+        with timed_lm_eval_regexes(regex_sources):
+            yield
     finally:
         lm_eval.utils.apply_template = original
