@@ -13,7 +13,11 @@ from typing import Any, TypeVar
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _inside_package(module: str) -> bool:
+def _inside_package(caller_globals: dict[str, Any]) -> bool:
+    module = caller_globals.get("__name__", "")
+    spec = caller_globals.get("__spec__")
+    if module == "__main__" and spec is not None:  # a package module run with `python -m`
+        module = spec.name
     return module == "tcqa_data" or module.startswith("tcqa_data.")
 
 
@@ -28,7 +32,7 @@ def moved_to_top(public_name: str) -> Callable[[F], F]:
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             nonlocal warned
-            if not warned and not _inside_package(sys._getframe(1).f_globals.get("__name__", "")):
+            if not warned and not _inside_package(sys._getframe(1).f_globals):
                 warned = True
                 warnings.warn(f"{old} is deprecated and goes in the next release; use "
                               f"`from tcqa_data import {public_name}` (the same stage, with the CLI's "
