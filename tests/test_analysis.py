@@ -368,6 +368,7 @@ def test_empty_split_is_refused(prep, tmp_path):
     import shutil
 
     from tcqa_data.io_utils import write_parquet_atomic
+    from tcqa_data.prep.prepared import data_digests
 
     empty = tmp_path / "prep"
     shutil.copytree(prep, empty)
@@ -375,6 +376,10 @@ def test_empty_split_is_refused(prep, tmp_path):
     for name in ("full", "clean", "dirty", "contamination"):
         t = pq.read_table(d / f"{name}.parquet")
         write_parquet_atomic(d / f"{name}.parquet", t.slice(0, 0))
+    # as a decontaminate that found an empty split writes it: the data digests record these files
+    manifest = json.loads((empty / "prep_manifest.json").read_text())
+    manifest["data_sha256"] = data_digests(empty)
+    (empty / "prep_manifest.json").write_text(json.dumps(manifest))
     samples = tmp_path / "s"
     samples.mkdir()
     (samples / "samples_tcqa_mc_taco_validation_full_2026-01-01T00-00-00.000001.jsonl").write_text("")
