@@ -166,44 +166,47 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
     # whole; --mode drop is no Janitor's and drops their docs too
     short = None if janitor_exact and mode == "excise" else short_min_words
     work = next_generation_dir(out).absolute()  # the tasks' path, on any node and working folder
-    with output_lock(out, "purify"), removed_on_full_disk(work), \
-            make_engine(engine, workers, ray_address) as eng:
-        check_owned(out, "purify")  # as it is now that no other writer runs
-        remove_stale_staging(out, keep=work)
-        queries = fill_stream(evidence, [(ngram, [d.query for _, _, docs in benchmarks for d in docs])],
-                              quiet=quiet, short_min_words=short, workers=workers,
-                              engine=eng if engine != "local" or workers > 1 else "local", out=out)
-        found = _contamination(evidence, parsed, benchmarks, queries, ngram, short)
-        table = evidence.hits.table
-        cfg = PurifyConfig(mode=mode, n=ngram, seed=table.cfg.seed, window=window,
-                           minimum_slice=minimum_slice, too_dirty_cutoff=too_dirty_cutoff,
-                           janitor_exact=janitor_exact, text_field=text_field,
-                           whole_sizes=tuple(s for s in table.cfg.ngram_sizes if s != ngram))
-        includes = [lm_eval_include] if isinstance(lm_eval_include, (str, os.PathLike)) else lm_eval_include
-        options = {"rule": str(parsed), "tasks": list(tasks), "splits": list(splits or []),
-                   "data_files": {t: {k: str(v) for k, v in files.items()}
-                                  for t, files in (data_files or {}).items()},
-                   "lm_eval_include": [str(x) for x in includes or []], "id_field": id_field,
-                   "on_error": on_error, "short_min_words": short}
-        removals, reused, objects = _write_shards(evidence, found, cfg, options, rels, work, eng, quiet,
-                                                  bucket)
-        log = [(k, found.per_input[k][rem.row], rem) for k, rems in enumerate(removals) for rem in rems]
-        fix = found.fix
-        report = _report(evidence, log, found.matched, found.flagged, fix, cfg, str(parsed))
-        stage = work / "out"
-        write_parquet_atomic(stage / "removal_log.parquet",
-                             _log_table(evidence, log, found.matched, found.flagged, fix))
-        write_json_atomic(stage / "purify_report.json", report)
-        write_text_atomic(stage / "purify_report.md", _markdown(report))
-        write_owner(stage, "purify")
-        fault_point("purify-commit")
-        if bucket is not None:
-            commit_objects(bucket, objects, stage, {"tcqa_data_version": tcqa_data.__version__})
-        else:
-            commit_dir(stage, out)
-        shutil.rmtree(work, ignore_errors=True)
-    if bucket is not None:
-        shutil.rmtree(out.parent, ignore_errors=True)
+    try:
+        with output_lock(out, "purify"), removed_on_full_disk(work), \
+                make_engine(engine, workers, ray_address) as eng:
+            check_owned(out, "purify")  # as it is now that no other writer runs
+            remove_stale_staging(out, keep=work)
+            queries = fill_stream(evidence, [(ngram, [d.query for _, _, docs in benchmarks for d in docs])],
+                                  quiet=quiet, short_min_words=short, workers=workers,
+                                  engine=eng if engine != "local" or workers > 1 else "local", out=out)
+            found = _contamination(evidence, parsed, benchmarks, queries, ngram, short)
+            table = evidence.hits.table
+            cfg = PurifyConfig(mode=mode, n=ngram, seed=table.cfg.seed, window=window,
+                               minimum_slice=minimum_slice, too_dirty_cutoff=too_dirty_cutoff,
+                               janitor_exact=janitor_exact, text_field=text_field,
+                               whole_sizes=tuple(s for s in table.cfg.ngram_sizes if s != ngram))
+            includes = ([lm_eval_include] if isinstance(lm_eval_include, (str, os.PathLike))
+                        else lm_eval_include)
+            options = {"rule": str(parsed), "tasks": list(tasks), "splits": list(splits or []),
+                       "data_files": {t: {k: str(v) for k, v in files.items()}
+                                      for t, files in (data_files or {}).items()},
+                       "lm_eval_include": [str(x) for x in includes or []], "id_field": id_field,
+                       "on_error": on_error, "short_min_words": short}
+            removals, reused, objects = _write_shards(evidence, found, cfg, options, rels, work, eng, quiet,
+                                                      bucket)
+            log = [(k, found.per_input[k][rem.row], rem) for k, rems in enumerate(removals) for rem in rems]
+            fix = found.fix
+            report = _report(evidence, log, found.matched, found.flagged, fix, cfg, str(parsed))
+            stage = work / "out"
+            write_parquet_atomic(stage / "removal_log.parquet",
+                                 _log_table(evidence, log, found.matched, found.flagged, fix))
+            write_json_atomic(stage / "purify_report.json", report)
+            write_text_atomic(stage / "purify_report.md", _markdown(report))
+            write_owner(stage, "purify")
+            fault_point("purify-commit")
+            if bucket is not None:
+                commit_objects(bucket, objects, stage, {"tcqa_data_version": tcqa_data.__version__})
+            else:
+                commit_dir(stage, out)
+            shutil.rmtree(work, ignore_errors=True)
+    finally:
+        if bucket is not None:  # the local staging of a bucket output, whether or not it committed
+            shutil.rmtree(out.parent, ignore_errors=True)
     return {**report, "shards": {"total": len(rels), "reused": reused, "written": len(rels) - reused}}
 
 
