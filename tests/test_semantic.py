@@ -180,3 +180,27 @@ def test_candidates_are_the_same_for_any_cut_into_shards(devset):
     for c in one.cols:
         assert (one.cols[c] == many.cols[c]).all(), c
     assert one.texts == many.texts
+
+
+def test_compiled_candidate_windows_equal_the_numpy_path(devset, monkeypatch):
+    """The numba kernel that scores windows in one pass keeps the same candidates as the numpy
+    expansion of every (rare-word hit, item) pair it replaced: counts, columns and texts."""
+    from tcqa_data.decontam.core import kernel
+    from tcqa_data.decontam.readers import resolve_inputs
+    from tcqa_data.decontam.stream.scan import scan_corpus
+    from tcqa_data.decontam.stream.table import BenchmarkTable, StreamConfig
+
+    if not kernel.enabled():
+        pytest.skip("numba is not installed: only the numpy path runs")
+    data = devset["data"][Path(devset["task"]).stem]["test"]
+    queries = sorted({json.loads(line)["question"] for line in data.read_text().split("\n") if line})
+    table = BenchmarkTable(queries, StreamConfig(semantic=True))
+    inputs = resolve_inputs([str(devset["corpus"])])
+    compiled = scan_corpus(table, inputs).semantic
+    monkeypatch.setenv(kernel.ENV, "numpy")
+    plain = scan_corpus(table, inputs).semantic
+    assert len(compiled) > 10 and compiled.passed > len(compiled)
+    assert (compiled.windows, compiled.passed) == (plain.windows, plain.passed)
+    for c in compiled.cols:
+        assert (compiled.cols[c] == plain.cols[c]).all(), c
+    assert compiled.texts == plain.texts

@@ -7,6 +7,7 @@ module per concern:
 - ``sentences``: sentence windows on code points (Punkt's rules where they settle a break);
 - ``packed``: bit-packed tables (packing, lookups);
 - ``anchors``: the text store's winnowed anchor hashes;
+- ``semantic``: the semantic tier's candidate windows;
 - ``mix``: the hash mixer ``ngram`` and ``minhash`` share.
 
 Top-level functions with ``cache=True``: compiled once per install into ``__pycache__``, then
@@ -17,7 +18,7 @@ checks a cached kernel against its own module's file only: after editing ``mix.p
 
 from __future__ import annotations
 
-from tcqa_data.decontam.core._numba_kernels import anchors, jsonl, minhash, ngram, packed, sentences
+from tcqa_data.decontam.core._numba_kernels import anchors, jsonl, minhash, ngram, packed, semantic, sentences
 
 KERNELS = {**jsonl.KERNELS, **ngram.KERNELS, **minhash.KERNELS, **sentences.KERNELS, **packed.KERNELS,
-           **anchors.KERNELS}
+           **anchors.KERNELS, **semantic.KERNELS}
