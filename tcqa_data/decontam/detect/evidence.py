@@ -141,6 +141,8 @@ class IndexEvidence:
         self.ngram_sizes: list[int] = sorted(int(s) for s in ngrams.ngram_sizes)
         self.has_minhash = bool(self.manifest.get("minhash"))  # the manifest has a MinHash section
         self.has_text = has_text_store(path)
+        self._semantic_queries: list[str] | None = None  # the run's items (``plan_semantic``)
+        self._semantic: tuple[Any, Any] | None = None  # (model, SemanticMatches of those items)
 
     @classmethod
     def open(cls, index_dir: str | os.PathLike) -> IndexEvidence:
@@ -269,16 +271,31 @@ class IndexEvidence:
                     + (f" and {len(missing) - 1} more" if len(missing) > 1 else "") + "; rerun index-corpus")
         return problem
 
+    def plan_semantic(self, queries: Sequence[str]) -> None:
+        """Every item the run will ask ``semantic_matches`` about (all its splits): the text store
+        is then read once for all of them, as a stream pass reads the corpus once for its table."""
+        self._semantic_queries = list(dict.fromkeys(queries))
+        self._semantic = None
+
     def semantic_matches(self, queries: Sequence[str], model: Any) -> Any:
         """``SemanticMatches`` of ``queries``: every text-store doc read as candidate windows
-        (``semantic_from_texts``), the candidates verified by ``model``."""
+        (``semantic_from_texts``), the candidates verified by ``model``; once per run for the
+        planned items (``plan_semantic``), else once per call."""
         from tcqa_data.decontam.semantic import semantic_from_texts
 
         if not self.has_text:
             raise RuntimeError("the index has no text store (built with --text-store none): the semantic "
                                "tier reads corpus text")
-        return semantic_from_texts(queries, int(self.ngrams.num_docs()), self.store.texts, model,
-                                   self.normalization, self.hash_seed)
+        planned = self._semantic_queries
+        if planned is None or not set(queries) <= set(planned):
+            return semantic_from_texts(queries, int(self.ngrams.num_docs()), self.store.texts, model,
+                                       self.normalization, self.hash_seed)
+        if self._semantic is None or self._semantic[0] is not model:
+            found = semantic_from_texts(planned, int(self.ngrams.num_docs()), self.store.texts, model,
+                                        self.normalization, self.hash_seed)
+            self._semantic = (model, found)
+        number = {q: i for i, q in enumerate(planned)}
+        return self._semantic[1].take([number[q] for q in queries])
 
     def whole_hits(self, queries: Sequence[str], m: int) -> NgramHits:
         """Each query's (of exactly ``m`` words) one m-gram in the corpus: candidates from the anchors,
