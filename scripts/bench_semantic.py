@@ -271,7 +271,7 @@ def cost(args: argparse.Namespace) -> None:
     cmd = [sys.executable, "-m", "tcqa_data", "decontaminate", "--corpus", str(corpus), "--quiet",
            "--tasks", ",".join(tasks), *[x for d in data for x in ("--data-files", d)]]
     runs = {}
-    for rule in ("any-ngram", "any-ngram|semantic"):
+    for rule in ("any-ngram",) if args.parts_only else ("any-ngram", "any-ngram|semantic"):
         out = work / f"out_{rule.replace('|', '_')}"
         subprocess.run(["rm", "-rf", str(out)], check=True)
         runs[rule] = _child_cpu([*cmd, "--rule", rule, "--out", str(out)],
@@ -281,9 +281,10 @@ def cost(args: argparse.Namespace) -> None:
         print(f"corpus {corpus.stat().st_size / 1e6:.0f} MB; {rule}, whole process: {cpu:.1f} CPU-s "
               f"({wall:.0f} s wall){killed}", flush=True)
     base = runs["any-ngram"][0]
-    sem_cpu, _, sem_done = runs["any-ngram|semantic"]
-    print(f"ratio, whole process: {sem_cpu / base:.1f}x{'' if sem_done else ' (at least: not finished)'} "
-          "(target <= 4x)", flush=True)
+    if not args.parts_only:
+        sem_cpu, _, sem_done = runs["any-ngram|semantic"]
+        print(f"ratio, whole process: {sem_cpu / base:.1f}x{'' if sem_done else ' (at least: not finished)'} "
+              "(target <= 4x)", flush=True)
     if args.no_parts:
         return
     # the same queries as decontaminate's table
@@ -301,8 +302,10 @@ def cost(args: argparse.Namespace) -> None:
     t_plain = time.process_time() - t0
     t0 = time.process_time()
     table = BenchmarkTable(queries, StreamConfig(ngram_sizes=(13,), semantic=True))
+    t_table = time.process_time() - t0  # (the plain table's build is in t_plain: the rare words' share)
+    t0 = time.process_time()
     sem = scan_corpus(table, inputs).semantic
-    t_sem = time.process_time() - t0
+    t_sem = time.process_time() - t0 + t_table
     assert sem is not None and plain.num_docs
     texts = list(dict.fromkeys(sem.texts))
     views = list(
@@ -312,7 +315,7 @@ def cost(args: argparse.Namespace) -> None:
     )
     print(
         f"parts: {len(queries)} queries; pass alone {t_plain:.1f} CPU-s, "
-        f"pass with candidate windows {t_sem:.1f} CPU-s; "
+        f"pass with candidate windows {t_sem:.1f} CPU-s (its table {t_table:.1f}); "
         f"windows {sem.windows}, passed {sem.passed} ({sem.passed / sem.windows:.2%}), "
         f"pairs kept {len(sem)}, items with a candidate {len(np.unique(sem.cols['query']))}, "
         f"distinct texts to embed: {len(texts)} windows + {len(views)} item views",
@@ -330,9 +333,12 @@ def cost(args: argparse.Namespace) -> None:
     verify = per_text * len(pool)
     print(
         f"model load {t_load:.1f} CPU-s; {per_text * 1000:.1f} CPU-ms per text embedded (a sample of "
-        f"{len(sample)} of the windows and views); verification ~{verify:.0f} CPU-s "
-        f"= {verify / max(sem_cpu, 1e-9):.0%} of the semantic run"
+        f"{len(sample)} of the windows and views); verification ~{verify:.0f} CPU-s"
     )
+    total = base + (t_sem - t_plain) + t_load + verify
+    print(f"any-ngram|semantic from its parts ~ {total:.0f} CPU-s = any-ngram {base:.1f} + candidate pass "
+          f"{t_sem - t_plain:.1f} + model load {t_load:.1f} + verification {verify:.0f}: {total / base:.1f}x "
+          f"(target <= 4x); without the verification {(base + t_sem - t_plain + t_load) / base:.1f}x")
     tb = 1e12 / corpus.stat().st_size
     lexical = (base + t_sem - t_plain) * tb
     print(
@@ -359,6 +365,7 @@ def main() -> None:
     ap.add_argument("--sample", type=int, default=256, help="cost: candidate texts embedded to time it")
     ap.add_argument("--timeout", type=float, default=None, help="cost: seconds the semantic run may take")
     ap.add_argument("--no-parts", action="store_true", help="cost: the two whole processes only")
+    ap.add_argument("--parts-only", action="store_true", help="cost: the semantic run in parts only")
     args = ap.parse_args()
     {"recall": recall, "cost": cost, "gate": gate}[args.what](args)
 

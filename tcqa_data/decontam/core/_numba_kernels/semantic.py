@@ -81,9 +81,10 @@ def window_groups(v, doc, pos, doc_len, post_start, post_query, weight, query_to
             for t in range(ntouched):
                 q = touched[t]
                 s = acc_s[q]
-                need_words = min(min_shared, query_rare[q])
-                need_weight = min(query_total[q], share_cap) * min_share_pct
-                if acc_w[q] * 100 >= need_weight and s >= need_words and s >= 2:
+                if s < 2:  # most items a window touches share one word with it
+                    continue
+                if acc_w[q] * 100 >= min(query_total[q], share_cap) * min_share_pct and \
+                        s >= min(min_shared, query_rare[q]):
                     if k == len(o_q):
                         o_q = _grow(o_q, k + 1)
                         o_d = _grow(o_d, k + 1)
