@@ -102,7 +102,8 @@ def test_a_wrong_weights_file_is_refused_in_one_line(tmp_path):
         load_embedding_model(str(bad))
 
 
-def test_rephrased_items_flagged_in_stream_and_index_mode_alike(devset, stream_out, tmp_path):
+def test_rephrased_items_flagged_in_stream_and_index_mode_alike(devset, stream_out, tmp_path, monkeypatch):
+    import tcqa_data.decontam.semantic as semantic
     from tcqa_data.decontam.build import build_index
 
     args = dict(data_files=devset["data"], quiet=True, rule="any-ngram|semantic")
@@ -128,14 +129,23 @@ def test_rephrased_items_flagged_in_stream_and_index_mode_alike(devset, stream_o
     row = json.loads((stream_out / "summary.json").read_text())["rows"][0]
     tiers = row["dirty_docs_by_tier"]
     assert tiers["semantic_only"] == int((flags & ~lexical).sum()) and sum(tiers.values()) == int(flags.sum())
-    # index mode: the text store's docs read the same way, the same rows
+    # index mode: the text store's docs read the same way, the same rows; with two splits (the task
+    # again under another name) the store is read once for the run, not once per split
     index = tmp_path / "index"
     build_index([str(devset["corpus"])], index, ngram_sizes=(13,), minhash=False, text_store="auto",
                 quiet=True, workers=1)
-    decontaminate(index, [devset["task"]], tmp_path / "idx", **args)
-    _, idx_rows = _flags(tmp_path / "idx", task)
+    again = tmp_path / f"{task}_again.yaml"
+    again.write_text(Path(devset["task"]).read_text().replace(f"task: {task}\n", f"task: {again.stem}\n"))
+    reads = []
+    read_texts = semantic.semantic_from_texts
+    monkeypatch.setattr(semantic, "semantic_from_texts", lambda *a: reads.append(1) or read_texts(*a))
+    decontaminate(index, [devset["task"], str(again)], tmp_path / "idx",
+                  **{**args, "data_files": {**devset["data"], again.stem: devset["data"][task]}})
+    assert len(reads) == 1
     cols = ("doc_dirty", "semantic_cosine", "semantic_doc_ref", "semantic_span", "semantic_shared_words")
-    assert [{c: r[c] for c in cols} for r in idx_rows] == [{c: r[c] for c in cols} for r in rows]
+    for name in (task, again.stem):
+        _, idx_rows = _flags(tmp_path / "idx", name)
+        assert [{c: r[c] for c in cols} for r in idx_rows] == [{c: r[c] for c in cols} for r in rows]
 
 
 def test_ray_gives_the_bytes_of_one_local_pass(devset, stream_out, tmp_path):
