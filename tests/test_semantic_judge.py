@@ -157,3 +157,18 @@ def test_purify_drop_with_a_semantic_term_drops_the_docs_of_the_best_windows(dev
     assert len(kept) == len(lines) - len(want) and len(dropped) == len(want)
     assert [ln for ln in lines if json.loads(ln)["id"] not in dropped] == kept
     assert sum(d.startswith("inj-") for d in dropped) > len(dropped) / 2  # mostly the injected rephrasings
+
+
+def test_a_tokenizer_without_a_chat_template_gets_a_plain_prompt(tiny_model):
+    from tcqa_data.decontam.semantic.judge import Judge, load_judge
+
+    chat = load_judge(str(tiny_model))
+    chat.loaded.tokenizer.chat_template = None
+    plain = Judge("plain", chat.loaded, None)
+    assert not plain.chat and plain.prompt("a question", "a window").endswith("\nAnswer:")
+    tok = plain.loaded.tokenizer
+    assert [tok.decode([i]) for i in plain.answer_ids] == [" True", " False"]
+    pairs = [("What is 2 + 2?\nA. 3\nB. 4", "what is two plus two 3 4"), ("Who wrote Hamlet?", "x " * 400)]
+    p = plain.probabilities(pairs)
+    np.testing.assert_allclose(p, plain.probabilities(pairs[::-1], batch_size=1)[::-1], atol=1e-5)
+    assert ((p > 0) & (p < 1)).all()
