@@ -245,6 +245,8 @@ def decontaminate(
     quiet: bool = False,
     allow_task_code: bool = False,
     embedding_model: str | None = None,
+    judge: str | None = None,
+    judge_top: int = 200,  # decontam.semantic.judge.JUDGE_TOP; tests/test_api.py checks the CLI agrees
 ) -> PrepSummary:
     """Flag the benchmark docs that overlap the corpus and write PREP_DIR to ``out``, as
     ``tcqa-data decontaminate``.
@@ -285,6 +287,12 @@ def decontaminate(
         embedding_model: With a ``semantic`` rule term: the sentence-transformers model (name, folder
             or hub id) that scores candidate windows (default: all-MiniLM-L6-v2 from the semantic
             extra, its weights sha256 pinned).
+        judge: With a ``semantic`` rule term: a causal LM (local folder, ``.gguf`` file, hub id, or
+            ``smollm2-135m-gguf``) asked whether each of the top item / window pairs is the same
+            item, rephrased or translated (LLM Decontaminator's question); its verdict is the rule
+            term ``judge``, e.g. ``any-ngram|semantic&judge``. Default: no judge.
+        judge_top: With ``judge``: how many pairs each split has judged, highest cosine first
+            (pairs under cosine 0.5 are not judged).
 
     Returns:
         The run summary, with each task and split's counts under ``tasks``.
@@ -311,7 +319,7 @@ def decontaminate(
         id_field=id_field, on_error=on_error, workers=workers, engine=engine,
         ray_address=ray_address, hf_dataset=hf_dataset, hf_config=hf_config, hf_split=hf_split,
         short_min_words=short_min_words or None, source_name=source_name,
-        allow_task_code=allow_task_code, embedding_model=embedding_model)
+        allow_task_code=allow_task_code, embedding_model=embedding_model, judge=judge, judge_top=judge_top)
     if index_dir is None:
         return run(None, task_list, out, **kwargs)  # type: ignore[return-value]
     with reading(index_dir):  # an index file damaged with its size kept: found by a full check
@@ -491,6 +499,7 @@ def purify(
     short_min_words: int = 8,
     quiet: bool = False,
     allow_task_code: bool = False,
+    embedding_model: str | None = None,
 ) -> PurifyReport:
     """Write ``corpus`` minus its contamination by the benchmarks to ``out``, as ``tcqa-data purify``.
 
@@ -503,7 +512,9 @@ def purify(
         data_files: Local benchmark data: ``{task: {split: path}}`` or ``"TASK:SPLIT=PATH"`` strings.
         splits: The split names to check (default: all).
         lm_eval_include: Folders of your own lm-eval task YAMLs.
-        rule: The benchmark docs that count (as `decontaminate`; no ``minhash`` term).
+        rule: The benchmark docs that count (as `decontaminate`; no ``minhash`` or ``judge``
+            term; a ``semantic`` term only with ``mode="drop"``: the corpus doc holding a flagged
+            item's best window is dropped).
         ngram: The n-gram size (Janitor: 13).
         window: Chars cut on each side of a match (Janitor: 200).
         minimum_slice: Shorter pieces are dropped (Janitor: 200).
@@ -520,6 +531,7 @@ def purify(
         short_min_words: Benchmark items of this many words up to n-1 are matched whole (0: off).
         quiet: No progress bars.
         allow_task_code: As `decontaminate`.
+        embedding_model: With a ``semantic`` rule term: the model, as `decontaminate`'s.
 
     Returns:
         purify_report.json as an object, plus ``shards`` (written, reused from a killed run).
@@ -533,7 +545,8 @@ def purify(
                text_field=_text_field(preset, text_field), id_field=id_field, on_error=on_error,
                workers=workers, engine=engine, ray_address=ray_address,
                short_min_words=short_min_words or None,
-               lm_eval_include=_paths(lm_eval_include), quiet=quiet, allow_task_code=allow_task_code)
+               lm_eval_include=_paths(lm_eval_include), quiet=quiet, allow_task_code=allow_task_code,
+               embedding_model=embedding_model)
 
 
 def clean_vs_full_table(results: EvalResults | Mapping[str, Any], task: str) -> pd.DataFrame:

@@ -22,6 +22,7 @@ from tcqa_data.cli import (
 )
 from tcqa_data.decontam.detect.rules import DEFAULT_RULE, DEFAULT_SEMANTIC, rule_terms_help
 from tcqa_data.decontam.readers.presets import text_field_for
+from tcqa_data.decontam.semantic.judge import JUDGE_FLOOR, JUDGE_TOP
 from tcqa_data.decontam.semantic.model import DEFAULT_MODEL
 
 
@@ -99,6 +100,15 @@ def decontaminate_cmd(
         help=f"With a semantic rule term: the sentence-transformers model (name, folder or hub id) that "
              f"scores candidate windows (default: {DEFAULT_MODEL}, installed with the semantic extra, its "
              f"weights sha256 pinned). A bare 'semantic' term means semantic>={DEFAULT_SEMANTIC}."),
+    judge: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--judge",
+        help="With a semantic rule term: a causal LM (folder, .gguf file, hub id, or smollm2-135m-gguf) "
+             "asked whether each top item/window pair is the same item, rephrased or translated; its "
+             "verdict is the rule term 'judge', e.g. 'any-ngram|semantic&judge' (& binds tighter than |). "
+             "Default: no judge."),
+    judge_top: int = typer.Option(
+        JUDGE_TOP, "--judge-top", min=1,
+        help=f"With --judge: pairs judged per split, highest cosine first (not under {JUDGE_FLOOR})."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or summary."),
 ) -> None:
     """Score benchmark docs against INDEX_DIR (or stream --corpus); write splits, evidence, reports."""
@@ -127,6 +137,7 @@ def decontaminate_cmd(
             workers=workers, engine=value_of(engine), ray_address=ray_address, hf_dataset=hf_dataset,
             hf_config=hf_config, hf_split=hf_split, short_min_words=short_min_words or None,
             source_name=source_name, allow_task_code=allow_task_code, embedding_model=embedding_model,
+            judge=judge, judge_top=judge_top,
         )
     for note in summary.get("warnings", []):  # shown even with --quiet; also at the top of every report
         warning(note)

@@ -10,6 +10,7 @@ import typer
 from tcqa_data.cli import ALLOW_TASK_CODE_HELP, CorpusPreset, Engine, OnError, PurifyMode, app, value_of
 from tcqa_data.decontam.detect.rules import DEFAULT_RULE
 from tcqa_data.decontam.readers.presets import text_field_for
+from tcqa_data.decontam.semantic.model import DEFAULT_MODEL
 
 
 @app.command("purify")
@@ -31,7 +32,9 @@ def purify_cmd(
     lm_eval_include: Optional[list[Path]] = typer.Option(  # noqa: UP045
         None, "--lm-eval-include",
         help="A folder of your own lm-eval task YAMLs (lm-eval's --include_path); repeatable."),
-    rule: str = typer.Option(DEFAULT_RULE, "--rule", help="Benchmark docs that count (as decontaminate)."),
+    rule: str = typer.Option(DEFAULT_RULE, "--rule",
+                             help="Benchmark docs that count (as decontaminate; a semantic term drops the "
+                                  "doc of a flagged item's best window, --mode drop only)."),
     ngram: int = typer.Option(13, "--ngram", min=1, help="N-gram size (Janitor: 13)."),
     window: int = typer.Option(200, "--window", min=0,
                                help="Chars cut on each side of a match (Janitor: 200)."),
@@ -61,6 +64,10 @@ def purify_cmd(
     short_min_words: int = typer.Option(
         8, "--short-min-words", min=0, help="Items of this many words up to n-1 are matched whole (0: off)."),
     allow_task_code: bool = typer.Option(False, "--allow-task-code", help=ALLOW_TASK_CODE_HELP),
+    embedding_model: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--embedding-model",
+        help=f"With a semantic rule term (--mode drop only): the sentence-transformers model, as "
+             f"decontaminate's (default: {DEFAULT_MODEL})."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or summary."),
 ) -> None:
     """Stream CORPUS against the tasks' n-grams and write it to --out without its contamination."""
@@ -77,7 +84,7 @@ def purify_cmd(
                     engine=value_of(engine), ray_address=ray_address,
                     short_min_words=short_min_words or None,
                     lm_eval_include=[str(p) for p in lm_eval_include or []], quiet=quiet,
-                    allow_task_code=allow_task_code)
+                    allow_task_code=allow_task_code, embedding_model=embedding_model)
     if not quiet:
         t, shards = report["totals"], report["shards"]
         typer.echo(f"{t['contaminated_docs']} contaminated docs: {t['dropped']} dropped, {t['cut']} cut, "

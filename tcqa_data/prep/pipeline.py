@@ -20,6 +20,7 @@ import tcqa_data
 from tcqa_data.decontam.detect.evidence import IndexEvidence
 from tcqa_data.decontam.detect.rules import DEFAULT_RULE, Rule, doc_status
 from tcqa_data.decontam.detect.score import auto_ngram, score_docs
+from tcqa_data.decontam.semantic.judge import JUDGE_TOP
 from tcqa_data.deprecation import moved_to_top
 from tcqa_data.errors import ConfigError, IndexMismatchError, TcqaError
 from tcqa_data.io_utils import write_json_atomic, write_parquet_atomic, write_text_atomic
@@ -111,6 +112,7 @@ class _Run:
     stream: bool = False  # the evidence is a corpus pass (--corpus), not an index
     short_min_words: int | None = None  # shorter queries of at least this many words whole (None: off)
     semantic_model: Any = None  # the semantic tier's EmbeddingModel (a ``semantic`` rule term)
+    judge: Any = None  # the semantic tier's judge (``--judge``): a ``semantic.judge.Judge``
     # known once the evidence is filled (after a stream's pass)
     index_summary: dict[str, Any] = dataclasses.field(default_factory=dict)
     fix_ref: Callable[[str | None], str | None] | None = None  # corpus doc refs as PREP_DIR records them
@@ -185,6 +187,8 @@ def decontaminate(
     source_name: str | None = None,
     allow_task_code: bool = False,
     embedding_model: str | None = None,
+    judge: str | None = None,
+    judge_top: int = JUDGE_TOP,
 ) -> dict[str, Any]:
     """Score every doc of ``tasks`` against the index, write PREP_DIR, return the summary.
 
@@ -213,7 +217,10 @@ def decontaminate(
 
     ``embedding_model``: the semantic tier's sentence-transformers model (name, folder or hub id;
     default: the bundled ``all-MiniLM-L6-v2``), loaded (and its weights digest checked) before
-    anything is written when the rule has a ``semantic`` term.
+    anything is written when the rule has a ``semantic`` term. ``judge``: a causal LM (folder,
+    ``.gguf`` file, hub id or ``smollm2-135m-gguf``) asked of each split's ``judge_top`` best pairs
+    whether they are the same item (``decontam/semantic/judge.py``; the rule term ``judge``); it
+    needs a semantic term and is loaded, like the embedding model, before anything is written.
 
     ``source_name``: the corpus as ``contamination_report.csv`` names it (the CONDA database's
     "Contaminated Source", e.g. a hub id); default: its hub dataset or file names
@@ -235,11 +242,22 @@ def decontaminate(
         raise ConfigError("no tasks given; e.g. --tasks mc_taco,squad_completion")
     parsed_rule, fixed_n = _check_options(rule, ngram, max_corpus_freq, group_policy)
     stream = corpus is not None or hf_dataset is not None
-    semantic_model = None
+    semantic_model = judge_model = None
+    if parsed_rule.uses_judge and judge is None:
+        raise ConfigError(f"rule {str(parsed_rule)!r} has the term 'judge', which needs a judge model: "
+                          "--judge MODEL (e.g. --judge smollm2-135m-gguf)")
+    if judge is not None and not parsed_rule.uses_semantic:
+        raise ConfigError(f"--judge {judge}: the judge verifies the semantic tier's pairs, and rule "
+                          f"{str(parsed_rule)!r} has no semantic term; e.g. "
+                          "--rule 'any-ngram|semantic&judge'")
     if parsed_rule.uses_semantic:  # a model that cannot load is refused before anything is written
         from tcqa_data.decontam.semantic import load_embedding_model
 
         semantic_model = load_embedding_model(embedding_model)
+        if judge is not None:
+            from tcqa_data.decontam.semantic.judge import load_judge
+
+            judge_model = load_judge(judge, top=judge_top)
     if stream == (index_dir is not None):
         raise ConfigError("give either an index folder (INDEX_DIR) or a corpus (--corpus, --hf-dataset), "
                           "not both or neither")
@@ -257,7 +275,7 @@ def decontaminate(
         run = _open_run(index_dir, out_dir, parsed_rule, fixed_n, normalization=normalization,
                         max_corpus_freq=max_corpus_freq, group_policy=group_policy, quiet=quiet,
                         short_min_words=short_min_words)
-    run.semantic_model = semantic_model
+    run.semantic_model, run.judge = semantic_model, judge_model
     jobs = task_jobs(tasks, data_files, splits, group_by=group_by, lm_eval_include=lm_eval_include,
                      lm_eval_include_defaults=lm_eval_include_defaults, allow_task_code=allow_task_code)
     check_prep_names(jobs)  # before the (stream) pass: refused before any work
@@ -309,6 +327,8 @@ def _semantic_config(run: _Run) -> dict[str, Any]:
         "terms": [str(t) for t in run.rule.terms if t.uses_semantic],
         "candidates": {"window_words": windows.WINDOW_WORDS, "window_stride": windows.WINDOW_STRIDE,
                        "min_share": windows.MIN_SHARE, "top_per_query": windows.TOP_PER_QUERY}}
+    if run.judge is not None:
+        out["judge"] = run.judge.manifest()
     found = getattr(getattr(run.evidence, "hits", None), "semantic", None) if run.stream else None
     if found is not None:
         out["candidates"].update({"windows": found.windows, "windows_passed": found.passed,
@@ -527,7 +547,8 @@ def _process_split(spec: TaskSpec | LmEvalTask, b: BenchmarkSplit, queries: list
         # alignment against corpus text (aligned_* columns) runs when the rule has an aligned term
         cols = score_docs(qdocs, run.evidence, n, max_corpus_freq=run.max_corpus_freq,
                           use_minhash=run.use_minhash, progress=step, align=rule.uses_alignment,
-                          short_min_words=run.short_min_words, semantic_model=run.semantic_model)
+                          short_min_words=run.short_min_words, semantic_model=run.semantic_model,
+                          judge=run.judge)
     portable_doc_refs(cols, run.fix_ref)
     gids = group_ids(spec, b.table)
     dirty_doc, fired = rule.evaluate(cols)
@@ -607,4 +628,5 @@ def _contamination_table(cols: dict[str, list], gids: list[int], n: int, dirty_d
 SEMANTIC_COLUMN_TYPES = {
     "semantic_cosine": pa.float64(), "semantic_doc_ref": pa.string(), "semantic_span": pa.list_(pa.int64()),
     "semantic_window": pa.string(), "semantic_shared_words": pa.list_(pa.string()),
-    "semantic_candidates": pa.int64()}
+    "semantic_candidates": pa.int64(),
+    "semantic_judge": pa.bool_(), "semantic_judge_probability": pa.float64()}  # with --judge

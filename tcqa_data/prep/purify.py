@@ -121,14 +121,17 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
            short_min_words: int | None = 8, engine: str = "local", ray_address: str | None = None,
            lm_eval_include: Sequence[str | os.PathLike] | str | os.PathLike | None = None,
            lm_eval_include_defaults: bool = True, quiet: bool = False,
-           allow_task_code: bool = False) -> dict[str, Any]:
+           allow_task_code: bool = False, embedding_model: str | None = None) -> dict[str, Any]:
     """Write ``corpus`` minus its contamination by ``tasks`` to ``out_dir`` (module doc); returns the
     report (``purify_report.json``) plus ``shards``: how many output shards were written and how many
     a killed run had finished (reused). ``short_min_words``: benchmark items of that many words up
     to ``ngram - 1`` are matched whole (their word sequence cut as an n-gram's is) in ``drop`` mode
     and with ``janitor_exact=False``; the default, ``janitor_exact``, cuts exactly ``Janitor.clean_python``'s
     pieces (13-grams only, its windows: ``decontam/stream/excise.py``). ``lm_eval_include``,
-    ``lm_eval_include_defaults``, ``allow_task_code``: as ``decontaminate``."""
+    ``lm_eval_include_defaults``, ``allow_task_code``: as ``decontaminate``. A semantic rule term
+    (``--mode drop`` only: a rephrasing has no n-gram to excise) drops, for each benchmark doc a
+    semantic clause flags, the corpus doc of its best window; ``embedding_model`` as
+    ``decontaminate``'s."""
     if isinstance(tasks, str):
         tasks = [t.strip() for t in tasks.split(",") if t.strip()]
     if not tasks:
@@ -140,11 +143,21 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
     parsed = Rule.parse(rule)
     if parsed.uses_minhash:
         raise ConfigError(f"rule {str(parsed)!r}: {MINHASH_REFUSAL}")
-    if parsed.uses_semantic:  # (decontaminate flags rephrased items; purify cuts n-gram spans)
-        raise ConfigError(f"rule {str(parsed)!r}: purify does not take semantic terms yet; find rephrased "
-                          "items with `decontaminate --rule 'any-ngram|semantic'`")
+    semantic_model = None
+    if parsed.uses_judge:
+        raise ConfigError(f"rule {str(parsed)!r}: purify takes no judge (the term 'judge'); find the pairs a "
+                          "judge confirms with `decontaminate --judge MODEL`, or purify with semantic terms")
+    if parsed.uses_semantic:
+        if mode != "drop":  # a rephrased item shares no n-gram span with its item for excise to cut
+            raise ConfigError(f"rule {str(parsed)!r}: --mode {mode} cuts the n-grams a corpus doc shares "
+                              "with a benchmark item, and a rephrasing (a semantic term) shares none; use "
+                              "--mode drop to drop the corpus docs that hold one")
+        from tcqa_data.decontam.semantic import load_embedding_model
+
+        semantic_model = load_embedding_model(embedding_model)  # refused before anything is written
     evidence = StreamEvidence.open(list(corpus), StreamConfig(
-        ngram_sizes=(ngram,), anchors=parsed.uses_alignment, keep_pairs=True, text_field=text_field,
+        ngram_sizes=(ngram,), anchors=parsed.uses_alignment, semantic=parsed.uses_semantic,
+        keep_pairs=True, text_field=text_field,
         id_field=id_field, on_error=on_error), distinct=False)  # every input is written out
     check_output_outside_inputs(out_dir, corpus, evidence.inputs)
     rels = relative_names([i.path for i in evidence.inputs])
@@ -174,7 +187,7 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
             queries = fill_stream(evidence, [(ngram, [d.query for _, _, docs in benchmarks for d in docs])],
                                   quiet=quiet, short_min_words=short, workers=workers,
                                   engine=eng if engine != "local" or workers > 1 else "local", out=out)
-            found = _contamination(evidence, parsed, benchmarks, queries, ngram, short)
+            found = _contamination(evidence, parsed, benchmarks, queries, ngram, short, semantic_model)
             table = evidence.hits.table
             cfg = PurifyConfig(mode=mode, n=ngram, seed=table.cfg.seed, window=window,
                                minimum_slice=minimum_slice, too_dirty_cutoff=too_dirty_cutoff,
@@ -186,12 +199,15 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
                        "data_files": {t: {k: str(v) for k, v in files.items()}
                                       for t, files in (data_files or {}).items()},
                        "lm_eval_include": [str(x) for x in includes or []], "id_field": id_field,
-                       "on_error": on_error, "short_min_words": short}
+                       "on_error": on_error, "short_min_words": short,
+                       **({"embedding_model": semantic_model.manifest()} if semantic_model else {})}
             removals, reused, objects = _write_shards(evidence, found, cfg, options, rels, work, eng, quiet,
                                                       bucket)
             log = [(k, found.per_input[k][rem.row], rem) for k, rems in enumerate(removals) for rem in rems]
             fix = found.fix
             report = _report(evidence, log, found.matched, found.flagged, fix, cfg, str(parsed))
+            if semantic_model is not None:  # which model's cosines dropped docs
+                report["semantic"] = {"model": semantic_model.manifest(), "docs_dropped": found.semantic_docs}
             stage = work / "out"
             write_parquet_atomic(stage / "removal_log.parquet",
                                  _log_table(evidence, log, found.matched, found.flagged, fix))
@@ -222,18 +238,24 @@ class _Found:
     per_input: dict[int, dict[int, int]]
     dirty: dict[int, np.ndarray]
     fix: Any
+    semantic_docs: int = 0  # corpus docs matched by a semantic clause (the best window of a flagged item)
 
 
 def _contamination(evidence: StreamEvidence, parsed: Rule, benchmarks: list[tuple[str, str, list[QueryDoc]]],
-                   queries: list[str], ngram: int, short: int | None) -> _Found:
+                   queries: list[str], ngram: int, short: int | None, semantic_model: Any = None) -> _Found:
     # the benchmark docs the rule flags, and the queries they hold
     number = {q: i for i, q in enumerate(queries)}
     flagged: dict[int, list[tuple[str, str, int]]] = defaultdict(list)
+    by_semantic: set[int] = set()  # flagged queries whose firing clause has a semantic term
+    semantic_labels = {str(t) for t in parsed.terms if t.uses_semantic}
     for task, split, docs in benchmarks:
-        dirty, _ = parsed.evaluate(score_docs(docs, evidence, ngram, use_minhash=False,
-                                              align=parsed.uses_alignment, short_min_words=short))
+        dirty, fired = parsed.evaluate(score_docs(docs, evidence, ngram, use_minhash=False,
+                                                  align=parsed.uses_alignment, short_min_words=short,
+                                                  semantic_model=semantic_model))
         for i in np.flatnonzero(dirty).tolist():
             flagged[number[docs[i].query]].append((task, split, i))
+            if any(set(c.split("&")) & semantic_labels for c in fired[i].split("|")):
+                by_semantic.add(number[docs[i].query])
     hits = evidence.hits
     table = hits.table
     dirty_query = np.zeros(len(queries), dtype=bool)
@@ -253,11 +275,21 @@ def _contamination(evidence: StreamEvidence, parsed: Rule, benchmarks: list[tupl
         start, holders = table.holder_start[size], table.holders[size]
         for r, o in zip(pair_rows[keep].tolist(), pair_docs[keep].tolist(), strict=True):
             matched[o].update(q for q in holders[start[r]:start[r + 1]].tolist() if dirty_query[q])
+    # a rephrased item: the corpus doc of its best window (the one the semantic term scored)
+    semantic_docs: set[int] = set()
+    if by_semantic:
+        sem_q = sorted(by_semantic)
+        sm = evidence.semantic_matches([queries[q] for q in sem_q], semantic_model)
+        for q, o in zip(sem_q, sm.docs.tolist(), strict=True):
+            if o >= 0:
+                matched[o].add(q)
+                semantic_docs.add(o)
     per_input: dict[int, dict[int, int]] = defaultdict(dict)
     for o in matched:
         inp_no, row = hits.where[o]
         per_input[inp_no][row] = o
-    return _Found(flagged, matched, per_input, dirty_keys, portable_ref("stream", evidence.manifest))
+    return _Found(flagged, matched, per_input, dirty_keys, portable_ref("stream", evidence.manifest),
+                  len(semantic_docs))
 
 
 def _write_shards(evidence: StreamEvidence, found: _Found, cfg: PurifyConfig, options: dict[str, Any],

@@ -159,10 +159,20 @@ def _semantic_pairs(c: dict[str, list], config: dict[str, Any]) -> list[dict[str
                     "rule_fired": c["rule_fired"][i], "query": query, "query_marks": q_spans,
                     "corpus_ref": c["semantic_doc_ref"][i], "corpus_span_words": c["semantic_span"][i],
                     "corpus_window": window, "window_marks": w_spans,
-                    "shared_words": c["semantic_shared_words"][i]})
+                    "shared_words": c["semantic_shared_words"][i],
+                    **({"judge": c["semantic_judge"][i],
+                        "judge_probability": c["semantic_judge_probability"][i]}
+                       if "semantic_judge" in c else {})})
         if len(out) >= TOP_K:
             break
     return out
+
+
+def _judge_cell(pair: dict[str, Any]) -> list[str]:
+    """The judge's verdict on a pair and its P(same item), or a dash where it was not asked."""
+    if pair.get("judge") is None:
+        return ["-"]
+    return [f"{'yes' if pair['judge'] else 'no'} {_fmt(pair['judge_probability'])}"]
 
 
 def _longest_bins(n: int, mx: int) -> list[int]:
@@ -383,14 +393,17 @@ def build_document(rep: dict[str, Any]) -> list[Block]:
     for t in rep["top_contaminated"]:
         blocks += _evidence(t)
     if "semantic_pairs" in rep:
+        # with --judge: its verdict and P(same item) beside the cosine
+        judged = ["judge", "r"] if any("judge" in t for t in rep["semantic_pairs"]) else []
         blocks += [Heading(2, "Semantic tier: best item / corpus window pairs (by cosine; shared rare words "
                               "highlighted; the window as normalized text)"),
-                   Table(["doc", "cosine", "flagged", "benchmark item", "corpus window"],
-                         [[str(t["doc_id"]), _fmt(t["cosine"]), "yes" if t["doc_dirty"] else "no",
+                   Table(["doc", "cosine", *judged[:1], "flagged", "benchmark item", "corpus window"],
+                         [[str(t["doc_id"]), _fmt(t["cosine"]), *_judge_cell(t)[:len(judged)],
+                           "yes" if t["doc_dirty"] else "no",
                            highlight(t["query"], t["query_marks"]),
                            [f"{t['corpus_ref']} words {'-'.join(map(str, t['corpus_span_words']))}: ",
                             *highlight(t["corpus_window"], t["window_marks"])]]
-                          for t in rep["semantic_pairs"]], align=["r", "r", "l", "l", "l"])
+                          for t in rep["semantic_pairs"]], align=["r", "r", *judged[1:], "l", "l", "l"])
                    if rep["semantic_pairs"] else Paragraph("No candidate window for any item.")]
     if rep["untestable_doc_ids"]:
         blocks += [Heading(2, "Untestable docs (first ids)"),

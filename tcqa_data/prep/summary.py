@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tcqa_data.decontam.detect.rules import SEMANTIC_TERMS
 from tcqa_data.io_utils import write_json_atomic, write_text_atomic
 from tcqa_data.report_render import (
     Block,
@@ -141,8 +142,8 @@ def tier_counts(contamination: pa.Table) -> dict[str, int]:
         if not d:
             continue
         clauses = f.split("|")
-        sem = any("semantic" in c for c in clauses)
-        lex = any("semantic" not in c for c in clauses)
+        semantic_clause = [any(t in c for t in SEMANTIC_TERMS) for c in clauses]
+        sem, lex = any(semantic_clause), not all(semantic_clause)
         out["both" if sem and lex else "semantic_only" if sem else "lexical_only"] += 1
     return out
 

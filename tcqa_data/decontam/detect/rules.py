@@ -13,6 +13,10 @@ Rules (``Rule.parse``) are a tiny boolean grammar over these scores::
             | "aligned-field>=" FLOAT       # 0..1, the same share within the best-covered field
             | "semantic" [">=" FLOAT]        # cosine of the best candidate window (semantic tier);
                                             # bare: the shipped threshold (DEFAULT_SEMANTIC)
+            | "judge"                       # the judge model (--judge) said the item and that
+                                            # window are the same item (semantic tier)
+
+There are no parentheses: ``any-ngram|semantic&judge`` reads as ``any-ngram | (semantic & judge)``.
 
 N-gram terms fire only on testable docs (query of at least ``n`` words); :func:`doc_status`
 tells "dirty", "clean" and "untestable" docs apart.
@@ -55,7 +59,10 @@ TERM_KINDS: tuple[TermKind, ...] = (
     TermKind("aligned", "aligned_share", "S", "share"),
     TermKind("aligned-field", "aligned_field_share", "S", "share"),
     TermKind("semantic", "semantic_cosine", "T", "share", DEFAULT_SEMANTIC),
+    TermKind("judge", "semantic_judge", None, "none"),
 )
+# terms read from the semantic tier's columns (null where it found no candidate, or judged none)
+SEMANTIC_TERMS = ("semantic", "judge")
 AND, OR = "&", "|"  # AND binds tighter than OR
 OPERATORS: tuple[tuple[str, str], ...] = ((AND, "and"), (OR, "or"))
 _KINDS = {k.name: k for k in TERM_KINDS}
@@ -101,7 +108,11 @@ class Term:
 
     @property
     def uses_semantic(self) -> bool:
-        return self.name == "semantic"
+        return self.name in SEMANTIC_TERMS
+
+    @property
+    def uses_judge(self) -> bool:
+        return self.name == "judge"
 
     def __str__(self) -> str:
         kind = _KINDS[self.name].threshold
@@ -171,6 +182,10 @@ class Rule:
     @property
     def uses_semantic(self) -> bool:
         return any(t.uses_semantic for t in self.terms)
+
+    @property
+    def uses_judge(self) -> bool:
+        return any(t.uses_judge for t in self.terms)
 
     @property
     def uses_ngrams(self) -> bool:

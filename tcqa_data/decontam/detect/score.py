@@ -14,6 +14,7 @@ from an evidence source (``evidence.py``; an opened index: ``IndexEvidence``):
 - ``semantic_*`` (with ``semantic_model``: the semantic tier, ``decontam/semantic``): the cosine of
   the corpus window most like the query among its rare-word candidates, that window's doc, word
   span and normalized text, the rare words it shares with the query, the candidates scored.
+  With a judge (``--judge``), its verdict on the top pairs and the probability it gave "same item".
 
 A query shorter than ``n`` words has no n-gram: ``testable`` is False and n-gram rules cannot
 flag it. Such docs are reported as "untestable", never silently as clean (see
@@ -159,7 +160,7 @@ def score_docs(docs: Sequence[QueryDoc], evidence: EvidenceSource, n: int, *,
                max_corpus_freq: int | None = None, use_minhash: bool = True,
                progress: Callable[[int], None] | None = None, align: bool | None = None,
                align_params: Any = None, short_min_words: int | None = None,
-               semantic_model: Any = None) -> dict[str, list]:
+               semantic_model: Any = None, judge: Any = None) -> dict[str, list]:
     """Score every doc against ``evidence`` (e.g. ``IndexEvidence.open(INDEX_DIR)``); returns column
     name -> per-doc values.
 
@@ -169,7 +170,8 @@ def score_docs(docs: Sequence[QueryDoc], evidence: EvidenceSource, n: int, *,
     ``align.py``); None = when the evidence has corpus texts. ``align_params``: ``AlignParams``.
     ``short_min_words``: queries of that many words up to ``n - 1`` are matched whole (module doc;
     the evidence must answer ``whole_hits``). ``semantic_model``: an ``EmbeddingModel``: the
-    ``semantic_*`` columns (``evidence.semantic_matches``).
+    ``semantic_*`` columns (``evidence.semantic_matches``). ``judge``: with ``semantic_model``, a
+    ``semantic.judge.Judge`` asked of the top pairs (``semantic_judge``, ``semantic_judge_probability``).
     """
     # MC-TACO repeats one query for every candidate answer of a question: score each distinct
     # (query, fields) once and copy the result to its docs.
@@ -195,6 +197,9 @@ def score_docs(docs: Sequence[QueryDoc], evidence: EvidenceSource, n: int, *,
                          short_min_words=short_min_words)
     if semantic_model is not None:
         cols.update(semantic_columns([d.query for d in unique], evidence, semantic_model))
+        if judge is not None:  # each distinct query's pair judged once
+            cols.update(judge.columns([d.query for d in unique], cols["semantic_window"],
+                                      cols["semantic_cosine"]))
     step(len(docs) - len(unique))
     return {name: [values[j] for j in where] for name, values in cols.items()}
 

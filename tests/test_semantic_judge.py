@@ -1,0 +1,174 @@
+"""The semantic tier's optional judge (``--judge``, the rule term ``judge``), on real data.
+
+The corpus: a slice of the wiki sample with rephrased MMLU abstract-algebra items injected
+(``semantic_devset.py``); the judge: the 2-layer random Llama with the SmolLM2 tokenizer (its chat
+template) that the eval tests use (``tiny_model``). Its verdicts mean nothing; what is tested is
+which pairs it is asked about, that its probabilities are the model's, and how the rule reads them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from cli_fixtures import run
+from conftest import shared_file
+from semantic_devset import load_items, mmlu_yaml, write_corpus
+
+from tcqa_data.decontam.detect.rules import DEFAULT_SEMANTIC, Rule
+from tcqa_data.errors import ConfigError
+from tcqa_data.prep.pipeline import decontaminate
+
+pytest.importorskip("sentence_transformers")
+
+SUBJECT = "abstract_algebra"
+WIKI_DOCS = 250
+TOP = 6
+
+
+@pytest.fixture(scope="module")
+def devset(wiki_sample, tmp_path_factory) -> dict:
+    folder = shared_file("paraphrase/mmlu_abstract_algebra_test.jsonl").parent
+    root = tmp_path_factory.mktemp("judge")
+    items, texts = load_items(folder, (SUBJECT,))
+    items = [it for it in items if it.injected != "translated"]
+    wiki = root / "wiki.jsonl"
+    with open(wiki_sample, encoding="utf-8") as fh:
+        wiki.write_text("".join(fh.readline() for _ in range(WIKI_DOCS)), encoding="utf-8")
+    corpus = write_corpus(wiki, items, texts, root / "corpus.jsonl")
+    task = root / f"mmlu_{SUBJECT}.yaml"
+    task.write_text(mmlu_yaml(SUBJECT), encoding="utf-8")
+    data = root / "test.jsonl"
+    kept = {it.index for it in items}
+    rows = (folder / f"mmlu_{SUBJECT}_test.jsonl").read_text(encoding="utf-8").split("\n")[:100]
+    data.write_text("\n".join(r for i, r in enumerate(rows) if i in kept) + "\n", encoding="utf-8")
+    return {"corpus": str(corpus), "task": str(task), "data": {task.stem: {"test": data}}}
+
+
+@pytest.fixture(scope="module")
+def judged(devset, tiny_model, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("judged") / "prep"
+    decontaminate(None, [devset["task"]], out, corpus=[devset["corpus"]], data_files=devset["data"],
+                  quiet=True, rule="any-ngram|semantic&judge", judge=str(tiny_model), judge_top=TOP)
+    return out
+
+
+def test_the_top_pairs_are_judged_by_the_model_and_the_rule_reads_its_verdict(judged, tiny_model):
+    from tcqa_data.decontam.semantic.judge import JUDGE_FLOOR, load_judge
+
+    rows = pq.read_table(judged / f"mmlu_{SUBJECT}" / "test" / "contamination.parquet").to_pylist()
+    cos = np.array([np.nan if r["semantic_cosine"] is None else r["semantic_cosine"] for r in rows])
+    # the TOP highest cosines at or above the floor were judged, and no other pair
+    above = np.flatnonzero(cos >= JUDGE_FLOOR)
+    want = set(above[np.lexsort((above, -cos[above]))][:TOP].tolist())
+    got = {i for i, r in enumerate(rows) if r["semantic_judge_probability"] is not None}
+    assert len(above) > TOP and got == want
+    assert all(r["semantic_judge"] is None for i, r in enumerate(rows) if i not in got)
+    p = np.array([rows[i]["semantic_judge_probability"] for i in sorted(got)])
+    assert ((p > 0) & (p < 1)).all() and len(set(p.tolist())) > 1
+    assert [rows[i]["semantic_judge"] for i in sorted(got)] == (p >= 0.5).tolist()
+    # the probabilities are the model's: asked again, one pair at a time
+    judge = load_judge(str(tiny_model))
+    again = judge.probabilities([(rows[i]["query"], rows[i]["semantic_window"]) for i in sorted(got)],
+                                batch_size=1)
+    np.testing.assert_allclose(again, p, atol=1e-5)
+    # any-ngram | (semantic & judge)
+    for r in rows:
+        semantic_yes = r["semantic_cosine"] is not None and r["semantic_cosine"] >= DEFAULT_SEMANTIC
+        lexical = r["testable"] and r["ngram_hits"] > 0
+        assert r["doc_dirty"] == (lexical or (semantic_yes and r["semantic_judge"] is True))
+    manifest = json.loads((judged / "prep_manifest.json").read_text())
+    recorded = manifest["semantic"]["judge"]
+    digest = hashlib.sha256((Path(tiny_model) / "model.safetensors").read_bytes()).hexdigest()
+    assert recorded["name"] == str(tiny_model) and recorded["weights_sha256"] == digest
+    assert recorded["top"] == TOP and recorded["chat_template"] is True
+    assert "judge" in manifest["semantic"]["terms"]
+    # the report's pairs show the verdict beside the cosine
+    report = (judged / f"mmlu_{SUBJECT}" / "test" / "report.md").read_text(encoding="utf-8")
+    assert re.search(r"\| (yes|no) 0\.\d+ \|", report)
+
+
+def test_judge_term_reads_null_as_not_judged():
+    rule = Rule.parse("any-ngram|semantic&judge")
+    assert str(rule) == f"any-ngram|semantic>={DEFAULT_SEMANTIC}&judge"
+    assert rule.uses_judge and rule.uses_semantic
+    scores = {"ngram_hits": [0, 0, 0, 2], "testable": [True] * 4, "semantic_cosine": [0.9, 0.9, None, None],
+              "semantic_judge": [True, False, None, None]}
+    dirty, fired = rule.evaluate(scores)
+    assert dirty.tolist() == [True, False, False, True]
+    assert fired[0] == f"semantic>={DEFAULT_SEMANTIC}&judge" and fired[3] == "any-ngram"
+    with pytest.raises(ConfigError, match="cannot parse"):
+        Rule.parse("judge>=0.5")
+
+
+def test_a_judge_that_cannot_load_is_refused_before_anything_is_written(devset, tmp_path, monkeypatch,
+                                                                         capsys):
+    out = tmp_path / "prep"
+    missing = str(tmp_path / "missing")
+    common = dict(corpus=[devset["corpus"]], data_files=devset["data"], quiet=True)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "config.json").write_text("{}", encoding="utf-8")
+    for judge in (missing, str(tmp_path / "empty")):
+        with pytest.raises(ConfigError) as err:
+            decontaminate(None, [devset["task"]], out, rule="any-ngram|semantic&judge", judge=judge, **common)
+        assert "\n" not in str(err.value) and judge in str(err.value)
+        assert not out.exists()
+    with pytest.raises(ConfigError, match="--judge MODEL"):  # a judge term with no judge
+        decontaminate(None, [devset["task"]], out, rule="semantic&judge", **common)
+    with pytest.raises(ConfigError, match="no semantic term"):  # a judge with nothing to judge
+        decontaminate(None, [devset["task"]], out, rule="any-ngram", judge=missing, **common)
+    assert not out.exists()
+    name = Path(devset["task"]).stem
+    code, _, err_text = run(["decontaminate", "--corpus", devset["corpus"], "--tasks", devset["task"],
+                             "--data-files", f"{name}:test={devset['data'][name]['test']}", "--out", out,
+                             "--rule", "any-ngram|semantic&judge", "--judge", missing], monkeypatch, capsys)
+    lines = [ln for ln in err_text.splitlines() if ln.strip()]
+    assert code != 0 and len(lines) == 1 and lines[0].startswith("Error:") and "--judge" in lines[0]
+    assert not out.exists()
+
+
+def test_purify_drop_with_a_semantic_term_drops_the_docs_of_the_best_windows(devset, judged, tmp_path):
+    from tcqa_data.prep.purify import purify
+
+    out = tmp_path / "purified"
+    common = dict(data_files=devset["data"], quiet=True)
+    for rule, mode, match in (("semantic", "excise", "--mode drop"), ("semantic&judge", "drop", "no judge")):
+        with pytest.raises(ConfigError, match=match) as err:
+            purify([devset["corpus"]], [devset["task"]], out, rule=rule, mode=mode, **common)
+        assert "\n" not in str(err.value) and not out.exists()
+    report = purify([devset["corpus"]], [devset["task"]], out, rule="semantic", mode="drop", **common)
+    # the docs dropped are the best windows' docs of the items decontaminate flags with `semantic`
+    rows = pq.read_table(judged / f"mmlu_{SUBJECT}" / "test" / "contamination.parquet").to_pylist()
+    want = {r["semantic_doc_ref"] for r in rows
+            if r["semantic_cosine"] is not None and r["semantic_cosine"] >= DEFAULT_SEMANTIC}
+    log = pq.read_table(out / "removal_log.parquet").to_pylist()
+    assert want and {r["doc_ref"] for r in log} == want and all(r["action"] == "dropped" for r in log)
+    assert report["semantic"]["docs_dropped"] == len(want) == report["totals"]["dropped"]
+    assert report["semantic"]["model"]["weights_sha256"]
+    # every other line is written unchanged
+    lines = Path(devset["corpus"]).read_text(encoding="utf-8").splitlines()
+    kept = (out / Path(devset["corpus"]).name).read_text(encoding="utf-8").splitlines()
+    dropped = {json.loads(line)["id"] for line in lines} - {json.loads(line)["id"] for line in kept}
+    assert len(kept) == len(lines) - len(want) and len(dropped) == len(want)
+    assert [ln for ln in lines if json.loads(ln)["id"] not in dropped] == kept
+    assert sum(d.startswith("inj-") for d in dropped) > len(dropped) / 2  # mostly the injected rephrasings
+
+
+def test_a_tokenizer_without_a_chat_template_gets_a_plain_prompt(tiny_model):
+    from tcqa_data.decontam.semantic.judge import Judge, load_judge
+
+    chat = load_judge(str(tiny_model))
+    chat.loaded.tokenizer.chat_template = None
+    plain = Judge("plain", chat.loaded, None)
+    assert not plain.chat and plain.prompt("a question", "a window").endswith("\nAnswer:")
+    tok = plain.loaded.tokenizer
+    assert [tok.decode([i]) for i in plain.answer_ids] == [" True", " False"]
+    pairs = [("What is 2 + 2?\nA. 3\nB. 4", "what is two plus two 3 4"), ("Who wrote Hamlet?", "x " * 400)]
+    p = plain.probabilities(pairs)
+    np.testing.assert_allclose(p, plain.probabilities(pairs[::-1], batch_size=1)[::-1], atol=1e-5)
+    assert ((p > 0) & (p < 1)).all()
