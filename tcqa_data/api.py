@@ -346,6 +346,8 @@ def evaluate(
     memorization: bool = True,
     memorization_only: bool = False,
     memorization_context: str = "prompt",
+    reference_model: str | None = None,
+    reference_frequencies: str = "none",
     backend: str = "native",
     lm_eval_model: str = "hf",
     model_args: str | None = None,
@@ -380,6 +382,11 @@ def evaluate(
         memorization_only: Only the memorization scores, no task metric.
         memorization_context: ``prompt`` (read from the task's own forward pass), ``standalone`` or
             ``both`` (the headline score takes the better-ranked context of each doc).
+        reference_model: A second model (the same forms as ``model``) whose likelihood calibrates the
+            evaluated model's: ``memorization.query.reference_loss_ratio`` (MIMIR's reference attack).
+        reference_frequencies: ``none``, ``auto`` (the prepared data's corpus: its index's text store
+            or its corpus files, else the shipped demo corpus) or ``demo``: the token frequencies of
+            ``memorization.query.dc_pdd`` (DC-PDD).
         backend: ``native`` (tcqa-data's scorer) or ``lm-eval`` (lm-evaluation-harness on the
             exported full YAMLs, then `analyze` of its samples).
         lm_eval_model: With ``backend="lm-eval"``: lm-eval's model type (``hf``, ``vllm``, ...).
@@ -411,7 +418,9 @@ def evaluate(
         given = native_only_given(clean_only=clean_only, limit_groups=limit_groups, gguf_file=gguf_file,
                                   sample_groups=sample_groups, trust_remote_code=trust_remote_code,
                                   memorization_only=memorization_only,
-                                  memorization_context=memorization_context)
+                                  memorization_context=memorization_context,
+                                  reference_model=reference_model,
+                                  reference_frequencies=reference_frequencies)
         if given:
             raise ConfigError(f"{', '.join(given)} apply to the native backend only; lm-eval scores every "
                               "doc of the full split")
@@ -435,7 +444,8 @@ def evaluate(
                      gguf_file=gguf_file, trust_remote_code=trust_remote_code, split=split,
                      bootstrap=resamples, seed=seed, quiet=quiet, sample_groups=sample_groups,
                      sample_seed=sample_seed, memorization=memorization, memorization_only=memorization_only,
-                     memorization_context=memorization_context)
+                     memorization_context=memorization_context, reference_model=reference_model,
+                     reference_frequencies=reference_frequencies)
 
 
 def analyze(

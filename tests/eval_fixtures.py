@@ -189,3 +189,34 @@ def direct_memorization_scores(lm, ids: list[int], positions: list[int], text: s
         out[f"min_k_{k}"] = np.sort(lp)[:n].mean()
         out[f"min_k_pp_{k}"] = np.sort(z)[:n].mean()
     return out
+
+
+def one_question_per_sentence(rows: list[dict], n_sentences: int) -> list[dict]:
+    """The rows of the first question of each of the first ``n_sentences`` distinct MC-TACO
+    sentences: one group per sentence, so a group's sentence is seen exactly when the group is."""
+    first: dict[str, str] = {}
+    for r in rows:
+        first.setdefault(r["sentence"], r["question"])
+    keep = set(list(first.items())[:n_sentences])
+    return [r for r in rows if (r["sentence"], r["question"]) in keep]
+
+
+def source_passages(sentences: list[str], wiki_jsonl: Path, around: int = 2) -> list[str]:
+    """A MultiRC-style source passage for each sentence: ``around`` real sentences of the wiki
+    sample's text before it and ``around`` after (consecutive sentences of its first articles,
+    each passage its own), as a pretraining corpus would show an MC-TACO sentence."""
+    import re
+
+    need = 2 * around * len(sentences)
+    wiki: list[str] = []
+    with open(wiki_jsonl, encoding="utf-8") as fh:
+        for line in fh:
+            for para in json.loads(line)["text"].split("\n"):
+                wiki += [s for s in re.split(r"(?<=[.!?])\s+", para) if len(s.split()) >= 6]
+            if len(wiki) >= need:
+                break
+    out = []
+    for i, s in enumerate(sentences):
+        w = wiki[2 * around * i: 2 * around * (i + 1)]
+        out.append(" ".join([*w[:around], s, *w[around:]]))
+    return out

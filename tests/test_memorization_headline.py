@@ -2,8 +2,9 @@
 
 Ground truth: a tiny random Llama (SmolLM2 tokenizer) fine-tuned on half of a real MC-TACO sample,
 once on the decontamination queries in query order ("{question} {sentence}", as a corpus could hold
-them) and once on the task's prompts; the headline must rank the seen docs above the others in both,
-with no knowledge of which exposure happened. Each distinct text is scored once per context; its
+them), once on the task's prompts, and once on source passages (each seen sentence inside real
+wiki text, as a pretraining corpus shows it); the headline must rank the seen docs above the others
+in all three, with no knowledge of which exposure happened. Each distinct text is scored once per context; its
 scores equal those of the text scored on its own.
 """
 
@@ -12,7 +13,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import SHARED_DATA, shared_file
-from eval_fixtures import fine_tuned_tiny_model, read_mc_taco, write_task
+from eval_fixtures import (
+    fine_tuned_tiny_model,
+    one_question_per_sentence,
+    read_mc_taco,
+    source_passages,
+    write_task,
+)
 from sklearn.metrics import roc_auc_score
 
 from tcqa_data.eval.memorization import add_headline, memorization_scores, rank_normalise, token_stats
@@ -51,6 +58,39 @@ def sample(tmp_path_factory):
                dirty_every=2)
     yield root, prep, load_task(prep, "mc_taco", "test")
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def sample_by_sentence(tmp_path_factory):
+    """One question group per distinct MC-TACO sentence (N_GROUPS sentences), every other one seen:
+    a passage shows a sentence, so an unseen group must not share its sentence with a seen one."""
+    import torch
+
+    shared_file("mc_taco/test_9442.tsv")
+    wiki = shared_file("corpus/wiki_sample.jsonl")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("passages")
+    prep = root / "prep"
+    rows = one_question_per_sentence(read_mc_taco(SHARED_DATA / "mc_taco" / "test_9442.tsv", 8 * N_GROUPS),
+                                     N_GROUPS)
+    write_task(prep, "mc_taco", "test", rows, dirty_every=2)
+    yield root, prep, load_task(prep, "mc_taco", "test"), wiki
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.slow
+def test_headline_finds_the_docs_whose_source_passage_was_seen(sample_by_sentence):
+    root, prep, data, wiki = sample_by_sentence
+    seen = sorted({d["sentence"] for d, c in zip(data.docs, data.clean, strict=True) if not c})
+    assert len(seen) == N_GROUPS // 2
+    assert not set(seen) & {d["sentence"] for d, c in zip(data.docs, data.clean, strict=True) if c}
+    passages = source_passages(seen, wiki)
+    assert all(s in p and len(p) > 3 * len(s) for s, p in zip(seen, passages, strict=True))
+    model = fine_tuned_tiny_model(root / "model_passages", passages)
+    _, _, auc = _headline_auroc(prep, model, root / "eval_passages")
+    print("passages", {k: round(v, 3) for k, v in auc.items()})
+    assert auc["headline"] >= HEADLINE_AUROC, auc
 
 
 def _headline_auroc(prep, model, out):

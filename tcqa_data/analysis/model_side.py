@@ -49,7 +49,8 @@ def score_label(name: str) -> str:
     elif score.startswith("min_k_"):
         what = f"Min-K% (k={score.rsplit('_', 1)[1]}%)"
     else:
-        what = {"loss": "negated loss", "zlib": "zlib ratio"}.get(score, score)
+        what = {"loss": "negated loss", "zlib": "zlib ratio", "dc_pdd": "DC-PDD",
+                "reference_loss_ratio": "reference-model loss ratio"}.get(score, score)
     return f"{what} of {text}"
 
 

@@ -75,6 +75,16 @@ def evaluate_cmd(
              "forward pass; texts not found there are scored standalone), standalone (each text alone "
              "after the prefix token, in a separate pass) or both (TEXT in the prompt and TEXT@standalone; "
              "the headline score takes the better-ranked context of each doc)."),
+    reference_model: str = typer.Option(
+        None, "--reference-model",
+        help="A reference model (the forms --model takes): memorization.query.reference_loss_ratio, the "
+             "evaluated model's mean token log-prob of the query minus the reference's (MIMIR's "
+             "reference attack)."),
+    reference_frequencies: str = typer.Option(
+        "none", "--reference-frequencies",
+        help="none|auto|demo: token frequencies for memorization.query.dc_pdd (DC-PDD); auto = the "
+             "prepared data's corpus (its index's text store or corpus files), else the shipped demo "
+             "corpus."),
     backend: Backend = typer.Option("native", "--backend",
                                 help="native (tcqa-data's scorer) or lm-eval (run "
                                 "lm-evaluation-harness on the exported full YAMLs, then `analyze`)."),
@@ -103,7 +113,8 @@ def evaluate_cmd(
         given = ["--" + name.replace("_", "-") for name in native_only_given(
             clean_only=clean_only, limit_groups=limit_groups, gguf_file=gguf_file,
             sample_groups=sample_groups, trust_remote_code=trust_remote_code,
-            memorization_only=memorization_only, memorization_context=memorization_context)]
+            memorization_only=memorization_only, memorization_context=memorization_context,
+            reference_model=reference_model, reference_frequencies=reference_frequencies)]
         if given:
             raise typer.BadParameter(f"{', '.join(given)} apply to the native backend only; lm-eval "
                                      "scores every doc of the full split", param_hint="--backend")
@@ -121,7 +132,8 @@ def evaluate_cmd(
                        sample_seed=sample_seed, gguf_file=gguf_file,
                        trust_remote_code=trust_remote_code, split=split, quiet=quiet,
                        memorization=memorization, memorization_only=memorization_only,
-                       memorization_context=memorization_context)
+                       memorization_context=memorization_context, reference_model=reference_model,
+                       reference_frequencies=reference_frequencies)
     typer.echo(render_report(results))
     typer.echo(f"wrote {results['output_dir']}")
 

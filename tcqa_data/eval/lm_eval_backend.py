@@ -147,12 +147,14 @@ def check_exported_templates(exported: list[ExportedTask], *, allow_task_code: b
 
 def native_only_given(*, clean_only: bool, limit_groups: int | None, gguf_file: str | None,
                       sample_groups: int | None, trust_remote_code: bool, memorization_only: bool,
-                      memorization_context: str) -> list[str]:
+                      memorization_context: str, reference_model: str | None = None,
+                      reference_frequencies: str = "none") -> list[str]:
     """The native backend's options given (their parameter names) that lm-eval cannot honour: it
     scores every doc of the full split, with its own model loading and no memorization scores."""
     given = {"clean_only": clean_only, "limit_groups": limit_groups, "gguf_file": gguf_file,
              "sample_groups": sample_groups, "trust_remote_code": trust_remote_code,
-             "memorization_only": memorization_only, "memorization_context": memorization_context != "prompt"}
+             "memorization_only": memorization_only, "memorization_context": memorization_context != "prompt",
+             "reference_model": reference_model, "reference_frequencies": reference_frequencies != "none"}
     return [name for name, value in given.items() if value]
 
 

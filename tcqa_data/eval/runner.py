@@ -22,6 +22,7 @@ from tcqa_data.deprecation import moved_to_top
 from tcqa_data.errors import ConfigError, TcqaError
 from tcqa_data.eval import in_prompt
 from tcqa_data.eval import metrics as M
+from tcqa_data.eval.calibration import Calibration
 from tcqa_data.eval.memorization import (
     KS,
     SCORE_NAMES,
@@ -419,6 +420,7 @@ def run_evaluation(prep_dir: str | Path, model: str | LoadedModel, tasks: list[s
                    packing: bool | None = None, sample_groups: int | None = None,
                    sample_seed: int = 0, memorization: bool = True,
                    memorization_only: bool = False, memorization_context: str = "prompt",
+                   reference_model: str | None = None, reference_frequencies: str = "none",
                    before_scoring: Callable[[Path], None] | None = None) -> Evaluation:
     """The eval stage: score ``model`` once on the prepared tasks in ``prep_dir`` and compute each task's
     clean / full / dirty table; writes nothing (see ``evaluate`` for the parameters).
@@ -429,6 +431,7 @@ def run_evaluation(prep_dir: str | Path, model: str | LoadedModel, tasks: list[s
     if memorization_context not in MEMORIZATION_CONTEXTS:
         raise ConfigError(f"--memorization-context must be one of {', '.join(MEMORIZATION_CONTEXTS)}, "
                           f"not {memorization_context!r}")
+    Calibration.check(memorization, reference_model, reference_frequencies)
     prep_dir = require_prep_dir(prep_dir)
     manifest = read_manifest(prep_dir)
     names = tasks or available_tasks(prep_dir)
@@ -455,6 +458,9 @@ def run_evaluation(prep_dir: str | Path, model: str | LoadedModel, tasks: list[s
             model, gguf_file=gguf_file, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
             show_progress=progress_enabled(quiet))
         engine = Engine(lm, batch_size, packing=packing)
+    calibration = Calibration.load(engine, memorization, reference_model, reference_frequencies, manifest,
+                                   device=device, dtype=dtype, trust_remote_code=trust_remote_code,
+                                   batch_size=batch_size, quiet=quiet)
     load_s = time.perf_counter() - t0
     if before_scoring is not None:
         before_scoring(default_output(prep_dir, lm.name))
@@ -478,7 +484,8 @@ def run_evaluation(prep_dir: str | Path, model: str | LoadedModel, tasks: list[s
             "official": "CogComp MC-TACO evaluator: strict_acc = share of questions with every candidate "
                         "right; f1 = per-question F1 averaged over questions",
         },
-        "memorization": memorization_record(memorization, memorization_only, memorization_context),
+        "memorization": {**memorization_record(memorization, memorization_only, memorization_context),
+                         **calibration.record()},
         "tasks": {},
         "timings": {"model_load_s": round(load_s, 3)},
     }
@@ -522,6 +529,7 @@ def run_evaluation(prep_dir: str | Path, model: str | LoadedModel, tasks: list[s
                 if memorization_context == "both":
                     mem_count["standalone_pass"] = add_standalone_context(engine, data.spec, docs, per_doc,
                                                                           texts)
+                calibration.add(per_doc, texts)
                 add_headline(per_doc)
             mem_s = time.perf_counter() - t2
         table = task_table(data.spec, docs, per_doc, clean, bootstrap, seed) \
@@ -560,6 +568,7 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
              packing: bool | None = None, sample_groups: int | None = None,
              sample_seed: int = 0, memorization: bool = True,
              memorization_only: bool = False, memorization_context: str = "prompt",
+             reference_model: str | None = None, reference_frequencies: str = "none",
              extend: Callable[[Evaluation, Path, Path], Sequence[Block]] | None = None) -> dict[str, Any]:
     """The eval stage alone: score ``model`` on the prepared tasks in ``prep_dir``; write results to
     ``output``. ``tcqa_data.workflow.evaluate`` (the CLI's ``evaluate``) also analyzes the pass,
@@ -574,7 +583,9 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
     The model runs once over full = clean + dirty (or only the clean docs with ``clean_only``);
     every subset's metrics are sliced from that one pass. ``memorization`` (on by default) adds per doc
     the model-side scores of ``eval.memorization`` over the doc's query and attribution fields
-    (samples.jsonl's ``memorization``); ``memorization_only`` computes those alone. Returns the
+    (samples.jsonl's ``memorization``); ``memorization_only`` computes those alone;
+    ``reference_model`` and ``reference_frequencies`` add the calibrated scores of
+    ``eval.calibration`` to each doc's ``memorization.query``. Returns the
     results.json object, with the per-doc samples under the key ``"_samples"``
     (not written into results.json).
     """
@@ -585,7 +596,8 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
                              bootstrap=bootstrap, seed=seed, quiet=quiet, packing=packing,
                              sample_groups=sample_groups, sample_seed=sample_seed,
                              memorization=memorization, memorization_only=memorization_only,
-                             memorization_context=memorization_context,
+                             memorization_context=memorization_context, reference_model=reference_model,
+                             reference_frequencies=reference_frequencies,
                              before_scoring=claim if write else None)
         if write:
             with run.committing(claim.folder, locked=True) as stage:
