@@ -11,7 +11,8 @@ Rules (``Rule.parse``) are a tiny boolean grammar over these scores::
             | "minhash>=" FLOAT             # 0..1
             | "aligned>=" FLOAT             # 0..1, share of query tokens in an aligned match (align.py)
             | "aligned-field>=" FLOAT       # 0..1, the same share within the best-covered field
-            | "semantic" [">=" FLOAT]        # cosine of the best candidate window (semantic tier);
+            | "semantic" [">=" FLOAT]        # semantic_score of the best candidate span (semantic tier:
+                                            # cosine and kept rare-word share, decontam/semantic);
                                             # bare: the shipped threshold (DEFAULT_SEMANTIC)
 
 N-gram terms fire only on testable docs (query of at least ``n`` words); :func:`doc_status`
@@ -29,7 +30,7 @@ import numpy as np
 from tcqa_data.decontam.semantic.matches import DEFAULT_THRESHOLD
 
 DEFAULT_RULE = "any-ngram"
-# a bare ``semantic`` term: the cosine the semantic tier ships
+# a bare ``semantic`` term: the ``semantic_score`` threshold the semantic tier ships
 DEFAULT_SEMANTIC = DEFAULT_THRESHOLD
 
 
@@ -54,7 +55,7 @@ TERM_KINDS: tuple[TermKind, ...] = (
     TermKind("minhash", "minhash_sim", "T", "share"),
     TermKind("aligned", "aligned_share", "S", "share"),
     TermKind("aligned-field", "aligned_field_share", "S", "share"),
-    TermKind("semantic", "semantic_cosine", "T", "share", DEFAULT_SEMANTIC),
+    TermKind("semantic", "semantic_score", "T", "share", DEFAULT_SEMANTIC),
 )
 AND, OR = "&", "|"  # AND binds tighter than OR
 OPERATORS: tuple[tuple[str, str], ...] = ((AND, "and"), (OR, "or"))
