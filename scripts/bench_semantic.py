@@ -161,14 +161,18 @@ def recall(args: argparse.Namespace) -> None:
 
     score, cos = floats("semantic_score"), floats("semantic_cosine")
     subj = np.array([it.subject for it in items])
-    neg = np.array([it.injected is None for it in items])
+    # negatives: checked items not injected and with no n-gram match (MMLU history items share
+    # their source passage, algebra items their statements: a sibling's passage in the corpus is
+    # real contamination, not a false positive of the semantic tier)
+    neg = np.array([it.injected is None for it in items]) & ~flags("any-ngram")
     reph = np.array([it.injected == "rephrased" for it in items])
     print(
         f"corpus {corpus} ({corpus.stat().st_size / 1e6:.1f} MB"
         f"{', same-subject training items verbatim' if args.train_verbatim else ''}), one stream pass + "
         f"scoring: {cpu:.0f} CPU-s; candidates: {manifest['semantic']['candidates']}"
     )
-    print("\n## leave one subject out (threshold: FP <= 1% on the other two subjects' negatives)")
+    print("\n## leave one subject out (threshold: FP <= 1% on the other two subjects' negatives "
+          "without an n-gram match)")
     for name, values in (("semantic_score", score), ("best cosine alone", cos),
                          ("LLM-Decontaminator top-1", np.nan_to_num(baseline, nan=-1.0))):
         for held, t, r, f in loso(values, subj, reph, neg, subjects):
@@ -194,6 +198,7 @@ def recall(args: argparse.Namespace) -> None:
                     [it.subject == s and it.injected == how and it.kind == kind for it in items]
                 )
         groups[f"{s} negatives (FP)"] = np.array([it.subject == s and it.injected is None for it in items])
+        groups[f"{s} negatives, no n-gram match (FP)"] = (subj == s) & neg
     print("\n| subject / injected / kind | n | " + " | ".join(rules) + " |")
     print("|---|---|" + "---|" * len(rules))
     for name, g in groups.items():
