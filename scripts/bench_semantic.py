@@ -10,7 +10,11 @@ subjects with every evidence column, then per subject and injection kind the sha
 - LLM Decontaminator's embedding-only method (Yang et al. 2023): every corpus doc embedded whole
   (the model reads its first 256 word pieces), each item's top-1 neighbour, flagged at a cosine
   threshold (their GPT-4 judge left out),
-and the threshold sweep on the calibration subject (``--calibrate``, default sociology).
+the threshold calibrated leave-one-subject-out (tuned on two subjects' negatives at <= 1% false
+positives, reported on the third: out-of-sample figures), the threshold sweep, and a precision /
+recall curve (PNG and CSV in ``--work``). ``--train-verbatim``: a quarter of each subject's items
+also sit in the corpus verbatim as "training items" (not checked): same-domain negatives, as a
+benchmark's train split beside its rephrased test items.
 
 ``cost``: the shared wiki sample concatenated ``--copies`` times (10: 207 MB), stream
 ``decontaminate`` of MC-TACO test + based-squad validation + MMLU sociology (the third task) with
@@ -51,11 +55,67 @@ from semantic_devset import KINDS, SUBJECTS, load_items, mmlu_yaml, write_corpus
 LEXICAL = ("any-ngram", "any-ngram|aligned>=0.5", "aligned>=0.3")
 
 
-def mmlu_task(work: Path, subject: str) -> tuple[str, str]:
-    """A task YAML for one MMLU subject and its ``--data-files`` entry."""
+def mmlu_task(work: Path, subject: str, skip: frozenset[int] = frozenset()) -> tuple[str, str]:
+    """A task YAML for one MMLU subject and its ``--data-files`` entry (``skip``: row numbers left
+    out of the checked benchmark: the verbatim "training items")."""
     task = work / f"mmlu_{subject}.yaml"
     task.write_text(mmlu_yaml(subject), encoding="utf-8")
-    return str(task), f"mmlu_{subject}:test={DATA / 'paraphrase' / f'mmlu_{subject}_test.jsonl'}"
+    src = DATA / "paraphrase" / f"mmlu_{subject}_test.jsonl"
+    if skip:
+        rows = [r for r in src.read_text(encoding="utf-8").split("\n") if r.strip()]
+        src = work / f"mmlu_{subject}_checked.jsonl"
+        src.write_text("".join(r + "\n" for i, r in enumerate(rows) if i not in skip), encoding="utf-8")
+    return str(task), f"mmlu_{subject}:test={src}"
+
+
+def calibrate(negatives: np.ndarray, max_fp: float = 0.01) -> float:
+    """The lowest threshold (0.50..0.99, step 0.01) that flags at most ``max_fp`` of ``negatives``."""
+    ok = [t for t in np.round(np.arange(0.5, 1.0, 0.01), 2) if (negatives >= t).mean() <= max_fp]
+    return float(ok[0]) if ok else 1.0
+
+
+def loso(score: np.ndarray, subj: np.ndarray, reph: np.ndarray, neg: np.ndarray, subjects: tuple[str, ...],
+         max_fp: float = 0.01) -> list[tuple[str, float, float, float]]:
+    """Leave one subject out: per held-out subject, the lowest threshold whose false-positive share
+    on the other subjects' negatives is at most ``max_fp`` (the most recall there), and the recall /
+    FP it gives on the held-out subject: (subject, threshold, recall, FP)."""
+    out = []
+    for held in subjects:
+        tune = subj != held
+        t = calibrate(score[tune & neg], max_fp)
+        held_flags = score[~tune] >= t
+        out.append((held, t, float(held_flags[reph[~tune]].mean()), float(held_flags[neg[~tune]].mean())))
+    return out
+
+
+def pr_curve(score: np.ndarray, positive: np.ndarray, negative: np.ndarray, shipped: float, path: Path,
+             title: str) -> None:
+    """Precision / recall of ``score >= T`` over thresholds (rephrased items against the checked
+    negatives), as a PNG and the points as CSV beside it; the shipped threshold marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    grid = np.round(np.arange(0.3, 1.0, 0.01), 2)
+    rows = []
+    for t in grid:
+        tp = int((score[positive] >= t).sum())
+        fp = int((score[negative] >= t).sum())
+        rows.append((float(t), tp / max(1, positive.sum()), tp / (tp + fp) if tp + fp else 1.0,
+                     fp / max(1, negative.sum())))
+    path.with_suffix(".csv").write_text("threshold,recall,precision,fp_share\n" + "".join(
+        f"{t:.2f},{r:.4f},{p:.4f},{f:.4f}\n" for t, r, p, f in rows), encoding="utf-8")
+    fig, ax = plt.subplots(figsize=(5, 4))
+    ax.plot([r for _, r, _, _ in rows], [p for _, _, p, _ in rows], marker=".", lw=1)
+    at = min(rows, key=lambda x: abs(x[0] - shipped))
+    ax.plot([at[1]], [at[2]], "o", color="red", label=f"shipped semantic>={shipped}")
+    ax.set(xlabel="recall (rephrased items)", ylabel="precision (vs same-subject negatives)", title=title,
+           xlim=(0, 1), ylim=(0, 1.02))
+    ax.legend(loc="lower left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def recall(args: argparse.Namespace) -> None:
@@ -68,34 +128,32 @@ def recall(args: argparse.Namespace) -> None:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     subjects = tuple(args.subjects.split(","))
-    items, texts = load_items(DATA / "paraphrase", subjects)
+    items, texts = load_items(DATA / "paraphrase", subjects, train_verbatim=args.train_verbatim)
     corpus = write_corpus(DATA / "corpus" / "wiki_sample.jsonl", items, texts, work / "corpus.jsonl")
-    tasks, files = zip(*(mmlu_task(work, s) for s in subjects), strict=True)
+    train = {s: frozenset(it.index for it in items if it.subject == s and it.injected == "train")
+             for s in subjects}
+    items = [it for it in items if it.injected != "train"]  # the checked benchmark
+    tasks, files = zip(*(mmlu_task(work, s, train[s]) for s in subjects), strict=True)
     out = work / "prep"
     t0 = time.process_time()
-    decontaminate(
-        None,
-        list(tasks),
-        out,
-        corpus=[str(corpus)],
-        quiet=True,
-        data_files=parse_data_files(list(files), list(tasks)),
-        rule="any-ngram|aligned>=0.3|semantic>=0.0",
-        embedding_model=args.embedding_model,
-    )
+    if not (args.reuse and (out / "prep_manifest.json").is_file()):
+        decontaminate(
+            None,
+            list(tasks),
+            out,
+            corpus=[str(corpus)],
+            quiet=True,
+            data_files=parse_data_files(list(files), list(tasks)),
+            rule="any-ngram|aligned>=0.3|semantic>=0.0",
+            embedding_model=args.embedding_model,
+        )
     cpu = time.process_time() - t0
     manifest = json.loads((out / "prep_manifest.json").read_text())
     cols: dict[str, list] = defaultdict(list)
     for s in subjects:
         for r in pq.read_table(out / f"mmlu_{s}" / "test" / "contamination.parquet").to_pylist():
-            for k in (
-                "ngram_hits",
-                "testable",
-                "aligned_share",
-                "aligned_field_share",
-                "semantic_cosine",
-                "query",
-            ):
+            for k in ("ngram_hits", "testable", "aligned_share", "aligned_field_share", "semantic_score",
+                      "semantic_cosine", "query"):
                 cols[k].append(r[k])
     cols["ngram_fraction"] = [0.0] * len(items)
     cols["longest_match"] = [0] * len(items)
@@ -105,22 +163,34 @@ def recall(args: argparse.Namespace) -> None:
     def flags(rule: str) -> np.ndarray:
         return Rule.parse(rule).evaluate(cols)[0]
 
-    cos = np.array([np.nan if c is None else c for c in cols["semantic_cosine"]])
-    calib = np.array([it.subject == args.calibrate for it in items])
-    neg = np.array([it.injected is None for it in items])
+    def floats(name: str) -> np.ndarray:
+        return np.array([-1.0 if c is None else c for c in cols[name]])
+
+    score, cos = floats("semantic_score"), floats("semantic_cosine")
+    subj = np.array([it.subject for it in items])
+    # negatives: checked items not injected and with no n-gram match (MMLU history items share
+    # their source passage, algebra items their statements: a sibling's passage in the corpus is
+    # real contamination, not a false positive of the semantic tier)
+    neg = np.array([it.injected is None for it in items]) & ~flags("any-ngram")
     reph = np.array([it.injected == "rephrased" for it in items])
     print(
-        f"corpus {corpus} ({corpus.stat().st_size / 1e6:.1f} MB), one stream pass + scoring: "
-        f"{cpu:.0f} CPU-s; candidates: {manifest['semantic']['candidates']}"
+        f"corpus {corpus} ({corpus.stat().st_size / 1e6:.1f} MB"
+        f"{', same-subject training items verbatim' if args.train_verbatim else ''}), one stream pass + "
+        f"scoring: {cpu:.0f} CPU-s; candidates: {manifest['semantic']['candidates']}"
     )
-    print(f"\n## threshold sweep on {args.calibrate} (rephrased recall / FP on same-subject negatives)")
+    print("\n## leave one subject out (threshold: FP <= 1% on the other two subjects' negatives "
+          "without an n-gram match)")
+    for name, values in (("semantic_score", score), ("best cosine alone", cos),
+                         ("LLM-Decontaminator top-1", np.nan_to_num(baseline, nan=-1.0))):
+        for held, t, r, f in loso(values, subj, reph, neg, subjects):
+            print(f"{name}: held-out {held}: threshold {t:.2f} -> rephrased recall {r:.3f}, FP {f:.3f}")
+        print(f"{name}: tuned on every subject: threshold {calibrate(values[neg]):.2f}")
+    print("\n## threshold sweep (rephrased recall / FP on same-subject negatives)")
     for t in (0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9):
-        f = cos >= t
-        b = baseline >= t
-        print(
-            f"T={t:.2f}: semantic {f[calib & reph].mean():.3f} / {f[calib & neg].mean():.3f}   "
-            f"LLM-Decontaminator top-1 {b[calib & reph].mean():.3f} / {b[calib & neg].mean():.3f}"
-        )
+        at = score >= t
+        print(f"T={t:.2f}: " + "   ".join(
+            f"{s} {at[(subj == s) & reph].mean():.2f} / {at[(subj == s) & neg].mean():.3f}"
+            for s in subjects))
     rules = {
         f"semantic (>= {DEFAULT_SEMANTIC})": flags("semantic"),
         "any-ngram|semantic": flags("any-ngram|semantic"),
@@ -135,17 +205,21 @@ def recall(args: argparse.Namespace) -> None:
                     [it.subject == s and it.injected == how and it.kind == kind for it in items]
                 )
         groups[f"{s} negatives (FP)"] = np.array([it.subject == s and it.injected is None for it in items])
+        groups[f"{s} negatives, no n-gram match (FP)"] = (subj == s) & neg
     print("\n| subject / injected / kind | n | " + " | ".join(rules) + " |")
     print("|---|---|" + "---|" * len(rules))
     for name, g in groups.items():
         shares = " | ".join(f"{f[g].mean():.2f}" for f in rules.values())
         print(f"| {name} | {int(g.sum())} | {shares} |")
     for s in subjects:
-        g = np.array([it.subject == s for it in items])
+        g = subj == s
         print(
             f"{s}: rephrased recall any-ngram|semantic {rules['any-ngram|semantic'][g & reph].mean():.3f}, "
             f"FP {rules['any-ngram|semantic'][g & neg].mean():.3f}"
         )
+    curve = work / "semantic_pr_curve.png"
+    pr_curve(score, reph, neg, DEFAULT_SEMANTIC, curve, "semantic_score, rephrased vs negatives")
+    print(f"\nprecision/recall curve: {curve} (points: {curve.with_suffix('.csv')})")
 
 
 def llm_decontaminator_top1(corpus: Path, queries: list[str], model_name: str | None) -> np.ndarray:
@@ -363,11 +437,15 @@ def main() -> None:
     ap.add_argument("what", choices=("recall", "cost", "gate"))
     ap.add_argument("--work", default="/tmp/bench_semantic")
     ap.add_argument("--copies", type=int, default=10)
-    ap.add_argument("--calibrate", default="sociology")
     ap.add_argument("--embedding-model", default=None)
     ap.add_argument("--subjects", default=",".join(SUBJECTS), help="recall: MMLU subjects")
     ap.add_argument("--no-baseline", action="store_true", help="recall: skip LLM Decontaminator's top-1")
     ap.add_argument("--mixed", action="store_true", help="gate: MC-TACO and based-squad items too")
+    ap.add_argument("--reuse", action="store_true",
+                    help="recall: read the scores of the last run in --work (only the rules recomputed)")
+    ap.add_argument("--train-verbatim", action="store_true",
+                    help="recall: a quarter of each subject's items in the corpus verbatim as training "
+                         "items, not checked (same-domain negatives)")
     ap.add_argument("--sample", type=int, default=256, help="cost: candidate texts embedded to time it")
     ap.add_argument("--timeout", type=float, default=None, help="cost: seconds the semantic run may take")
     ap.add_argument("--no-parts", action="store_true", help="cost: the two whole processes only")

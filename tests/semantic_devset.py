@@ -4,7 +4,11 @@
 Per MMLU subject, item ``i`` (its query: the question and its four choices) is
 - ``i % 4 == 0``: rephrased (English), injected;
 - ``i % 4 == 1``: translated (Chinese), injected;
-- otherwise not injected: a hard negative (same subject, not in the corpus).
+- otherwise not injected: a hard negative (same subject, not in the corpus);
+- with ``train_verbatim``, ``i % 4 == 2`` is instead a "training item": in the corpus verbatim
+  (its own document), as a benchmark's train split sits beside its rephrased test items, and not
+  checked (``Item.injected == "train"``): the checked negatives are then ``i % 4 == 3``, with
+  same-subject items verbatim in the corpus.
 The injection kind cycles over ``own`` (its own document), ``spliced`` (inserted at a paragraph
 break in the middle of a long article) and ``rewrapped`` (hard-wrapped at 40 columns as a quoted
 e-mail, its own document). Items whose rephrasing is empty are negatives.
@@ -26,7 +30,7 @@ class Item:
     subject: str
     index: int
     query: str
-    injected: str | None  # "rephrased" / "translated" / None
+    injected: str | None  # "rephrased" / "translated" / "train" (verbatim, not checked) / None
     kind: str | None
 
 
@@ -48,7 +52,8 @@ def _jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
 
 
-def load_items(folder: Path, subjects: tuple[str, ...] = SUBJECTS) -> tuple[list[Item], dict]:
+def load_items(folder: Path, subjects: tuple[str, ...] = SUBJECTS, train_verbatim: bool = False
+               ) -> tuple[list[Item], dict]:
     """Every item of ``subjects`` and, per (subject, index), the text injected for it."""
     items, texts = [], {}
     for s in subjects:
@@ -61,7 +66,9 @@ def load_items(folder: Path, subjects: tuple[str, ...] = SUBJECTS) -> tuple[list
                 how, text = "rephrased", reph[i]["text"]
             elif i % 4 == 1 and zh[i]["text"].strip():
                 how, text = "translated", zh[i]["text"]
-            kind = KINDS[(i // 4) % 3] if how else None
+            elif i % 4 == 2 and train_verbatim:
+                how, text = "train", item_query(row)
+            kind = ("own" if how == "train" else KINDS[(i // 4) % 3]) if how else None
             items.append(Item(s, i, item_query(row), how, kind))
             if how:
                 texts[(s, i)] = text

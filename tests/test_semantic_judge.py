@@ -62,8 +62,8 @@ def test_the_top_pairs_are_judged_by_the_model_and_the_rule_reads_its_verdict(ju
     from tcqa_data.decontam.semantic.judge import JUDGE_FLOOR, load_judge
 
     rows = pq.read_table(judged / f"mmlu_{SUBJECT}" / "test" / "contamination.parquet").to_pylist()
-    cos = np.array([np.nan if r["semantic_cosine"] is None else r["semantic_cosine"] for r in rows])
-    # the TOP highest cosines at or above the floor were judged, and no other pair
+    cos = np.array([np.nan if r["semantic_score"] is None else r["semantic_score"] for r in rows])
+    # the TOP highest semantic scores at or above the floor were judged, and no other pair
     above = np.flatnonzero(cos >= JUDGE_FLOOR)
     want = set(above[np.lexsort((above, -cos[above]))][:TOP].tolist())
     got = {i for i, r in enumerate(rows) if r["semantic_judge_probability"] is not None}
@@ -79,7 +79,7 @@ def test_the_top_pairs_are_judged_by_the_model_and_the_rule_reads_its_verdict(ju
     np.testing.assert_allclose(again, p, atol=1e-5)
     # any-ngram | (semantic & judge)
     for r in rows:
-        semantic_yes = r["semantic_cosine"] is not None and r["semantic_cosine"] >= DEFAULT_SEMANTIC
+        semantic_yes = r["semantic_score"] is not None and r["semantic_score"] >= DEFAULT_SEMANTIC
         lexical = r["testable"] and r["ngram_hits"] > 0
         assert r["doc_dirty"] == (lexical or (semantic_yes and r["semantic_judge"] is True))
     manifest = json.loads((judged / "prep_manifest.json").read_text())
@@ -97,7 +97,7 @@ def test_judge_term_reads_null_as_not_judged():
     rule = Rule.parse("any-ngram|semantic&judge")
     assert str(rule) == f"any-ngram|semantic>={DEFAULT_SEMANTIC}&judge"
     assert rule.uses_judge and rule.uses_semantic
-    scores = {"ngram_hits": [0, 0, 0, 2], "testable": [True] * 4, "semantic_cosine": [0.9, 0.9, None, None],
+    scores = {"ngram_hits": [0, 0, 0, 2], "testable": [True] * 4, "semantic_score": [0.9, 0.9, None, None],
               "semantic_judge": [True, False, None, None]}
     dirty, fired = rule.evaluate(scores)
     assert dirty.tolist() == [True, False, False, True]
@@ -145,7 +145,7 @@ def test_purify_drop_with_a_semantic_term_drops_the_docs_of_the_best_windows(dev
     # the docs dropped are the best windows' docs of the items decontaminate flags with `semantic`
     rows = pq.read_table(judged / f"mmlu_{SUBJECT}" / "test" / "contamination.parquet").to_pylist()
     want = {r["semantic_doc_ref"] for r in rows
-            if r["semantic_cosine"] is not None and r["semantic_cosine"] >= DEFAULT_SEMANTIC}
+            if r["semantic_score"] is not None and r["semantic_score"] >= DEFAULT_SEMANTIC}
     log = pq.read_table(out / "removal_log.parquet").to_pylist()
     assert want and {r["doc_ref"] for r in log} == want and all(r["action"] == "dropped" for r in log)
     assert report["semantic"]["docs_dropped"] == len(want) == report["totals"]["dropped"]

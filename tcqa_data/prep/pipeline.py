@@ -320,10 +320,12 @@ def _semantic_config(run: _Run) -> dict[str, Any]:
     """What the manifest and reports say of the semantic tier: the model and its weights digest,
     the shipped threshold, and (stream) how many corpus windows became candidates."""
     from tcqa_data.decontam.detect.rules import DEFAULT_SEMANTIC
-    from tcqa_data.decontam.semantic import windows
+    from tcqa_data.decontam.semantic import matches, windows
 
     out: dict[str, Any] = {
         "model": run.semantic_model.manifest(), "default_threshold": DEFAULT_SEMANTIC,
+        "score": f"{1 - matches.KEPT_WEIGHT:g} * cosine + {matches.KEPT_WEIGHT:g} * kept rare-word share",
+        "sub_span_words": list(matches.SUB_SPAN_WORDS),
         "terms": [str(t) for t in run.rule.terms if t.uses_semantic],
         "candidates": {"window_words": windows.WINDOW_WORDS, "window_stride": windows.WINDOW_STRIDE,
                        "min_share": windows.MIN_SHARE, "top_per_query": windows.TOP_PER_QUERY}}
@@ -626,7 +628,8 @@ def _contamination_table(cols: dict[str, list], gids: list[int], n: int, dirty_d
 
 
 SEMANTIC_COLUMN_TYPES = {
-    "semantic_cosine": pa.float64(), "semantic_doc_ref": pa.string(), "semantic_span": pa.list_(pa.int64()),
+    "semantic_score": pa.float64(), "semantic_cosine": pa.float64(), "semantic_kept": pa.float64(),
+    "semantic_doc_ref": pa.string(), "semantic_span": pa.list_(pa.int64()),
     "semantic_window": pa.string(), "semantic_shared_words": pa.list_(pa.string()),
     "semantic_candidates": pa.int64(),
     "semantic_judge": pa.bool_(), "semantic_judge_probability": pa.float64()}  # with --judge

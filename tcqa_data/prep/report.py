@@ -129,20 +129,20 @@ def summarize(spec: TaskSpec, split: str, source: str, full: pa.Table, cont: pa.
         "by": by,
         "untestable_doc_ids": untestable_ids[:UNTESTABLE_LIST],
         "top_contaminated": top,
-        **({"semantic_pairs": _semantic_pairs(c, config)} if "semantic_cosine" in c else {}),
+        **({"semantic_pairs": _semantic_pairs(c, config)} if "semantic_score" in c else {}),
     }
 
 
 def _semantic_pairs(c: dict[str, list], config: dict[str, Any]) -> list[dict[str, Any]]:
-    """The semantic tier's best pairs (one per group, by cosine, highest first): the item and its
+    """The semantic tier's best pairs (one per group, by ``semantic_score``, highest first): the item and its
     best corpus window, with the rare words they share located in both (character spans)."""
     import regex
 
     from tcqa_data.decontam.core.normalize import token_char_spans, tokenize
 
     scheme = config.get("normalization") or "janitor"
-    have = [i for i, x in enumerate(c["semantic_cosine"]) if x is not None]
-    have.sort(key=lambda i: (-c["semantic_cosine"][i], i))
+    have = [i for i, x in enumerate(c["semantic_score"]) if x is not None]
+    have.sort(key=lambda i: (-c["semantic_score"][i], i))
     out, seen = [], set()
     for i in have:
         if c["group_id"][i] in seen:
@@ -155,7 +155,8 @@ def _semantic_pairs(c: dict[str, list], config: dict[str, Any]) -> list[dict[str
                    if t in shared]
         w_spans = [[m.start(), m.end()] for m in regex.finditer(r"\S+", window) if m.group(0) in shared]
         out.append({"doc_id": c["doc_id"][i], "group_id": c["group_id"][i],
-                    "cosine": _r(c["semantic_cosine"][i]), "doc_dirty": c["doc_dirty"][i],
+                    "score": _r(c["semantic_score"][i]), "cosine": _r(c["semantic_cosine"][i]),
+                    "kept": _r(c["semantic_kept"][i]), "doc_dirty": c["doc_dirty"][i],
                     "rule_fired": c["rule_fired"][i], "query": query, "query_marks": q_spans,
                     "corpus_ref": c["semantic_doc_ref"][i], "corpus_span_words": c["semantic_span"][i],
                     "corpus_window": window, "window_marks": w_spans,
@@ -393,17 +394,24 @@ def build_document(rep: dict[str, Any]) -> list[Block]:
     for t in rep["top_contaminated"]:
         blocks += _evidence(t)
     if "semantic_pairs" in rep:
-        # with --judge: its verdict and P(same item) beside the cosine
+        from tcqa_data.decontam.semantic.matches import KEPT_WEIGHT
+
+        # with --judge: its verdict and P(same item) beside the score
         judged = ["judge", "r"] if any("judge" in t for t in rep["semantic_pairs"]) else []
-        blocks += [Heading(2, "Semantic tier: best item / corpus window pairs (by cosine; shared rare words "
-                              "highlighted; the window as normalized text)"),
-                   Table(["doc", "cosine", *judged[:1], "flagged", "benchmark item", "corpus window"],
-                         [[str(t["doc_id"]), _fmt(t["cosine"]), *_judge_cell(t)[:len(judged)],
+        blocks += [Heading(2, f"Semantic tier: best item / corpus window pairs (by score: "
+                              f"{1 - KEPT_WEIGHT:g} x cosine + {KEPT_WEIGHT:g} x kept share of the item's "
+                              "rare-word weight; shared rare words highlighted; the window as normalized "
+                              "text)"),
+                   Table(["doc", "score", "cosine", "kept", *judged[:1], "flagged", "benchmark item",
+                          "corpus window"],
+                         [[str(t["doc_id"]), _fmt(t["score"]), _fmt(t["cosine"]), _fmt(t["kept"]),
+                           *_judge_cell(t)[:len(judged)],
                            "yes" if t["doc_dirty"] else "no",
                            highlight(t["query"], t["query_marks"]),
                            [f"{t['corpus_ref']} words {'-'.join(map(str, t['corpus_span_words']))}: ",
                             *highlight(t["corpus_window"], t["window_marks"])]]
-                          for t in rep["semantic_pairs"]], align=["r", "r", *judged[1:], "l", "l", "l"])
+                          for t in rep["semantic_pairs"]],
+                         align=["r", "r", "r", "r", *judged[1:], "l", "l", "l"])
                    if rep["semantic_pairs"] else Paragraph("No candidate window for any item.")]
     if rep["untestable_doc_ids"]:
         blocks += [Heading(2, "Untestable docs (first ids)"),

@@ -128,7 +128,7 @@ def split_row(spec: Any, split: str, role: str, declared: bool, ngram: int,
         # dirty docs whose matches fall in each field (a doc may count in several)
         "dirty_docs_matched_in": {**where, OUTSIDE_FIELDS: outside, NO_MATCH: no_match},
         **({"dirty_docs_by_tier": tier_counts(contamination)}
-           if "semantic_cosine" in contamination.column_names else {}),
+           if "semantic_score" in contamination.column_names else {}),
     }
 
 

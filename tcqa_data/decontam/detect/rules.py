@@ -11,7 +11,8 @@ Rules (``Rule.parse``) are a tiny boolean grammar over these scores::
             | "minhash>=" FLOAT             # 0..1
             | "aligned>=" FLOAT             # 0..1, share of query tokens in an aligned match (align.py)
             | "aligned-field>=" FLOAT       # 0..1, the same share within the best-covered field
-            | "semantic" [">=" FLOAT]        # cosine of the best candidate window (semantic tier);
+            | "semantic" [">=" FLOAT]        # semantic_score of the best candidate span (semantic tier:
+                                            # cosine and kept rare-word share, decontam/semantic);
                                             # bare: the shipped threshold (DEFAULT_SEMANTIC)
             | "judge"                       # the judge model (--judge) said the item and that
                                             # window are the same item (semantic tier)
@@ -33,7 +34,7 @@ import numpy as np
 from tcqa_data.decontam.semantic.matches import DEFAULT_THRESHOLD
 
 DEFAULT_RULE = "any-ngram"
-# a bare ``semantic`` term: the cosine the semantic tier ships
+# a bare ``semantic`` term: the ``semantic_score`` threshold the semantic tier ships
 DEFAULT_SEMANTIC = DEFAULT_THRESHOLD
 
 
@@ -58,7 +59,7 @@ TERM_KINDS: tuple[TermKind, ...] = (
     TermKind("minhash", "minhash_sim", "T", "share"),
     TermKind("aligned", "aligned_share", "S", "share"),
     TermKind("aligned-field", "aligned_field_share", "S", "share"),
-    TermKind("semantic", "semantic_cosine", "T", "share", DEFAULT_SEMANTIC),
+    TermKind("semantic", "semantic_score", "T", "share", DEFAULT_SEMANTIC),
     TermKind("judge", "semantic_judge", None, "none"),
 )
 # terms read from the semantic tier's columns (null where it found no candidate, or judged none)

@@ -11,9 +11,11 @@ from an evidence source (``evidence.py``; an opened index: ``IndexEvidence``):
 - ``minhash_sim``: the best verified MinHash Jaccard estimate of any query window (the whole
   query, and each attributed field on its own) against a corpus window;
 - per-field attribution: how many matched words fall inside each template field;
-- ``semantic_*`` (with ``semantic_model``: the semantic tier, ``decontam/semantic``): the cosine of
-  the corpus window most like the query among its rare-word candidates, that window's doc, word
-  span and normalized text, the rare words it shares with the query, the candidates scored.
+- ``semantic_*`` (with ``semantic_model``: the semantic tier, ``decontam/semantic``): the score of
+  the corpus span most like the query among its rare-word candidates (``semantic_score``: its cosine
+  and the share of the query's rare-word weight it keeps, ``semantic_cosine``, ``semantic_kept``),
+  that span's doc, word span and normalized text, the rare words it shares with the query, the
+  candidates scored.
   With a judge (``--judge``), its verdict on the top pairs and the probability it gave "same item".
 
 A query shorter than ``n`` words has no n-gram: ``testable`` is False and n-gram rules cannot
@@ -199,7 +201,7 @@ def score_docs(docs: Sequence[QueryDoc], evidence: EvidenceSource, n: int, *,
         cols.update(semantic_columns([d.query for d in unique], evidence, semantic_model))
         if judge is not None:  # each distinct query's pair judged once
             cols.update(judge.columns([d.query for d in unique], cols["semantic_window"],
-                                      cols["semantic_cosine"]))
+                                      cols["semantic_score"]))
     step(len(docs) - len(unique))
     return {name: [values[j] for j in where] for name, values in cols.items()}
 
@@ -322,8 +324,8 @@ def _score_unique(docs: Sequence[QueryDoc], evidence: EvidenceSource, n: int, *,
     return cols
 
 
-SEMANTIC_COLUMNS = ("semantic_cosine", "semantic_doc_ref", "semantic_span", "semantic_window",
-                    "semantic_shared_words", "semantic_candidates")
+SEMANTIC_COLUMNS = ("semantic_score", "semantic_cosine", "semantic_kept", "semantic_doc_ref", "semantic_span",
+                    "semantic_window", "semantic_shared_words", "semantic_candidates")
 
 
 def semantic_columns(queries: Sequence[str], evidence: EvidenceSource, model: Any) -> dict[str, list]:
@@ -334,7 +336,11 @@ def semantic_columns(queries: Sequence[str], evidence: EvidenceSource, model: An
     if len(have):
         for i, r in zip(have.tolist(), evidence.doc_refs(sm.docs[have]), strict=True):
             refs[i] = str(r)
-    return {"semantic_cosine": [None if c != c else float(c) for c in sm.cosine.tolist()],
+    def floats(a: np.ndarray) -> list[float | None]:
+        return [None if x != x else float(x) for x in a.tolist()]
+
+    return {"semantic_score": floats(sm.score), "semantic_cosine": floats(sm.cosine),
+            "semantic_kept": floats(sm.kept),
             "semantic_doc_ref": refs, "semantic_span": list(sm.spans), "semantic_window": list(sm.windows),
             "semantic_shared_words": [list(w) for w in sm.shared_words],
             "semantic_candidates": sm.candidates.tolist()}

@@ -4,11 +4,11 @@ LLM Decontaminator (Yang et al. 2023, arXiv 2311.04850) asks GPT-4 of each (test
 training sample) pair whether they are the same question, rephrased or translated, and reads a
 one-word answer. Here the question is put to a local causal LM (``--judge MODEL``: a folder, a hub
 id, or ``smollm2-135m-gguf``, loaded by ``tcqa_data.causal_lm`` as ``evaluate`` loads models,
-``trust_remote_code`` off) on the top pairs only: items whose best window's cosine is at least
-``floor``, the ``top`` highest. Nothing is sampled: one forward pass per pair (batched) and the
-answer's log-probabilities compared, ``P(yes) = exp(lp(True)) / (exp(lp(True)) + exp(lp(False)))``
-at the position after the prompt; the verdict is ``P(yes) >= 0.5``. The same pairs give the same
-verdicts on any run.
+``trust_remote_code`` off) on the top pairs only: items whose best window's semantic score (the
+rule's ``semantic_score``) is at least ``floor``, the ``top`` highest. Nothing is sampled: one
+forward pass per pair (batched) and the answer's log-probabilities compared,
+``P(yes) = exp(lp(True)) / (exp(lp(True)) + exp(lp(False)))`` at the position after the prompt;
+the verdict is ``P(yes) >= 0.5``. The same pairs give the same verdicts on any run.
 
 The columns it adds (``semantic_judge``: the verdict, null where not judged;
 ``semantic_judge_probability``) feed the rule term ``judge``; the manifest records the model and
@@ -26,8 +26,8 @@ import numpy as np
 
 from tcqa_data.errors import ConfigError, TcqaError
 
-JUDGE_TOP = 200  # pairs judged per split, highest cosine first (``--judge-top``)
-JUDGE_FLOOR = 0.5  # pairs below this cosine are not worth a forward pass
+JUDGE_TOP = 200  # pairs judged per split, highest semantic score first (``--judge-top``)
+JUDGE_FLOOR = 0.5  # pairs below this semantic score are not worth a forward pass
 PART_TOKENS = 256  # each text of a pair is cut to this many tokens (a window is the item's length)
 BATCH = 8
 ANSWERS = ("True", "False")
@@ -144,7 +144,7 @@ class Judge:
         return out
 
     def chosen(self, cosines: Sequence[float | None]) -> list[int]:
-        """The pairs judged: cosine at least ``floor``, the ``top`` highest (ties: item order)."""
+        """The pairs judged: semantic score at least ``floor``, the ``top`` highest (ties: item order)."""
         have = [i for i, c in enumerate(cosines) if c is not None and c == c and c >= self.floor]
         have.sort(key=lambda i: (-float(cosines[i]), i))  # type: ignore[arg-type]
         return sorted(have[:self.top])

@@ -1,15 +1,25 @@
 """Verification: each item's candidate spans scored by the embedding model; the best one kept.
 
 ``SemanticMatches`` is what an evidence source answers for a list of items (``semantic_matches``):
-per item the best span's cosine (NaN: no candidate), corpus doc ordinal (-1: none), word span in
-that doc, normalized text, the rare words it shares with the item, and how many candidates were
-scored. An item is compared as its best view (``item_views``: whole, each line, question with
-each option): a rephrasing often keeps the question and its answer only. Items and spans are
-embedded in their normalized form (the corpus pass keeps no other),
-in one deterministic order, so the same candidates give the same bytes on any machine split.
+per item the best span's score, cosine and kept rare-word share (NaN: no candidate), corpus doc
+ordinal (-1: none), word span in that doc, normalized text, the rare words it shares with the
+item, and how many candidates were scored.
 
-``DEFAULT_THRESHOLD`` is what a bare ``semantic`` rule term means; see ``scripts/bench_semantic.py``
-for how it was calibrated (one MMLU subject of ``../shared/data/paraphrase``, the others reported).
+Each candidate span is scored whole and as its densest sub-spans (``sub_spans``: an item spliced
+into a long article is a short part of its span); an item is compared as each of its views
+(``item_views``: whole, each line, question with each option: a rephrasing often keeps the
+question and its answer only). A (sub-span, view) pair scores
+
+    semantic_score = (1 - KEPT_WEIGHT) * cosine + KEPT_WEIGHT * kept
+
+``kept``: the share of the view's rare-word weight the sub-span holds (``kept_share``). A
+rephrasing keeps an item's names, numbers and terms; another item of the same subject is as close
+in topic (cosine) but keeps few of its particulars. The item's best pair is its ``semantic_score``.
+Items and spans are embedded in their normalized form (the corpus pass keeps no other), in one
+deterministic order, so the same candidates give the same bytes on any machine split.
+
+``DEFAULT_THRESHOLD`` is what a bare ``semantic`` rule term means: calibrated leave-one-subject-out
+on ``../shared/data/paraphrase`` (``scripts/bench_semantic.py recall``, docs/semantic.md).
 """
 
 from __future__ import annotations
@@ -19,17 +29,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tcqa_data.decontam.semantic.rarewords import RareWordTable
+from tcqa_data.decontam.semantic.rarewords import RareWordTable, word_weight
 from tcqa_data.decontam.semantic.windows import Candidates
 
 DEFAULT_THRESHOLD = 0.8
 VIEW_MIN_WORDS = 4
 VIEW_MAX_LINES = 8
+KEPT_WEIGHT = 0.3  # semantic_score = 0.7 * cosine + 0.3 * kept rare-word share
+SUB_SPAN_WORDS = (16, 32, 48)  # sub-spans scored besides the whole candidate span
 
 
 @dataclass
 class SemanticMatches:
-    """Per item: best cosine, doc, span, window text, shared rare words, candidates scored."""
+    """Per item: the best span's cosine, doc, span, window text, shared rare words, candidates
+    scored, and its ``semantic_score`` and kept rare-word share (NaN: no candidate)."""
 
     cosine: np.ndarray
     docs: np.ndarray
@@ -38,17 +51,20 @@ class SemanticMatches:
     shared_words: list[list[str]]
     candidates: np.ndarray
     stats: dict[str, int] = field(default_factory=dict)
+    score: np.ndarray = field(default_factory=lambda: np.empty(0))
+    kept: np.ndarray = field(default_factory=lambda: np.empty(0))
 
     @classmethod
     def empty(cls, k: int) -> SemanticMatches:
         return cls(np.full(k, np.nan), np.full(k, -1, np.int64), [None] * k, [None] * k,
-                   [[] for _ in range(k)], np.zeros(k, np.int64))
+                   [[] for _ in range(k)], np.zeros(k, np.int64), {}, np.full(k, np.nan), np.full(k, np.nan))
 
     def take(self, rows: Sequence[int]) -> SemanticMatches:
         idx = np.asarray(rows, np.int64)
         return SemanticMatches(self.cosine[idx], self.docs[idx], [self.spans[i] for i in idx.tolist()],
                                [self.windows[i] for i in idx.tolist()],
-                               [self.shared_words[i] for i in idx.tolist()], self.candidates[idx], self.stats)
+                               [self.shared_words[i] for i in idx.tolist()], self.candidates[idx], self.stats,
+                               self.score[idx], self.kept[idx])
 
 
 def _encode_distinct(model: object, texts: Sequence[str]) -> np.ndarray:
@@ -77,9 +93,42 @@ def item_views(query: str, scheme: str) -> list[str]:
     return list(dict.fromkeys(v for v in views if v))
 
 
+def _rare_weights(words: Sequence[str]) -> dict[str, int]:
+    """Each distinct rare word of ``words`` (normalized) with its rarity weight."""
+    return {w: word_weight(w) for w in dict.fromkeys(words) if word_weight(w)}
+
+
+def sub_spans(words: Sequence[str], rare: dict[str, int]) -> list[tuple[int, int]]:
+    """The candidate span itself and, per length of ``SUB_SPAN_WORDS`` shorter than it, the
+    sub-span of that length that holds the most of the item's rare weight (first such): an item
+    spliced into a long article is a short part of its span, and the article's words around it
+    dilute the span's embedding."""
+    out = [(0, len(words))]
+    w = np.array([rare.get(t, 0) for t in words], np.int64)
+    csum = np.concatenate([[0], np.cumsum(w)])
+    for n in SUB_SPAN_WORDS:
+        if n < len(words):
+            start = int(np.argmax(csum[n:] - csum[:-n]))
+            out.append((start, start + n))
+    return list(dict.fromkeys(out))
+
+
+def kept_share(view_rare: dict[str, int], span_words: set[str]) -> float:
+    """The share of a view's rare-word weight that a span keeps (0.0: the view has no rare word,
+    so nothing in it tells one item from another)."""
+    total = sum(view_rare.values())
+    return sum(v for w, v in view_rare.items() if w in span_words) / total if total else 0.0
+
+
+def combined_score(cosine: np.ndarray, kept: np.ndarray) -> np.ndarray:
+    """``semantic_score``: ``(1 - KEPT_WEIGHT) * cosine + KEPT_WEIGHT * kept`` (module doc)."""
+    return (1.0 - KEPT_WEIGHT) * cosine + KEPT_WEIGHT * kept
+
+
 def verify(queries: Sequence[str], rare: RareWordTable, cands: Candidates, model: object, scheme: str
            ) -> SemanticMatches:
-    """The best candidate span of each item of ``queries`` (the table's items, by number)."""
+    """The best candidate span of each item of ``queries`` (the table's items, by number): per
+    candidate, each of its sub-spans against each of the item's views, the best ``semantic_score``."""
     out = SemanticMatches.empty(len(queries))
     out.stats = {"windows": cands.windows, "windows_passed": cands.passed, "pairs_scored": len(cands)}
     if not len(cands):
@@ -88,29 +137,52 @@ def verify(queries: Sequence[str], rare: RareWordTable, cands: Candidates, model
     items = np.unique(q)
     view_text: list[str] = []
     view_start = [0]
+    view_rare: list[dict[str, int]] = []
+    item_rare: dict[int, dict[str, int]] = {}
     for i in items.tolist():
         views = item_views(queries[i], scheme)
         view_text.extend(views)
+        view_rare.extend(_rare_weights(v.split()) for v in views)
+        item_rare[i] = _rare_weights(" ".join(views).split())
         view_start.append(len(view_text))
+    # every candidate's sub-spans (word offsets in its text), in candidate order
+    span_words = [t.split() for t in cands.texts]
+    subs = [sub_spans(words, item_rare[int(i)]) for words, i in zip(span_words, q.tolist(), strict=True)]
+    sub_text = [" ".join(words[a:b]) for words, ss in zip(span_words, subs, strict=True) for a, b in ss]
+    sub_start = np.concatenate([[0], np.cumsum([len(ss) for ss in subs])])
     emb_views = _encode_distinct(model, view_text)
-    emb_windows = _encode_distinct(model, cands.texts)
+    emb_subs = _encode_distinct(model, sub_text)
     row_of = np.searchsorted(items, q)
-    cos = np.full(len(q), -1.0)
-    for r in range(len(items)):  # the best view of the item, per candidate
-        mine = np.flatnonzero(row_of == r)
-        sims = emb_windows[mine] @ emb_views[view_start[r]:view_start[r + 1]].T
-        cos[mine] = sims.max(axis=1)
-    # per item, the best span (ties: the candidates' own order)
-    order = np.lexsort((np.arange(len(q)), -cos, q))
+    best = np.full(len(q), -np.inf)
+    best_at: list[tuple[int, float, float]] = [(0, 0.0, 0.0)] * len(q)  # (sub-span, cosine, kept)
+    for j in range(len(q)):
+        r = int(row_of[j])
+        v0, v1 = view_start[r], view_start[r + 1]
+        s0, s1 = int(sub_start[j]), int(sub_start[j + 1])
+        cos = emb_subs[s0:s1] @ emb_views[v0:v1].T  # sub-spans x views
+        kept = np.array([[kept_share(view_rare[v], set(sub_text[s].split())) for v in range(v0, v1)]
+                         for s in range(s0, s1)])
+        score = combined_score(cos, kept)
+        k = int(np.argmax(score))  # the first best (sub-span, view): row-major
+        s, v = divmod(k, v1 - v0)
+        best[j] = score[s, v]
+        best_at[j] = (s, float(cos[s, v]), float(kept[s, v]))
+    # per item, the best candidate (ties: the candidates' own order)
+    order = np.lexsort((np.arange(len(q)), -np.round(best, 6), q))
     first = np.ones(len(order), bool)
     first[1:] = q[order][1:] != q[order][:-1]
     counts = np.bincount(q, minlength=len(queries))
     out.candidates = counts.astype(np.int64)
     for j in order[first].tolist():
         i = int(q[j])
-        out.cosine[i] = round(float(cos[j]), 6)  # the same printed value from any batch split
+        s, cos_j, kept_j = best_at[j]
+        a, b = subs[j][s]
+        out.score[i] = round(float(best[j]), 6)  # the same printed value from any batch split
+        out.cosine[i] = round(cos_j, 6)
+        out.kept[i] = round(kept_j, 6)
         out.docs[i] = int(cands.cols["doc"][j])
-        out.spans[i] = [int(cands.cols["start"][j]), int(cands.cols["end"][j])]
-        out.windows[i] = cands.texts[j]
-        out.shared_words[i] = rare.shared_words(queries[i], cands.texts[j], scheme)
+        start = int(cands.cols["start"][j])
+        out.spans[i] = [start + a, start + b]
+        out.windows[i] = " ".join(span_words[j][a:b])
+        out.shared_words[i] = rare.shared_words(queries[i], out.windows[i], scheme)
     return out
