@@ -337,7 +337,7 @@ def evaluate(
     quiet: bool = False,
     memorization: bool = True,
     memorization_only: bool = False,
-    memorization_context: str = "prompt",
+    memorization_context: str = "fields",
     backend: str = "native",
     lm_eval_model: str = "hf",
     model_args: str | None = None,
@@ -370,8 +370,10 @@ def evaluate(
         quiet: No progress bars.
         memorization: Per-doc memorization scores (loss, zlib, Min-K%, Min-K%++).
         memorization_only: Only the memorization scores, no task metric.
-        memorization_context: ``prompt`` (read from the task's own forward pass), ``standalone`` or
-            ``both`` (the headline score takes the better-ranked context of each doc).
+        memorization_context: ``fields`` (the default: every text read from the task's own forward
+            pass, and each attribution field also alone; the headline score takes the better-ranked
+            of them per doc), ``prompt`` (the task's forward pass only), ``standalone`` (each text
+            alone) or ``both`` (every text in the prompt and alone).
         backend: ``native`` (tcqa-data's scorer) or ``lm-eval`` (lm-evaluation-harness on the
             exported full YAMLs, then `analyze` of its samples).
         lm_eval_model: With ``backend="lm-eval"``: lm-eval's model type (``hf``, ``vllm``, ...).

@@ -70,11 +70,12 @@ def evaluate_cmd(
                                            help="Only the memorization scores, no task metric (a quick "
                                            "look at any prepared split)."),
     memorization_context: MemorizationContext = typer.Option(
-        "prompt", "--memorization-context",
-        help="prompt (each text's tokens where it occurs in the doc's prompt, read from the task's own "
-             "forward pass; texts not found there are scored standalone), standalone (each text alone "
-             "after the prefix token, in a separate pass) or both (TEXT in the prompt and TEXT@standalone; "
-             "the headline score takes the better-ranked context of each doc)."),
+        "fields", "--memorization-context",
+        help="fields (the default: every text in the prompt, and each attribution field also alone as "
+             "FIELD@standalone; the headline score takes the better-ranked of them per doc), prompt (each "
+             "text's tokens where it occurs in the doc's prompt, read from the task's own forward pass; "
+             "texts not found there are scored standalone), standalone (each text alone after the prefix "
+             "token, in a separate pass) or both (every TEXT in the prompt and as TEXT@standalone)."),
     backend: Backend = typer.Option("native", "--backend",
                                 help="native (tcqa-data's scorer) or lm-eval (run "
                                 "lm-evaluation-harness on the exported full YAMLs, then `analyze`)."),

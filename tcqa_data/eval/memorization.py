@@ -42,6 +42,8 @@ from tcqa_data.eval.packing import common_prefix_len, concat, fill_rows, trie
 KS = (10, 20, 50)
 # suffix of a TEXT name whose scores are of its standalone context beside the in-prompt one
 STANDALONE_SUFFIX = "@standalone"
+# evaluate's --memorization-context default (eval.runner.CONTEXT_DEFINITIONS says what each does)
+DEFAULT_CONTEXT = "fields"
 # the headline combines this score of the query in each context that ran (see add_headline)
 HEADLINE_TEXT, HEADLINE_SCORE = "query", "min_k_pp_20"
 SCORE_NAMES = ("loss", "zlib", *(f"min_k_{k}" for k in KS), *(f"min_k_pp_{k}" for k in KS))
@@ -231,20 +233,25 @@ def rank_normalise(values: np.ndarray) -> np.ndarray:
     return out
 
 
-def add_headline(per_doc: Sequence[dict]) -> str | None:
+def add_headline(per_doc: Sequence[dict], also: Sequence[str] = ()) -> str | None:
     """Sets each doc's ``memorization["headline"] = {"score", "name"}`` and returns the name (None
     when no doc has a component).
 
     The headline is the max, over the contexts that ran (``query`` in the prompt, ``query@standalone``
-    alone), of the doc's rank-normalised Min-K%++ (k=20%) of its query among the docs of the same
-    pass. Why: which context shows an exposure depends on the text the model saw (the task's prompts
-    show in the prompt context, the bare queries standalone), and a user does not know which; the
+    alone, and the texts ``also`` names: the field the query begins with, alone), of the doc's
+    rank-normalised Min-K%++ (k=20%) of each among the docs of the same pass. The query's first field
+    alone is the query's own first tokens scored as in ``query@standalone`` (MC-TACO's query is
+    ``{question} {sentence}``): the part of the standalone query that a default run affords, and on
+    models fine-tuned on queries in query order it ranks seen docs at least as well as the whole
+    query alone (docs/concepts/memorization.md). Why: which context shows an exposure depends on the
+    text the model saw (the task's prompts show in the prompt context, the bare queries standalone),
+    and a user does not know which; the
     contexts' raw scores are on different scales (different conditioning, different token sets), so
     they are compared by rank. The max of ranks follows whichever context flags the doc; the cost
-    is a shift of the unseen docs' ranks (the max of two ranks), the same for every doc. Higher = more
+    is a shift of the unseen docs' ranks (the max of several ranks), the same for every doc. Higher = more
     likely seen. The components stay in ``memorization`` under their names.
     """
-    components = [c for c in (HEADLINE_TEXT, HEADLINE_TEXT + STANDALONE_SUFFIX)
+    components = [c for c in dict.fromkeys((HEADLINE_TEXT, HEADLINE_TEXT + STANDALONE_SUFFIX, *also))
                   if any(((o.get("memorization") or {}).get(c) or {}).get(HEADLINE_SCORE) is not None
                          for o in per_doc)]
     if not components:
