@@ -199,9 +199,10 @@ def memorization_record(on: bool, only: bool, context: str = DEFAULT_CONTEXT) ->
                        "context_definition",
         "texts": "query: the decontamination query (or the task's memorization_text); each attribution "
                  "field on its own",
-        "headline": "memorization.headline: the max, over the contexts that ran (query, query@standalone), "
-                    "of the doc's rank-normalised min_k_pp_20 of its query among the docs of this pass "
-                    "(tcqa_data.eval.memorization.add_headline); higher = more likely seen",
+        "headline": "memorization.headline: Fisher's combination (sum of -log p) of the rank p-values, "
+                    "among the docs of this pass, of min_k_pp_20 of query in the prompt, "
+                    "query@standalone and each query field's FIELD@standalone where they ran, "
+                    "rank-normalised (tcqa_data.eval.memorization.add_headline); higher = more likely seen",
     }
 
 
@@ -250,16 +251,14 @@ def add_standalone_context(engine: Engine, spec: TaskSpec, docs: list[dict[str, 
     return sum(len(x) for x in need)
 
 
-def query_lead_standalone(spec: TaskSpec, texts: list[dict[str, str]]) -> list[str]:
-    """``[FIELD@standalone]`` for the attribution field every doc's query begins with (MC-TACO's
-    question), the headline's standalone view of the query's first tokens; [] when there is none."""
-    fields = spec.template_fields(spec.memorization_query_template()) \
-        if spec.memorization_query_template() in ("doc_to_text", "doc_to_decontamination_query") else []
-    lead = next((f for f in fields if f != HEADLINE_TEXT), None)
-    if lead is None or not texts or any(lead not in ts or not ts[HEADLINE_TEXT].startswith(ts[lead])
-                                        for ts in texts):
+def query_fields_standalone(spec: TaskSpec, texts: list[dict[str, str]]) -> list[str]:
+    """``FIELD@standalone`` for each field the query's template renders (MC-TACO's question and
+    sentence) that is also a memorization text: the headline's standalone views of the query's parts."""
+    template = spec.memorization_query_template()
+    if template not in ("doc_to_text", "doc_to_decontamination_query") or not texts:
         return []
-    return [lead + STANDALONE_SUFFIX]
+    return [f + STANDALONE_SUFFIX for f in spec.template_fields(template)
+            if f != HEADLINE_TEXT and all(f in ts for ts in texts)]
 
 
 # ---- running one task ----------------------------------------------------------------------
@@ -557,7 +556,7 @@ def run_evaluation(prep_dir: str | Path, model: str | LoadedModel, tasks: list[s
                 if memorization_context in ("both", "fields"):
                     mem_count["standalone_pass"] = add_standalone_context(engine, data.spec, docs, per_doc,
                                                                           texts, memorization_context)
-                add_headline(per_doc, also=query_lead_standalone(data.spec, texts))
+                add_headline(per_doc, also=query_fields_standalone(data.spec, texts))
             mem_s = time.perf_counter() - t2
         table = task_table(data.spec, docs, per_doc, clean, bootstrap, seed) \
             if docs and not memorization_only else None
