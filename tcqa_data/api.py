@@ -371,8 +371,8 @@ def evaluate(
         memorization: Per-doc memorization scores (loss, zlib, Min-K%, Min-K%++).
         memorization_only: Only the memorization scores, no task metric.
         memorization_context: ``fields`` (the default: every text read from the task's own forward
-            pass, and each attribution field also alone; the headline score takes the better-ranked
-            of them per doc), ``prompt`` (the task's forward pass only), ``standalone`` (each text
+            pass, and each field of the query also alone; the headline score combines their ranks
+            per doc), ``prompt`` (the task's forward pass only), ``standalone`` (each text
             alone) or ``both`` (every text in the prompt and alone).
         backend: ``native`` (tcqa-data's scorer) or ``lm-eval`` (lm-evaluation-harness on the
             exported full YAMLs, then `analyze` of its samples).

@@ -115,10 +115,14 @@ def test_a_unique_text_scores_the_same_once_or_per_doc(prep, lm, tmp_path):
     the model once however many docs hold it, and its scores those of the text scored on its own."""
     from tcqa_data.eval.memorization import doc_memorization
 
-    res = evaluate(prep, lm, batch_size=4, output=tmp_path, quiet=True, tasks=["mc_taco"], write=False)
+    res = evaluate(prep, lm, batch_size=4, output=tmp_path, quiet=True, write=False)
     assert res["memorization"]["context"] == "fields"
+    # SQuAD's query renders the prompt itself (no field of its own), which it begins: no extra pass
+    assert res["tasks"]["squad_completion"]["memorization_context"]["standalone_pass"] == 0
+    assert all(s["memorization"]["query@standalone"] == s["memorization"]["query"]
+               for s in res["_samples"] if s["task"] == "squad_completion")
     data = load_task(prep, "mc_taco")
-    samples = res["_samples"]
+    samples = [s for s in res["_samples"] if s["task"] == "mc_taco"]
     texts = [data.spec.memorization_texts(d) for d in data.docs]
     engine = Engine(lm, 4)
     computed: list[int] = []

@@ -71,8 +71,8 @@ def evaluate_cmd(
                                            "look at any prepared split)."),
     memorization_context: MemorizationContext = typer.Option(
         "fields", "--memorization-context",
-        help="fields (the default: every text in the prompt, and each attribution field also alone as "
-             "FIELD@standalone; the headline score takes the better-ranked of them per doc), prompt (each "
+        help="fields (the default: every text in the prompt, and each field of the query also alone as "
+             "FIELD@standalone; the headline score combines their ranks per doc), prompt (each "
              "text's tokens where it occurs in the doc's prompt, read from the task's own forward pass; "
              "texts not found there are scored standalone), standalone (each text alone after the prefix "
              "token, in a separate pass) or both (every TEXT in the prompt and as TEXT@standalone)."),

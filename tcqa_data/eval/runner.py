@@ -163,23 +163,40 @@ CONTEXT_DEFINITIONS = {
             "distinct text scored once per context; a text that begins its prompt (nothing before it "
             "there either) or was scored standalone already keeps those scores as its standalone ones "
             "(samples' memorization_context says where each came from)",
-    "fields": "fields (the default): every TEXT in-prompt as 'prompt' says, and each attribution field "
-              "also alone, FIELD@standalone as 'standalone' says (the query itself only when the task "
-              "has no attribution field); each distinct text scored once; a field that begins its prompt "
-              "keeps its in-prompt scores as its standalone ones. The query's standalone evidence is its "
-              "fields': MC-TACO's query '{question} {sentence}' begins with the question alone, and a "
-              "source passage holds the sentence, which begins the prompt",
+    "fields": "fields (the default): every TEXT in-prompt as 'prompt' says, and each field the query's "
+              "template renders also alone, FIELD@standalone as 'standalone' says (the query itself when "
+              "it renders none: SQuAD's is the prompt); each distinct text scored once; a text that "
+              "begins its prompt keeps its in-prompt scores as its standalone ones. The query's "
+              "standalone evidence is its fields': MC-TACO's query '{question} {sentence}' begins "
+              "with the question alone, and a source passage holds the sentence, which begins the prompt",
 }
 
 
-def standalone_names(texts: dict[str, str], context: str) -> list[str]:
+def standalone_names(spec: TaskSpec, texts: dict[str, str], context: str) -> list[str]:
     """The texts that also get a ``TEXT@standalone`` under ``context`` (``both``: all; ``fields``: the
-    attribution fields, or the query when there is none; otherwise none)."""
+    fields the query's template renders that are memorization texts, MC-TACO's question and sentence,
+    else the query itself; otherwise none)."""
     if context == "both":
         return list(texts)
     if context == "fields":
-        return [n for n in texts if n != HEADLINE_TEXT] or list(texts)
+        return [n for n in query_field_names(spec) if n in texts] or [HEADLINE_TEXT]
     return []
+
+
+def query_field_names(spec: TaskSpec) -> list[str]:
+    """The fields the memorization query's template renders, in template order ([] for a template of
+    the task's own, ``memorization_text``)."""
+    template = spec.memorization_query_template()
+    if template not in ("doc_to_text", "doc_to_decontamination_query"):
+        return []
+    return [f for f in spec.template_fields(template) if f != HEADLINE_TEXT]
+
+
+def query_fields_standalone(spec: TaskSpec, texts: list[dict[str, str]]) -> list[str]:
+    """``FIELD@standalone`` for each field the query's template renders (MC-TACO's question and
+    sentence) that every doc has as a memorization text: the headline's standalone views of the
+    query's parts."""
+    return [f + STANDALONE_SUFFIX for f in query_field_names(spec) if texts and all(f in ts for ts in texts)]
 
 
 def memorization_record(on: bool, only: bool, context: str = DEFAULT_CONTEXT) -> dict[str, Any]:
@@ -239,7 +256,7 @@ def add_standalone_context(engine: Engine, spec: TaskSpec, docs: list[dict[str, 
     for doc, o, ts in zip(docs, per_doc, texts, strict=True):
         prompt = spec.text(doc)
         where = o["memorization_context"]
-        names.append(standalone_names(ts, context))
+        names.append(standalone_names(spec, ts, context))
         need.append({n: ts[n] for n in names[-1]
                      if where[n] != "standalone" and not prompt.startswith(ts[n])})
     alone = doc_memorization(engine, need) if any(need) else [{} for _ in per_doc]
@@ -249,16 +266,6 @@ def add_standalone_context(engine: Engine, spec: TaskSpec, docs: list[dict[str, 
             o["memorization_context"][n + STANDALONE_SUFFIX] = \
                 "standalone" if n in own else o["memorization_context"][n]
     return sum(len(x) for x in need)
-
-
-def query_fields_standalone(spec: TaskSpec, texts: list[dict[str, str]]) -> list[str]:
-    """``FIELD@standalone`` for each field the query's template renders (MC-TACO's question and
-    sentence) that is also a memorization text: the headline's standalone views of the query's parts."""
-    template = spec.memorization_query_template()
-    if template not in ("doc_to_text", "doc_to_decontamination_query") or not texts:
-        return []
-    return [f + STANDALONE_SUFFIX for f in spec.template_fields(template)
-            if f != HEADLINE_TEXT and all(f in ts for ts in texts)]
 
 
 # ---- running one task ----------------------------------------------------------------------
