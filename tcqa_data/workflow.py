@@ -33,7 +33,7 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
              seed: int = M.BOOTSTRAP_SEED, quiet: bool = False, write: bool = True,
              packing: bool | None = None, sample_groups: int | None = None,
              sample_seed: int = 0, memorization: bool = True,
-             memorization_only: bool = False, memorization_context: str = "prompt",
+             memorization_only: bool = False, memorization_context: str = "fields",
              reference_model: str | None = None, reference_frequencies: str = "none") -> dict[str, Any]:
     """Score ``model`` on the prepared tasks in ``prep_dir`` (``tcqa_data.eval.runner.evaluate``'s
     parameters), then analyze that pass into ``<output>/analysis/``.

@@ -59,8 +59,8 @@ def test_each_doc_has_scores_of_its_query_and_attribution_fields(prep, lm, tmp_p
     assert len({s["memorization"]["query"]["min_k_pp_20"] for s in mc}) >= 3
 
 
-def test_default_reads_every_text_from_the_prompt_and_keeps_the_task_numbers(prep, lm, tmp_path):
-    res = evaluate(prep, lm, batch_size=4, output=tmp_path / "on", quiet=True)
+def test_prompt_context_reads_every_text_from_the_prompt_and_keeps_the_task_numbers(prep, lm, tmp_path):
+    res = evaluate(prep, lm, batch_size=4, output=tmp_path / "on", quiet=True, memorization_context="prompt")
     off = evaluate(prep, lm, batch_size=4, output=tmp_path / "off", quiet=True, memorization=False)
     assert res["memorization"]["context"] == "prompt"
     for task in ("mc_taco", "squad_completion"):
@@ -108,3 +108,43 @@ def test_memorization_text_names_another_template(prep, lm, tmp_path):
                    tasks=["mc_taco"])
     for s in res["_samples"]:
         assert s["memorization"]["query"] == s["memorization"]["question"]
+
+
+def test_a_unique_text_scores_the_same_once_or_per_doc(prep, lm, tmp_path):
+    """The default context (fields): each attribution field also alone, each distinct text run through
+    the model once however many docs hold it, and its scores those of the text scored on its own."""
+    from tcqa_data.eval.memorization import doc_memorization
+
+    res = evaluate(prep, lm, batch_size=4, output=tmp_path, quiet=True, write=False)
+    assert res["memorization"]["context"] == "fields"
+    # SQuAD's query renders the prompt itself (no field of its own), which it begins: no extra pass
+    assert res["tasks"]["squad_completion"]["memorization_context"]["standalone_pass"] == 0
+    assert all(s["memorization"]["query@standalone"] == s["memorization"]["query"]
+               for s in res["_samples"] if s["task"] == "squad_completion")
+    data = load_task(prep, "mc_taco")
+    samples = [s for s in res["_samples"] if s["task"] == "mc_taco"]
+    texts = [data.spec.memorization_texts(d) for d in data.docs]
+    engine = Engine(lm, 4)
+    computed: list[int] = []
+    forward = engine.forward
+
+    def counting(rows, *args, **kwargs):
+        computed.append(sum(len(r.tokens) for r in rows))
+        return forward(rows, *args, **kwargs)
+
+    engine.forward = counting  # type: ignore[method-assign]
+    per_doc = doc_memorization(engine, [{"question": t["question"]} for t in texts])
+    questions = sorted({t["question"] for t in texts})
+    assert len(questions) < len(texts)  # MC-TACO's candidates of a question share it
+    # one prefix token + each distinct question's tokens, once
+    own = [len(engine.tokenizer(q, add_special_tokens=False)["input_ids"]) for q in questions]
+    assert sum(computed) <= len(questions) + sum(own)
+    for s, t, got in zip(samples, texts, per_doc, strict=True):
+        alone = memorization_scores(token_stats(engine, [t["question"]])[0], t["question"])
+        assert got["question"] == pytest.approx(alone, rel=1e-4, abs=1e-5)
+        assert s["memorization"]["question@standalone"] == pytest.approx(alone, rel=1e-4, abs=1e-5)
+        assert s["memorization_context"]["question@standalone"] == "standalone"
+        # the sentence begins the prompt: its standalone scores are its in-prompt ones
+        assert s["memorization"]["sentence@standalone"] == s["memorization"]["sentence"]
+        assert "query@standalone" not in s["memorization"]  # its fields stand for it
+    assert res["tasks"]["mc_taco"]["memorization_context"]["standalone_pass"] == len(samples)

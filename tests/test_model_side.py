@@ -84,8 +84,11 @@ def test_memorization_scores_find_the_docs_a_model_was_trained_on(tmp_path):
     for text in ("sentence", "question"):
         rho = side["agreement"][f"model:{text}:loss"]["spearman"]["ngram_fraction"]
         assert isinstance(rho["value"], float), (text, rho)
-    assert side["contexts"] == dict.fromkeys(("query", "sentence", "question"),
-                                             {"prompt": len(samples), "standalone": 0})
+    # the default context (fields): the question also alone; the sentence begins the prompt, so its
+    # standalone scores are its in-prompt ones
+    assert side["contexts"] == {**dict.fromkeys(("query", "sentence", "question", "sentence@standalone"),
+                                                {"prompt": len(samples), "standalone": 0}),
+                                "question@standalone": {"prompt": 0, "standalone": len(samples)}}
     assert "model:query:min_k_pp_20" in analysis["tasks"]["mc_taco"]["sweeps"]
     md = (tmp_path / "eval" / "analysis" / "report.md").read_text()
     assert "separates corpus-dirty from clean docs with AUROC" in md

@@ -43,7 +43,7 @@ def score_label(name: str) -> str:
     """'model:query:min_k_pp_20' -> 'Min-K%++ (k=20%) of query'."""
     _, text, score = name.split(":", 2)
     if name == HEADLINE_NAME:
-        return "headline score (max rank of Min-K%++ k=20% of the query over its contexts)"
+        return "headline score (Min-K%++ k=20% of the query and its fields, ranks combined over contexts)"
     if score.startswith("min_k_pp_"):
         what = f"Min-K%++ (k={score.rsplit('_', 1)[1]}%)"
     elif score.startswith("min_k_"):

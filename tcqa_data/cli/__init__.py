@@ -99,7 +99,7 @@ Normalization = choices("Normalization", "janitor", "unicode")
 PurifyMode = choices("PurifyMode", "excise", "drop")
 Device = choices("Device", "auto", "cuda", "cpu", "mps")
 Dtype = choices("Dtype", "auto", "float32", "bfloat16", "float16")
-MemorizationContext = choices("MemorizationContext", "prompt", "standalone", "both")
+MemorizationContext = choices("MemorizationContext", "fields", "prompt", "standalone", "both")
 Backend = choices("Backend", "native", "lm-eval")
 
 

@@ -70,11 +70,12 @@ def evaluate_cmd(
                                            help="Only the memorization scores, no task metric (a quick "
                                            "look at any prepared split)."),
     memorization_context: MemorizationContext = typer.Option(
-        "prompt", "--memorization-context",
-        help="prompt (each text's tokens where it occurs in the doc's prompt, read from the task's own "
-             "forward pass; texts not found there are scored standalone), standalone (each text alone "
-             "after the prefix token, in a separate pass) or both (TEXT in the prompt and TEXT@standalone; "
-             "the headline score takes the better-ranked context of each doc)."),
+        "fields", "--memorization-context",
+        help="fields (the default: every text in the prompt, and each field of the query also alone as "
+             "FIELD@standalone; the headline score combines their ranks per doc), prompt (each "
+             "text's tokens where it occurs in the doc's prompt, read from the task's own forward pass; "
+             "texts not found there are scored standalone), standalone (each text alone after the prefix "
+             "token, in a separate pass) or both (every TEXT in the prompt and as TEXT@standalone)."),
     reference_model: str = typer.Option(
         None, "--reference-model",
         help="A reference model (the forms --model takes): memorization.query.reference_loss_ratio, the "

@@ -153,7 +153,7 @@ def native_only_given(*, clean_only: bool, limit_groups: int | None, gguf_file: 
     scores every doc of the full split, with its own model loading and no memorization scores."""
     given = {"clean_only": clean_only, "limit_groups": limit_groups, "gguf_file": gguf_file,
              "sample_groups": sample_groups, "trust_remote_code": trust_remote_code,
-             "memorization_only": memorization_only, "memorization_context": memorization_context != "prompt",
+             "memorization_only": memorization_only, "memorization_context": memorization_context != "fields",
              "reference_model": reference_model, "reference_frequencies": reference_frequencies != "none"}
     return [name for name, value in given.items() if value]
 

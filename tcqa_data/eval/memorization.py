@@ -42,6 +42,8 @@ from tcqa_data.eval.packing import common_prefix_len, concat, fill_rows, trie
 KS = (10, 20, 50)
 # suffix of a TEXT name whose scores are of its standalone context beside the in-prompt one
 STANDALONE_SUFFIX = "@standalone"
+# evaluate's --memorization-context default (eval.runner.CONTEXT_DEFINITIONS says what each does)
+DEFAULT_CONTEXT = "fields"
 # the headline combines this score of the query in each context that ran (see add_headline)
 HEADLINE_TEXT, HEADLINE_SCORE = "query", "min_k_pp_20"
 SCORE_NAMES = ("loss", "zlib", *(f"min_k_{k}" for k in KS), *(f"min_k_pp_{k}" for k in KS))
@@ -231,31 +233,43 @@ def rank_normalise(values: np.ndarray) -> np.ndarray:
     return out
 
 
-def add_headline(per_doc: Sequence[dict]) -> str | None:
+def add_headline(per_doc: Sequence[dict], also: Sequence[str] = ()) -> str | None:
     """Sets each doc's ``memorization["headline"] = {"score", "name"}`` and returns the name (None
     when no doc has a component).
 
-    The headline is the max, over the contexts that ran (``query`` in the prompt, ``query@standalone``
-    alone), of the doc's rank-normalised Min-K%++ (k=20%) of its query among the docs of the same
-    pass. Why: which context shows an exposure depends on the text the model saw (the task's prompts
-    show in the prompt context, the bare queries standalone), and a user does not know which; the
-    contexts' raw scores are on different scales (different conditioning, different token sets), so
-    they are compared by rank. The max of ranks follows whichever context flags the doc; the cost
-    is a shift of the unseen docs' ranks (the max of two ranks), the same for every doc. Higher = more
-    likely seen. The components stay in ``memorization`` under their names.
+    Components: Min-K%++ (k=20%) of ``query`` in the prompt, of ``query@standalone`` where it ran, and
+    of the texts ``also`` names (the query's fields alone, ``FIELD@standalone``: MC-TACO's question,
+    the standalone query's own first tokens, and its sentence, which a source passage holds). Each is
+    turned into a rank p-value among the docs of the pass (``1 - rank/n + 1/n``: the share of docs
+    scoring at least as high), and they are combined by Fisher's method (the sum of ``-log p``); the
+    headline is that sum's rank-normalised value, in (0, 1], higher = more likely seen.
+
+    Why: which component shows an exposure depends on the text the model saw (the task's prompts show
+    in the prompt, queries in query order in the question alone, a source passage in the sentence),
+    and a user does not know which; the raw scores are on different scales (different conditioning,
+    different token sets), so they are compared by rank. Fisher's sum lets one strong component flag a
+    doc, as a max of ranks does, but a component that carries nothing for this exposure adds noise of
+    mean 1 to every doc instead of lifting the unseen docs' max (measured on tiny models fine-tuned
+    three ways: docs/concepts/memorization.md). The components stay in ``memorization`` under their
+    names; a doc missing one is combined over the others.
     """
-    components = [c for c in (HEADLINE_TEXT, HEADLINE_TEXT + STANDALONE_SUFFIX)
+    components = [c for c in dict.fromkeys((HEADLINE_TEXT, HEADLINE_TEXT + STANDALONE_SUFFIX, *also))
                   if any(((o.get("memorization") or {}).get(c) or {}).get(HEADLINE_SCORE) is not None
                          for o in per_doc)]
     if not components:
         return None
-    ranks = []
+    evidence = np.zeros(len(per_doc))
+    seen = np.zeros(len(per_doc), dtype=bool)
     for c in components:
         raw = [((o.get("memorization") or {}).get(c) or {}).get(HEADLINE_SCORE) for o in per_doc]
-        ranks.append(rank_normalise(np.array([np.nan if v is None else float(v) for v in raw])))
-    best = np.fmax.reduce(np.vstack(ranks), axis=0) if len(ranks) > 1 else ranks[0]
-    name = f"max rank of {HEADLINE_SCORE} over {', '.join(components)}"
-    for o, v in zip(per_doc, best, strict=True):
+        ranks = rank_normalise(np.array([np.nan if v is None else float(v) for v in raw]))
+        ok = np.isfinite(ranks)
+        n = int(ok.sum())
+        evidence[ok] -= np.log(1.0 - ranks[ok] + 1.0 / n)
+        seen |= ok
+    head = rank_normalise(np.where(seen, evidence, np.nan))
+    name = f"Fisher rank combination of {HEADLINE_SCORE} over {', '.join(components)}"
+    for o, v in zip(per_doc, head, strict=True):
         o.setdefault("memorization", {})["headline"] = {"score": None if np.isnan(v) else float(v),
                                                        "name": name}
     return name

@@ -24,6 +24,8 @@ from tcqa_data.eval import in_prompt
 from tcqa_data.eval import metrics as M
 from tcqa_data.eval.calibration import Calibration
 from tcqa_data.eval.memorization import (
+    DEFAULT_CONTEXT,
+    HEADLINE_TEXT,
     KS,
     SCORE_NAMES,
     STANDALONE_SUFFIX,
@@ -149,7 +151,7 @@ def describe_groups(group_ids: list[int], limit: int = 12) -> str:
     return ", ".join(runs[:limit]) + (f", ... ({len(runs) - limit} more runs)" if len(runs) > limit else "")
 
 
-MEMORIZATION_CONTEXTS = ("prompt", "standalone", "both")
+MEMORIZATION_CONTEXTS = ("fields", "prompt", "standalone", "both")
 CONTEXT_DEFINITIONS = {
     "prompt": "in-prompt (tcqa_data.eval.in_prompt): each text's tokens where it occurs in the doc's "
               "prompt (offset mapping inside the field's occurrence; query = its template's fields), each "
@@ -162,10 +164,43 @@ CONTEXT_DEFINITIONS = {
             "distinct text scored once per context; a text that begins its prompt (nothing before it "
             "there either) or was scored standalone already keeps those scores as its standalone ones "
             "(samples' memorization_context says where each came from)",
+    "fields": "fields (the default): every TEXT in-prompt as 'prompt' says, and each field the query's "
+              "template renders also alone, FIELD@standalone as 'standalone' says (the query itself when "
+              "it renders none: SQuAD's is the prompt); each distinct text scored once; a text that "
+              "begins its prompt keeps its in-prompt scores as its standalone ones. The query's "
+              "standalone evidence is its fields': MC-TACO's query '{question} {sentence}' begins "
+              "with the question alone, and a source passage holds the sentence, which begins the prompt",
 }
 
 
-def memorization_record(on: bool, only: bool, context: str = "prompt") -> dict[str, Any]:
+def standalone_names(spec: TaskSpec, texts: dict[str, str], context: str) -> list[str]:
+    """The texts that also get a ``TEXT@standalone`` under ``context`` (``both``: all; ``fields``: the
+    fields the query's template renders that are memorization texts, MC-TACO's question and sentence,
+    else the query itself; otherwise none)."""
+    if context == "both":
+        return list(texts)
+    if context == "fields":
+        return [n for n in query_field_names(spec) if n in texts] or [HEADLINE_TEXT]
+    return []
+
+
+def query_field_names(spec: TaskSpec) -> list[str]:
+    """The fields the memorization query's template renders, in template order ([] for a template of
+    the task's own, ``memorization_text``)."""
+    template = spec.memorization_query_template()
+    if template not in ("doc_to_text", "doc_to_decontamination_query"):
+        return []
+    return [f for f in spec.template_fields(template) if f != HEADLINE_TEXT]
+
+
+def query_fields_standalone(spec: TaskSpec, texts: list[dict[str, str]]) -> list[str]:
+    """``FIELD@standalone`` for each field the query's template renders (MC-TACO's question and
+    sentence) that every doc has as a memorization text: the headline's standalone views of the
+    query's parts."""
+    return [f + STANDALONE_SUFFIX for f in query_field_names(spec) if texts and all(f in ts for ts in texts)]
+
+
+def memorization_record(on: bool, only: bool, context: str = DEFAULT_CONTEXT) -> dict[str, Any]:
     """results.json's ``memorization``: whether the per-doc scores were computed, and how."""
     if not on:
         return {"computed": False, "why": "--no-memorization"}
@@ -182,9 +217,10 @@ def memorization_record(on: bool, only: bool, context: str = "prompt") -> dict[s
                        "context_definition",
         "texts": "query: the decontamination query (or the task's memorization_text); each attribution "
                  "field on its own",
-        "headline": "memorization.headline: the max, over the contexts that ran (query, query@standalone), "
-                    "of the doc's rank-normalised min_k_pp_20 of its query among the docs of this pass "
-                    "(tcqa_data.eval.memorization.add_headline); higher = more likely seen",
+        "headline": "memorization.headline: Fisher's combination (sum of -log p) of the rank p-values, "
+                    "among the docs of this pass, of min_k_pp_20 of query in the prompt, "
+                    "query@standalone and each query field's FIELD@standalone where they ran, "
+                    "rank-normalised (tcqa_data.eval.memorization.add_headline); higher = more likely seen",
     }
 
 
@@ -208,20 +244,25 @@ def add_standalone_scores(engine: Engine, per_doc: list[dict[str, Any]],
 
 
 def add_standalone_context(engine: Engine, spec: TaskSpec, docs: list[dict[str, Any]],
-                           per_doc: list[dict[str, Any]], texts: list[dict[str, str]]) -> int:
-    """``--memorization-context both``: each doc's ``TEXT@standalone`` beside its in-prompt ``TEXT``
-    (after :func:`add_standalone_scores`). A text scored standalone already, or one that begins the
+                           per_doc: list[dict[str, Any]], texts: list[dict[str, str]],
+                           context: str = "both") -> int:
+    """``--memorization-context both`` or ``fields``: each doc's ``TEXT@standalone`` beside its
+    in-prompt ``TEXT`` for the texts :func:`standalone_names` picks (after :func:`add_standalone_scores`).
+    A text scored standalone already, or one that begins the
     doc's prompt (nothing precedes it there either: the contexts differ by the prefix token alone),
     keeps its scores; the others are scored alone, each distinct text once. Returns how many
     (doc, text) pairs the standalone pass scored."""
     need: list[dict[str, str]] = []
+    names: list[list[str]] = []
     for doc, o, ts in zip(docs, per_doc, texts, strict=True):
         prompt = spec.text(doc)
         where = o["memorization_context"]
-        need.append({n: t for n, t in ts.items() if where[n] != "standalone" and not prompt.startswith(t)})
+        names.append(standalone_names(spec, ts, context))
+        need.append({n: ts[n] for n in names[-1]
+                     if where[n] != "standalone" and not prompt.startswith(ts[n])})
     alone = doc_memorization(engine, need) if any(need) else [{} for _ in per_doc]
-    for o, ts, own, scored in zip(per_doc, texts, need, alone, strict=True):
-        for n in ts:
+    for o, ns, own, scored in zip(per_doc, names, need, alone, strict=True):
+        for n in ns:
             o["memorization"][n + STANDALONE_SUFFIX] = scored[n] if n in own else o["memorization"][n]
             o["memorization_context"][n + STANDALONE_SUFFIX] = \
                 "standalone" if n in own else o["memorization_context"][n]
@@ -419,7 +460,7 @@ def run_evaluation(prep_dir: str | Path, model: str | LoadedModel, tasks: list[s
                    bootstrap: int = M.BOOTSTRAP_SAMPLES, seed: int = M.BOOTSTRAP_SEED, quiet: bool = False,
                    packing: bool | None = None, sample_groups: int | None = None,
                    sample_seed: int = 0, memorization: bool = True,
-                   memorization_only: bool = False, memorization_context: str = "prompt",
+                   memorization_only: bool = False, memorization_context: str = DEFAULT_CONTEXT,
                    reference_model: str | None = None, reference_frequencies: str = "none",
                    before_scoring: Callable[[Path], None] | None = None) -> Evaluation:
     """The eval stage: score ``model`` once on the prepared tasks in ``prep_dir`` and compute each task's
@@ -506,7 +547,7 @@ def run_evaluation(prep_dir: str | Path, model: str | LoadedModel, tasks: list[s
                            rate=rate_text(docs_done, time.perf_counter() - _t1, "docs"))
 
             texts = [data.spec.memorization_texts(d) for d in docs] if memorization else None
-            in_pass = texts if memorization_context in ("prompt", "both") else None
+            in_pass = texts if memorization_context != "standalone" else None
             if not docs or (memorization_only and in_pass is None):
                 per_doc: list[dict[str, Any]] = [{} for _ in docs]
             elif data.spec.output_type == "multiple_choice":
@@ -526,11 +567,11 @@ def run_evaluation(prep_dir: str | Path, model: str | LoadedModel, tasks: list[s
             t2 = time.perf_counter()
             with stage(f"{data.task}: memorization scores", quiet):
                 mem_count = add_standalone_scores(engine, per_doc, texts)
-                if memorization_context == "both":
+                if memorization_context in ("both", "fields"):
                     mem_count["standalone_pass"] = add_standalone_context(engine, data.spec, docs, per_doc,
-                                                                          texts)
+                                                                          texts, memorization_context)
                 calibration.add(per_doc, texts)
-                add_headline(per_doc)
+                add_headline(per_doc, also=query_fields_standalone(data.spec, texts))
             mem_s = time.perf_counter() - t2
         table = task_table(data.spec, docs, per_doc, clean, bootstrap, seed) \
             if docs and not memorization_only else None
@@ -567,7 +608,7 @@ def evaluate(prep_dir: str | Path, model: str | LoadedModel, tasks: list[str] | 
              seed: int = M.BOOTSTRAP_SEED, quiet: bool = False, write: bool = True,
              packing: bool | None = None, sample_groups: int | None = None,
              sample_seed: int = 0, memorization: bool = True,
-             memorization_only: bool = False, memorization_context: str = "prompt",
+             memorization_only: bool = False, memorization_context: str = DEFAULT_CONTEXT,
              reference_model: str | None = None, reference_frequencies: str = "none",
              extend: Callable[[Evaluation, Path, Path], Sequence[Block]] | None = None) -> dict[str, Any]:
     """The eval stage alone: score ``model`` on the prepared tasks in ``prep_dir``; write results to
