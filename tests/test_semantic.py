@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from conftest import private_ray, shared_file
-from semantic_devset import load_items, mmlu_yaml, write_corpus
+from semantic_devset import english_devset
 
 from tcqa_data.decontam.detect.rules import DEFAULT_SEMANTIC, Rule
 from tcqa_data.errors import ConfigError
@@ -31,23 +31,7 @@ WIKI_DOCS = 250
 @pytest.fixture(scope="module")
 def devset(wiki_sample, tmp_path_factory) -> dict:
     folder = shared_file("paraphrase/mmlu_abstract_algebra_test.jsonl").parent
-    root = tmp_path_factory.mktemp("semantic")
-    items, texts = load_items(folder, (SUBJECT,))
-    items = [it for it in items if it.injected != "translated"]  # English only here
-    wiki = root / "wiki.jsonl"
-    with open(wiki_sample, encoding="utf-8") as fh:
-        lines = [fh.readline() for _ in range(WIKI_DOCS)]
-    wiki.write_text("".join(lines), encoding="utf-8")
-    corpus = write_corpus(wiki, items, texts, root / "corpus.jsonl")
-    task = root / f"mmlu_{SUBJECT}.yaml"
-    task.write_text(mmlu_yaml(SUBJECT), encoding="utf-8")
-    data = root / "test.jsonl"
-    kept = {it.index for it in items}
-    rows = [r for i, r in enumerate((folder / f"mmlu_{SUBJECT}_test.jsonl").read_text().split("\n")[:100])
-            if i in kept]
-    data.write_text("\n".join(rows) + "\n", encoding="utf-8")
-    return {"corpus": corpus, "task": str(task), "data": {task.stem: {"test": data}},
-            "injected": np.array([it.injected is not None for it in items])}
+    return english_devset(folder, wiki_sample, tmp_path_factory.mktemp("semantic"), SUBJECT, WIKI_DOCS)
 
 
 @pytest.fixture(scope="module")

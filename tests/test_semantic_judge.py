@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from cli_fixtures import run
 from conftest import shared_file
-from semantic_devset import load_items, mmlu_yaml, write_corpus
+from semantic_devset import english_devset
 
 from tcqa_data.decontam.detect.rules import DEFAULT_SEMANTIC, Rule
 from tcqa_data.errors import ConfigError
@@ -34,20 +34,7 @@ TOP = 6
 @pytest.fixture(scope="module")
 def devset(wiki_sample, tmp_path_factory) -> dict:
     folder = shared_file("paraphrase/mmlu_abstract_algebra_test.jsonl").parent
-    root = tmp_path_factory.mktemp("judge")
-    items, texts = load_items(folder, (SUBJECT,))
-    items = [it for it in items if it.injected != "translated"]
-    wiki = root / "wiki.jsonl"
-    with open(wiki_sample, encoding="utf-8") as fh:
-        wiki.write_text("".join(fh.readline() for _ in range(WIKI_DOCS)), encoding="utf-8")
-    corpus = write_corpus(wiki, items, texts, root / "corpus.jsonl")
-    task = root / f"mmlu_{SUBJECT}.yaml"
-    task.write_text(mmlu_yaml(SUBJECT), encoding="utf-8")
-    data = root / "test.jsonl"
-    kept = {it.index for it in items}
-    rows = (folder / f"mmlu_{SUBJECT}_test.jsonl").read_text(encoding="utf-8").split("\n")[:100]
-    data.write_text("\n".join(r for i, r in enumerate(rows) if i in kept) + "\n", encoding="utf-8")
-    return {"corpus": str(corpus), "task": str(task), "data": {task.stem: {"test": data}}}
+    return english_devset(folder, wiki_sample, tmp_path_factory.mktemp("judge"), SUBJECT, WIKI_DOCS)
 
 
 @pytest.fixture(scope="module")
