@@ -324,8 +324,7 @@ def _semantic_config(run: _Run) -> dict[str, Any]:
 
     out: dict[str, Any] = {
         "model": run.semantic_model.manifest(), "default_threshold": DEFAULT_SEMANTIC,
-        "score": f"({1 - matches.KEPT_WEIGHT:g} * cosine + {matches.KEPT_WEIGHT:g} * kept rare-word share)"
-                 f" * ({matches.NUMBER_FLOOR:g} + {1 - matches.NUMBER_FLOOR:g} * kept share of the numbers)",
+        "score": f"{1 - matches.KEPT_WEIGHT:g} * cosine + {matches.KEPT_WEIGHT:g} * kept rare-word share",
         "sub_span_words": list(matches.SUB_SPAN_WORDS),
         "terms": [str(t) for t in run.rule.terms if t.uses_semantic],
         "candidates": {"window_words": windows.WINDOW_WORDS, "window_stride": windows.WINDOW_STRIDE,

@@ -394,14 +394,14 @@ def build_document(rep: dict[str, Any]) -> list[Block]:
     for t in rep["top_contaminated"]:
         blocks += _evidence(t)
     if "semantic_pairs" in rep:
-        from tcqa_data.decontam.semantic.matches import KEPT_WEIGHT, NUMBER_FLOOR
+        from tcqa_data.decontam.semantic.matches import KEPT_WEIGHT
 
         # with --judge: its verdict and P(same item) beside the score
         judged = ["judge", "r"] if any("judge" in t for t in rep["semantic_pairs"]) else []
         blocks += [Heading(2, f"Semantic tier: best item / corpus window pairs (by score: "
-                              f"({1 - KEPT_WEIGHT:g} x cosine + {KEPT_WEIGHT:g} x kept share of the item's "
-                              f"rare-word weight) x ({NUMBER_FLOOR:g} + {1 - NUMBER_FLOOR:g} x kept share of "
-                              "its numbers); shared rare words highlighted; the window as normalized text)"),
+                              f"{1 - KEPT_WEIGHT:g} x cosine + {KEPT_WEIGHT:g} x kept share of the item's "
+                              "rare-word weight; shared rare words highlighted; the window as normalized "
+                              "text)"),
                    Table(["doc", "score", "cosine", "kept", *judged[:1], "flagged", "benchmark item",
                           "corpus window"],
                          [[str(t["doc_id"]), _fmt(t["score"]), _fmt(t["cosine"]), _fmt(t["kept"]),

@@ -10,15 +10,11 @@ into a long article is a short part of its span); an item is compared as each of
 (``item_views``: whole, each line, question with each option: a rephrasing often keeps the
 question and its answer only). A (sub-span, view) pair scores
 
-    semantic_score = ((1 - KEPT_WEIGHT) * cosine + KEPT_WEIGHT * kept) * numbers
+    semantic_score = (1 - KEPT_WEIGHT) * cosine + KEPT_WEIGHT * kept
 
 ``kept``: the share of the view's rare-word weight the sub-span holds (``kept_share``). A
 rephrasing keeps an item's names, numbers and terms; another item of the same subject is as close
-in topic (cosine) but keeps few of its particulars. ``numbers``: ``NUMBER_FLOOR`` plus the rest
-in proportion to the share of the view's numbers (tokens with a digit, and the number words
-two..twelve etc. read as digits) the sub-span holds, 1 for a view without numbers: a templated
-item of the same benchmark (a word problem, a group of another order) reads alike and shares its
-rare words, but not its numbers. The item's best pair is its ``semantic_score``.
+in topic (cosine) but keeps few of its particulars. The item's best pair is its ``semantic_score``.
 Items and spans are embedded in their normalized form (the corpus pass keeps no other), in one
 deterministic order, so the same candidates give the same bytes on any machine split.
 
@@ -41,12 +37,6 @@ VIEW_MIN_WORDS = 4
 VIEW_MAX_LINES = 8
 KEPT_WEIGHT = 0.3  # semantic_score = 0.7 * cosine + 0.3 * kept rare-word share
 SUB_SPAN_WORDS = (16, 32, 48)  # sub-spans scored besides the whole candidate span
-NUMBER_FLOOR = 0.75  # the score's factor for a span that keeps none of the view's numbers
-# number words read as their digits ("one" is left out: it is a pronoun as often as a number)
-NUMBER_WORDS = {w: str(k) for k, w in enumerate(
-    "zero _ two three four five six seven eight nine ten eleven twelve".split()) if w != "_"}
-NUMBER_WORDS.update(twenty="20", thirty="30", forty="40", fifty="50", hundred="100", thousand="1000",
-                    million="1000000", half="0.5")
 
 
 @dataclass
@@ -130,23 +120,9 @@ def kept_share(view_rare: dict[str, int], span_words: set[str]) -> float:
     return sum(v for w, v in view_rare.items() if w in span_words) / total if total else 0.0
 
 
-def numbers_in(words: Sequence[str]) -> frozenset[str]:
-    """The numbers among normalized words: tokens with a digit, number words as their digits."""
-    return frozenset(NUMBER_WORDS.get(w, w) for w in words
-                     if w in NUMBER_WORDS or any(c.isdigit() for c in w))
-
-
-def numbers_factor(view_numbers: frozenset[str], span_numbers: frozenset[str]) -> float:
-    """``NUMBER_FLOOR`` plus the rest in proportion to the share of the view's numbers the span
-    holds; 1.0 for a view without numbers (module doc)."""
-    if not view_numbers:
-        return 1.0
-    return NUMBER_FLOOR + (1.0 - NUMBER_FLOOR) * len(view_numbers & span_numbers) / len(view_numbers)
-
-
-def combined_score(cosine: np.ndarray, kept: np.ndarray, numbers: np.ndarray | float = 1.0) -> np.ndarray:
-    """``semantic_score``: ``((1 - KEPT_WEIGHT) * cosine + KEPT_WEIGHT * kept) * numbers`` (module doc)."""
-    return ((1.0 - KEPT_WEIGHT) * cosine + KEPT_WEIGHT * kept) * numbers
+def combined_score(cosine: np.ndarray, kept: np.ndarray) -> np.ndarray:
+    """``semantic_score``: ``(1 - KEPT_WEIGHT) * cosine + KEPT_WEIGHT * kept`` (module doc)."""
+    return (1.0 - KEPT_WEIGHT) * cosine + KEPT_WEIGHT * kept
 
 
 def verify(queries: Sequence[str], rare: RareWordTable, cands: Candidates, model: object, scheme: str
@@ -162,13 +138,11 @@ def verify(queries: Sequence[str], rare: RareWordTable, cands: Candidates, model
     view_text: list[str] = []
     view_start = [0]
     view_rare: list[dict[str, int]] = []
-    view_numbers: list[frozenset[str]] = []
     item_rare: dict[int, dict[str, int]] = {}
     for i in items.tolist():
         views = item_views(queries[i], scheme)
         view_text.extend(views)
         view_rare.extend(_rare_weights(v.split()) for v in views)
-        view_numbers.extend(numbers_in(v.split()) for v in views)
         item_rare[i] = _rare_weights(" ".join(views).split())
         view_start.append(len(view_text))
     # every candidate's sub-spans (word offsets in its text), in candidate order
@@ -186,11 +160,9 @@ def verify(queries: Sequence[str], rare: RareWordTable, cands: Candidates, model
         v0, v1 = view_start[r], view_start[r + 1]
         s0, s1 = int(sub_start[j]), int(sub_start[j + 1])
         cos = emb_subs[s0:s1] @ emb_views[v0:v1].T  # sub-spans x views
-        words = [set(sub_text[s].split()) for s in range(s0, s1)]
-        kept = np.array([[kept_share(view_rare[v], w) for v in range(v0, v1)] for w in words])
-        nums = [numbers_in(w) for w in words]
-        agree = np.array([[numbers_factor(view_numbers[v], n) for v in range(v0, v1)] for n in nums])
-        score = combined_score(cos, kept, agree)
+        kept = np.array([[kept_share(view_rare[v], set(sub_text[s].split())) for v in range(v0, v1)]
+                         for s in range(s0, s1)])
+        score = combined_score(cos, kept)
         k = int(np.argmax(score))  # the first best (sub-span, view): row-major
         s, v = divmod(k, v1 - v0)
         best[j] = score[s, v]
