@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,6 +18,49 @@ SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 # NLTK's Punkt tables ship with the shared data; users set NLTK_DATA themselves.
 if "NLTK_DATA" not in os.environ and (SHARED_DATA / "nltk_data").is_dir():
     os.environ["NLTK_DATA"] = str(SHARED_DATA / "nltk_data")
+
+# A test module that starts Ray (a private instance, or `--engine ray` starting its own)
+STARTS_RAY = re.compile(r"\bprivate_ray\b|\bRayEngine\b|^\s*import ray\b|\bray\.init\(", re.M)
+RAY_GROUP = "the modules that start Ray"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """pytest-xdist's workers (pyproject's addopts: `-n 2`) take whole modules, so each module's
+    fixtures are built once and its tests run in file order; the modules that start Ray go to one
+    worker together, so two Ray instances never run at once. The longest work goes out first (the
+    Ray modules, then modules marked slow, then by number of tests), so no long module starts last.
+    (xdist's `--dist loadgroup` would say this with marks, but it cannot rename test ids under
+    pytest 9.) Another `--dist` is left to xdist."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    sources: dict[str, str] = {}
+
+    def source(module: str) -> str:
+        if module not in sources:
+            path = config.rootpath / module
+            sources[module] = path.read_text("utf-8") if path.suffix == ".py" else ""
+        return sources[module]
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return RAY_GROUP if STARTS_RAY.search(source(module)) else module
+
+        def _assign_work_unit(self, node: object) -> None:
+            if not getattr(self, "_ordered", False):
+                self._ordered = True
+                units = sorted(self.workqueue.items(), key=lambda unit: (
+                    unit[0] != RAY_GROUP, "pytestmark = pytest.mark.slow" not in source(unit[0]),
+                    -len(unit[1])))
+                self.workqueue.clear()
+                self.workqueue.update(units)
+            super()._assign_work_unit(node)
+
+    return ModuleScheduling(config, log)
+
 
 @contextmanager
 def private_ray(env: dict[str, str] | None = None) -> Iterator[object]:
