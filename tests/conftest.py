@@ -22,6 +22,8 @@ if "NLTK_DATA" not in os.environ and (SHARED_DATA / "nltk_data").is_dir():
 # A test module that starts Ray (a private instance, or `--engine ray` starting its own)
 STARTS_RAY = re.compile(r"\bprivate_ray\b|\bRayEngine\b|^\s*import ray\b|\bray\.init\(", re.M)
 RAY_GROUP = "the modules that start Ray"
+# A module that runs a real model or an end-to-end pass (minutes, not seconds, in few tests)
+LONG_MODULE = re.compile(r"mark\.slow|\bsmollm2\b|\bfine_tuned_tiny_model\b")
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -29,7 +31,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
     """pytest-xdist's workers (pyproject's addopts: `-n 2`) take whole modules, so each module's
     fixtures are built once and its tests run in file order; the modules that start Ray go to one
     worker together, so two Ray instances never run at once. The longest work goes out first (the
-    Ray modules, then modules marked slow, then by number of tests), so no long module starts last.
+    Ray modules, then those that score with SmolLM2, fine-tune or have tests marked slow, then the
+    rest by number of tests), so no long module starts last.
     (xdist's `--dist loadgroup` would say this with marks, but it cannot rename test ids under
     pytest 9.) Another `--dist` is left to xdist."""
     if config.getvalue("dist") != "load":
@@ -53,8 +56,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
             if not getattr(self, "_ordered", False):
                 self._ordered = True
                 units = sorted(self.workqueue.items(), key=lambda unit: (
-                    unit[0] != RAY_GROUP, "pytestmark = pytest.mark.slow" not in source(unit[0]),
-                    -len(unit[1])))
+                    unit[0] != RAY_GROUP, not LONG_MODULE.search(source(unit[0])), -len(unit[1])))
                 self.workqueue.clear()
                 self.workqueue.update(units)
             super()._assign_work_unit(node)
