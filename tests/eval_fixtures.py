@@ -10,6 +10,7 @@ detect contamination; it only reproduces the file contract.
 from __future__ import annotations
 
 import csv
+import functools
 import importlib.util
 import json
 from pathlib import Path
@@ -103,13 +104,22 @@ def smollm2_gguf() -> Path:
     return path
 
 
+@functools.cache
+def smollm2_tokenizer():
+    """SmolLM2's tokenizer, read from its GGUF once per process (about 4 CPU-seconds a read); the tiny
+    models save it and only call it, which leaves it as it was."""
+    from transformers import AutoTokenizer
+
+    gguf = smollm2_gguf()
+    return AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+
+
 def build_tiny_model(folder: Path) -> Path:
     """A 2-layer random Llama (fixed seed) with the SmolLM2 tokenizer, saved with save_pretrained."""
     import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM
 
-    gguf = smollm2_gguf()
-    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    tok = smollm2_tokenizer()
     tok.save_pretrained(folder)
     torch.manual_seed(0)
     # a wide init spreads the logits, so greedy choices are not float-noise ties
@@ -147,10 +157,9 @@ def fine_tuned_tiny_model(folder: Path, texts: list[str], steps: int = 25) -> Pa
     """A 2-layer random Llama (SmolLM2 tokenizer) trained for a few full-batch steps on ``texts``
     (each as it stands, no prefix token): a model that saw exactly those texts."""
     import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM
 
-    gguf = smollm2_gguf()
-    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    tok = smollm2_tokenizer()
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,

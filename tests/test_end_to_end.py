@@ -13,7 +13,6 @@ from itertools import islice
 
 import pyarrow.parquet as pq
 import pytest
-from eval_fixtures import build_tiny_model, smollm2_gguf
 from typer.testing import CliRunner
 
 from tcqa_data.cli import app
@@ -31,8 +30,7 @@ def _cli(*args: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def pipeline(tmp_path_factory, wiki_sample, mc_taco_dev, squad_validation):
-    smollm2_gguf()  # skips when the model package is absent
+def pipeline(tmp_path_factory, wiki_sample, mc_taco_dev, squad_validation, tiny_model):
     root = tmp_path_factory.mktemp("e2e")
     with open(mc_taco_dev, encoding="utf-8", newline="") as fh:
         mc_rows = list(csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE))
@@ -55,12 +53,11 @@ def pipeline(tmp_path_factory, wiki_sample, mc_taco_dev, squad_validation):
     squad_slice = root / "squad.jsonl"
     squad_slice.write_text("".join(json.dumps(r) + "\n" for r in squad_rows), encoding="utf-8")
 
-    model = build_tiny_model(root / "model")
     _cli("index-corpus", corpus, "--out", root / "index", "--workers", "1", "--quiet")
     _cli("decontaminate", root / "index", "--tasks", "mc_taco,squad_completion", "--out", root / "prep",
          "--data-files", f"mc_taco:validation={mc_taco_dev}",
          "--data-files", f"squad_completion:validation={squad_slice}", "--quiet")
-    table = _cli("evaluate", root / "prep", "--model", model, "--device", "cpu", "--batch-size", "4",
+    table = _cli("evaluate", root / "prep", "--model", tiny_model, "--device", "cpu", "--batch-size", "4",
                  "--limit-groups", str(EVAL_GROUPS), "--out", root / "eval", "--quiet")
     return root, table, sentences, contexts
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SHARED_DATA, shared_file
-from eval_fixtures import build_prep_dir, build_tiny_model
+from eval_fixtures import build_prep_dir
 
 pytestmark = pytest.mark.slow
 
@@ -73,14 +73,14 @@ def write_lm_eval_tasks(folder: Path, mc_parquet: Path, squad_jsonl: Path) -> No
 
 
 @pytest.fixture(scope="module")
-def parity_run(tmp_path_factory):
+def parity_run(tmp_path_factory, tiny_model):
     shared_file("mc_taco/dev_3783.tsv")
     shared_file("based_squad/validation.jsonl")
     pytest.importorskip("lm_eval")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     root = tmp_path_factory.mktemp("parity")
-    model_dir = build_tiny_model(root / "model")
+    model_dir = tiny_model
     prep = build_prep_dir(root / "prep", SHARED_DATA, mc_groups=MC_GROUPS, squad_docs=SQUAD_DOCS)
     # lm-eval reads the same docs: MC-TACO from our full.parquet, squad from a JSONL of full.parquet
     import pyarrow.parquet as pq

@@ -6,7 +6,6 @@ import json
 
 import pytest
 from conftest import shared_file
-from eval_fixtures import build_tiny_model
 
 from tcqa_data.eval.models import load_model
 from tcqa_data.eval.packing import pack
@@ -21,8 +20,8 @@ from tcqa_data.eval.scoring import (
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return load_model(str(build_tiny_model(tmp_path_factory.mktemp("tiny"))), device="cpu")
+def tiny(tiny_model):
+    return load_model(str(tiny_model), device="cpu")
 
 
 def test_encode_pair_moves_trailing_space_and_splits_whole_encoding(tiny):

@@ -184,7 +184,10 @@ def test_quick_start_steps_in_a_fresh_checkout(tmp_path, mc_taco_test, squad_val
     # sources, mtimes kept), so the kernels load instead of compiling again
     fresh = tmp_path / "fresh"
     checkout = fresh / "tcqa-data"
-    shutil.copytree(REPO_ROOT / "tcqa_data", checkout / "tcqa_data", ignore=shutil.ignore_patterns("*.pyc"))
+    # without the files another pytest-xdist worker may be writing at this moment (a .pyc, or a numba
+    # cache file, each written under a temporary name and then renamed)
+    shutil.copytree(REPO_ROOT / "tcqa_data", checkout / "tcqa_data",
+                    ignore=shutil.ignore_patterns("*.pyc", "*.pyc.*", "*.tmp.*"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(REPO_ROOT / name, checkout / name)
     assert not (checkout.parent / "shared").exists()

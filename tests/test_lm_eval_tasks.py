@@ -393,14 +393,7 @@ def test_group_by_option_parsing():
             parse_group_by([bad])
 
 
-# ---- lm-eval itself on the exported YAMLs -----------------------------------------------------
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> Path:
-    from eval_fixtures import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("model"))
-
-
+# ---- lm-eval itself on the exported YAMLs (conftest's session tiny_model) ------------------------
 @pytest.mark.slow
 def test_lm_eval_results_on_clean_equal_the_full_run(prepared, task_dir, tiny_model):
     """lm-eval 0.4.13 (tiny random Llama, SmolLM2 tokenizer) on the original task and on the exported

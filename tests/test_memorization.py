@@ -12,18 +12,11 @@ import json
 from itertools import islice
 
 import pytest
-from eval_fixtures import direct_memorization_scores, smollm2_gguf
+from eval_fixtures import direct_memorization_scores
 
 from tcqa_data.eval.memorization import SCORE_NAMES, memorization_scores, token_stats
-from tcqa_data.eval.models import load_model
 from tcqa_data.eval.scoring import Engine
 from tcqa_data.prep.taskspec import TaskSpec
-
-
-@pytest.fixture(scope="module")
-def smollm2():
-    smollm2_gguf()
-    return load_model("smollm2-135m-gguf", device="cpu")
 
 
 def _direct_scores(lm, text: str) -> dict[str, float]:

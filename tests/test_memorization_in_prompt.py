@@ -14,19 +14,13 @@ import json
 from itertools import islice
 
 import pytest
-from eval_fixtures import direct_memorization_scores, smollm2_gguf
+from eval_fixtures import direct_memorization_scores
 
 from tcqa_data.eval.memorization import SCORE_NAMES
 from tcqa_data.eval.models import load_model
 from tcqa_data.eval.runner import score_generation, score_multiple_choice
 from tcqa_data.eval.scoring import Engine
 from tcqa_data.prep.taskspec import TaskSpec
-
-
-@pytest.fixture(scope="module")
-def smollm2():
-    smollm2_gguf()
-    return load_model("smollm2-135m-gguf", device="cpu")
 
 
 def _token_spans(tok, ids: list[int]) -> list[tuple[int, int]]:
