@@ -51,10 +51,15 @@ def fine_tuned_smollm2(folder: Path, texts: list[str], epochs: int, lr: float, s
             opt.zero_grad()
             loss.backward()
             opt.step()
-    model.eval()
     torch.set_num_threads(threads)
+    # a GGUF-loaded model does not serialize: its trained weights go into a plain model of its config
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config)
+    plain.load_state_dict(model.state_dict())
     tok.save_pretrained(folder)
-    model.save_pretrained(folder)
+    plain.save_pretrained(folder)
     return folder
 
 
