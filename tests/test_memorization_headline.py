@@ -101,7 +101,11 @@ def test_headline_finds_the_docs_whose_source_passage_was_seen(sample_by_sentenc
     assert not set(seen) & {d["sentence"] for d, c in zip(data.docs, data.clean, strict=True) if c}
     passages = source_passages(seen, wiki)
     assert all(s in p and len(p) > 3 * len(s) for s, p in zip(seen, passages, strict=True))
-    model = fine_tuned_tiny_model(root / "model_passages", passages)
+    # a passage is about five times a query's tokens: 25 full-batch steps leave the 2-layer model
+    # with the passages half learned (every score of the sentence but Min-K%++ at AUROC 1.0, Min-K%++
+    # 0.76); 40 learn them (Min-K%++ 1.0). Fine-tuned SmolLM2 itself: headline 0.96 after 5 epochs
+    # (scripts/memorization_exposure_table.py --smollm2)
+    model = fine_tuned_tiny_model(root / "model_passages", passages, steps=40)
     _, _, auc = _headline_auroc(prep, model, root / "eval_passages")
     print("passages", {k: round(v, 3) for k, v in auc.items()})
     assert auc["headline"] >= HEADLINE_AUROC, auc
