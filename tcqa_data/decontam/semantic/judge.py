@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from tcqa_data.errors import ConfigError, TcqaError
+from tcqa_data.outputs import file_sha256
 
 JUDGE_TOP = 200  # pairs judged per split, highest semantic score first (``--judge-top``)
 JUDGE_FLOOR = 0.5  # pairs below this semantic score are not worth a forward pass
@@ -41,20 +42,12 @@ QUESTION = ("Text A:\n{item}\n\nText B:\n{window}\n\n"
             "Is text B the same item as text A, rephrased or translated?")
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def weights_sha256(folder: Path | None, gguf_file: str | None, hub_id: str | None = None) -> str | None:
     """The sha256 of a causal LM's weights: the ``.gguf`` file; a folder's one weights file, or, for
     weights in shards, the sha256 of their names and digests in name order; a hub id's cached
     ``model.safetensors``. None where no file is found."""
     if gguf_file is not None and folder is not None:
-        return _sha256(folder / gguf_file)
+        return file_sha256(folder / gguf_file)
     if folder is None and hub_id is not None:
         try:
             from huggingface_hub import try_to_load_from_cache
@@ -62,17 +55,17 @@ def weights_sha256(folder: Path | None, gguf_file: str | None, hub_id: str | Non
             cached = try_to_load_from_cache(hub_id, "model.safetensors")
         except Exception:  # noqa: BLE001 - no cache, no digest (recorded as null)
             return None
-        return _sha256(Path(cached)) if isinstance(cached, str) else None
+        return file_sha256(Path(cached)) if isinstance(cached, str) else None
     if folder is None:
         return None
     files = sorted(folder.glob("*.safetensors")) or sorted(folder.glob("pytorch_model*.bin"))
     if not files:
         return None
     if len(files) == 1:
-        return _sha256(files[0])
+        return file_sha256(files[0])
     h = hashlib.sha256()
     for f in files:
-        h.update(f"{f.name} {_sha256(f)}\n".encode())
+        h.update(f"{f.name} {file_sha256(f)}\n".encode())
     return h.hexdigest()
 
 

@@ -17,7 +17,6 @@ the batch and goes on. Embeddings are L2-normalized: a dot product is the cosine
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Sequence
 from functools import lru_cache
@@ -52,11 +51,10 @@ def default_model_dir() -> Path:
 
 @lru_cache(maxsize=8)
 def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
+    """``file_sha256``, once per file version (size and mtime in the key) in a process."""
+    from tcqa_data.outputs import file_sha256
+
+    return file_sha256(path)
 
 
 def weights_digest(folder: Path) -> tuple[str, str]:
