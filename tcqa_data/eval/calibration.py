@@ -32,7 +32,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -105,8 +104,7 @@ def frequencies_from_index(tokenizer: Any, index_dir: str | Path,
     from tcqa_data.decontam.textstore import TextStore
 
     store = TextStore.open(index_dir)
-    total = sum(int(e["docs"]) for e in store._inputs)
-    take = min(total, max_docs)
+    take = min(store.num_docs, max_docs)
 
     def texts() -> Iterable[str]:
         for s in range(0, take, TOKENIZE_BATCH):
@@ -116,10 +114,9 @@ def frequencies_from_index(tokenizer: Any, index_dir: str | Path,
                                                        "max_docs": max_docs})
 
 
-def frequencies_from_corpus(tokenizer: Any, corpus: Sequence[str], text_field: str = "text",
-                            max_docs: int = MAX_REFERENCE_DOCS) -> TokenFrequencies:
-    """Frequencies of the first ``max_docs`` docs of the corpus (files, folders or URLs as
-    ``--corpus`` takes them), read once in order."""
+def _corpus_texts(corpus: Sequence[str], text_field: str, max_docs: int) -> Iterable[str]:
+    """The first ``max_docs`` docs' texts of the corpus (files, folders or URLs as ``--corpus``
+    takes them), read once in order."""
     from itertools import islice
 
     from tcqa_data.decontam.readers import iter_documents, resolve_inputs
@@ -128,24 +125,24 @@ def frequencies_from_corpus(tokenizer: Any, corpus: Sequence[str], text_field: s
         for inp in resolve_inputs(list(corpus)):
             yield from (d.text for d in iter_documents(inp, text_field=text_field))
 
-    return frequencies_from_texts(tokenizer, islice(texts(), max_docs),
+    return islice(texts(), max_docs)
+
+
+def frequencies_from_corpus(tokenizer: Any, corpus: Sequence[str], text_field: str = "text",
+                            max_docs: int = MAX_REFERENCE_DOCS) -> TokenFrequencies:
+    """Frequencies of the first ``max_docs`` docs of the corpus, read once in order."""
+    return frequencies_from_texts(tokenizer, _corpus_texts(corpus, text_field, max_docs),
                                   {"source": "corpus stream", "path": [str(c) for c in corpus],
                                    "max_docs": max_docs})
 
 
 def demo_frequencies(tokenizer: Any) -> TokenFrequencies:
-    """Frequencies of the shipped demo corpus (``tcqa_data/data/demo/wiki_demo.jsonl.zst``)."""
-    import io
-    import json
+    """Frequencies of the shipped demo corpus (``tcqa_data.data.DEMO_CORPUS``)."""
+    from tcqa_data.data import DEMO_CORPUS
 
-    import zstandard
-
-    ref = resources.files("tcqa_data") / "data" / "demo" / "wiki_demo.jsonl.zst"
-    with ref.open("rb") as fh:
-        raw = zstandard.ZstdDecompressor().stream_reader(fh)
-        lines = [json.loads(line)["text"] for line in io.TextIOWrapper(raw, encoding="utf-8") if line.strip()]
-    return frequencies_from_texts(tokenizer, lines, {"source": "shipped demo corpus",
-                                                     "path": "tcqa_data/data/demo/wiki_demo.jsonl.zst"})
+    return frequencies_from_texts(tokenizer, _corpus_texts([str(DEMO_CORPUS)], "text", MAX_REFERENCE_DOCS),
+                                  {"source": "shipped demo corpus",
+                                   "path": "tcqa_data/data/demo/wiki_demo.jsonl.zst"})
 
 
 def reference_frequencies_for(tokenizer: Any, which: str, upstream: dict[str, Any] | None

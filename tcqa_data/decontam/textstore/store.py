@@ -307,6 +307,11 @@ class TextStore:
                 os.close(fd)
         return out
 
+    @property
+    def num_docs(self) -> int:
+        """Docs the store holds (ordinals ``0..num_docs-1``)."""
+        return int(self._starts[-1]) + int(self._inputs[-1]["docs"]) if self._inputs else 0
+
     def _line_spans(self, ordinals: Sequence[int] | np.ndarray
                     ) -> Iterator[tuple[dict[str, Any], np.ndarray, np.ndarray, np.ndarray]]:
         """Per uncompressed JSONL input holding some of these docs: ``(its record, the docs'
@@ -315,7 +320,7 @@ class TextStore:
         if not self._inputs:
             return
         ords = sorted_unique(np.asarray(ordinals, dtype=np.int64))
-        ords = ords[(ords >= 0) & (ords < int(self._starts[-1]) + int(self._inputs[-1]["docs"]))]
+        ords = ords[(ords >= 0) & (ords < self.num_docs)]
         which = np.searchsorted(self._starts, ords, side="right") - 1
         inputs = sorted_unique(which).tolist()
         recs = [self._meta["inputs"][_key(self._inputs[i])] for i in inputs]
