@@ -5,18 +5,21 @@ per item the best span's score, cosine and kept rare-word share (NaN: no candida
 ordinal (-1: none), word span in that doc, normalized text, the rare words it shares with the
 item, and how many candidates were scored.
 
-Each candidate span is scored whole and as its densest sub-spans (``sub_spans``: an item spliced
-into a long article is a short part of its span); an item is compared as each of its views
-(``item_views``: whole, each line, question with each option: a rephrasing often keeps the
-question and its answer only). A (sub-span, view) pair scores
+Each candidate span is scored whole, as its densest sub-spans and as the tightest run that holds
+the item's particulars it shares (``sub_spans``: an item spliced into a long article is a short
+part of its span); an item is compared as each of its views (``item_views``: whole, each line,
+question with each option: a rephrasing often keeps the question and its answer only). A
+(sub-span, view) pair scores
 
     semantic_score = (1 - KEPT_WEIGHT) * cosine + KEPT_WEIGHT * kept
 
-``kept``: the share of the view's rare-word weight the sub-span holds (``kept_share``). A
-rephrasing keeps an item's names, numbers and terms; another item of the same subject is as close
-in topic (cosine) but keeps few of its particulars. The item's best pair is its ``semantic_score``.
-Items and spans are embedded in their normalized form (the corpus pass keeps no other), in one
-deterministic order, so the same candidates give the same bytes on any machine split.
+``kept``: the share of the view's particulars (rare words and numbers, ``rarewords.word_weight``;
+a number word counts as its digits) that the sub-span holds, by weight (``kept_share``). A
+rephrasing keeps an item's names, numbers and terms; another item of the same subject or template
+is as close in topic (cosine) but keeps few of its particulars: a word problem of the same
+template has other numbers. The item's best pair is its ``semantic_score``. Items and spans are
+embedded in their normalized form (the corpus pass keeps no other), in one deterministic order, so
+the same candidates give the same bytes on any machine split.
 
 ``DEFAULT_THRESHOLD`` is what a bare ``semantic`` rule term means: calibrated leave-one-subject-out
 on ``../shared/data/paraphrase`` (``scripts/bench_semantic.py recall``, docs/semantic.md).
@@ -29,14 +32,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tcqa_data.decontam.semantic.rarewords import RareWordTable, word_weight
+from tcqa_data.decontam.semantic.rarewords import RareWordTable, canonical_word, word_weight
 from tcqa_data.decontam.semantic.windows import Candidates
 
 DEFAULT_THRESHOLD = 0.8
 VIEW_MIN_WORDS = 4
 VIEW_MAX_LINES = 8
-KEPT_WEIGHT = 0.3  # semantic_score = 0.7 * cosine + 0.3 * kept rare-word share
+KEPT_WEIGHT = 0.4  # semantic_score = 0.6 * cosine + 0.4 * kept share of the particulars
 SUB_SPAN_WORDS = (16, 32, 48)  # sub-spans scored besides the whole candidate span
+TIGHT_MARGIN = 1  # words kept either side of the run from the first to the last shared particular
 
 
 @dataclass
@@ -94,28 +98,37 @@ def item_views(query: str, scheme: str) -> list[str]:
 
 
 def _rare_weights(words: Sequence[str]) -> dict[str, int]:
-    """Each distinct rare word of ``words`` (normalized) with its rarity weight."""
-    return {w: word_weight(w) for w in dict.fromkeys(words) if word_weight(w)}
+    """Each distinct particular of ``words`` (normalized), in its canonical form, with its weight."""
+    keys = dict.fromkeys(canonical_word(w) for w in words)
+    return {w: word_weight(w) for w in keys if word_weight(w)}
+
+
+def _canonical_set(words: Sequence[str]) -> set[str]:
+    return {canonical_word(w) for w in words}
 
 
 def sub_spans(words: Sequence[str], rare: dict[str, int]) -> list[tuple[int, int]]:
-    """The candidate span itself and, per length of ``SUB_SPAN_WORDS`` shorter than it, the
-    sub-span of that length that holds the most of the item's rare weight (first such): an item
+    """The candidate span itself; per length of ``SUB_SPAN_WORDS`` shorter than it, the sub-span of
+    that length that holds the most of the item's particulars' weight (first such); and the run
+    from the first to the last particular it holds (``TIGHT_MARGIN`` words either side). An item
     spliced into a long article is a short part of its span, and the article's words around it
-    dilute the span's embedding."""
+    dilute the span's embedding; the run cuts them off where the item starts and ends."""
     out = [(0, len(words))]
-    w = np.array([rare.get(t, 0) for t in words], np.int64)
+    w = np.array([rare.get(canonical_word(t), 0) for t in words], np.int64)
     csum = np.concatenate([[0], np.cumsum(w)])
     for n in SUB_SPAN_WORDS:
         if n < len(words):
             start = int(np.argmax(csum[n:] - csum[:-n]))
             out.append((start, start + n))
+    held = np.flatnonzero(w)
+    if len(held):
+        out.append((max(0, int(held[0]) - TIGHT_MARGIN), min(len(words), int(held[-1]) + 1 + TIGHT_MARGIN)))
     return list(dict.fromkeys(out))
 
 
 def kept_share(view_rare: dict[str, int], span_words: set[str]) -> float:
-    """The share of a view's rare-word weight that a span keeps (0.0: the view has no rare word,
-    so nothing in it tells one item from another)."""
+    """The share of a view's particulars' weight that a span keeps (both in canonical form; 0.0: the
+    view has no particular, so nothing in it tells one item from another)."""
     total = sum(view_rare.values())
     return sum(v for w, v in view_rare.items() if w in span_words) / total if total else 0.0
 
@@ -160,8 +173,8 @@ def verify(queries: Sequence[str], rare: RareWordTable, cands: Candidates, model
         v0, v1 = view_start[r], view_start[r + 1]
         s0, s1 = int(sub_start[j]), int(sub_start[j + 1])
         cos = emb_subs[s0:s1] @ emb_views[v0:v1].T  # sub-spans x views
-        kept = np.array([[kept_share(view_rare[v], set(sub_text[s].split())) for v in range(v0, v1)]
-                         for s in range(s0, s1)])
+        held = [_canonical_set(sub_text[s].split()) for s in range(s0, s1)]
+        kept = np.array([[kept_share(view_rare[v], h) for v in range(v0, v1)] for h in held])
         score = combined_score(cos, kept)
         k = int(np.argmax(score))  # the first best (sub-span, view): row-major
         s, v = divmod(k, v1 - v0)

@@ -1,11 +1,13 @@
 """The benchmark side of the semantic tier: each item's rare words, as an inverted index.
 
-A rephrasing keeps most of an item's rare words (names, numbers, terms) and changes the common
-ones. A word is rare when its Zipf frequency in wordfreq's English reference table (shipped with
+A rephrasing keeps most of an item's particulars (names, numbers, terms) and changes the common
+words. A word is rare when its Zipf frequency in wordfreq's English reference table (shipped with
 the ``wordfreq`` package: no corpus statistics are needed before the pass) is below
 ``RARE_MAX_ZIPF``; its weight is ``(ZIPF_CEILING - zipf) * WEIGHT_SCALE`` as an integer, so sums
-are exact and the same in any order (a stream cut into any shards ranks candidates alike). Words
-held by more than ``MAX_HOLDERS`` items are no evidence of one item and are left out.
+are exact and the same in any order (a stream cut into any shards ranks candidates alike). A
+number is a particular however common it is in English ("16 eggs", "$2"): it weighs at least
+``NUMBER_WEIGHT`` (a word problem's numbers are what tell it from another of the same template).
+Words held by more than ``MAX_HOLDERS`` items are no evidence of one item and are left out.
 
 ``RareWordTable`` is that index: the words' token hashes (the n-gram kernels' 1-gram hashes, so a
 corpus token and an item token are equal when their hashes are), sorted, with the items holding
@@ -25,17 +27,27 @@ RARE_MAX_ZIPF = 5.0  # rarer than 100 per million English words
 ZIPF_CEILING = 7.0
 WEIGHT_SCALE = 100
 MAX_HOLDERS = 64
+NUMBER_WEIGHT = 400  # a number's least weight (as rare as Zipf 3: ~1 per million English words)
+# number words a rephrasing may write as digits or the other way round ("three" / "3")
+NUMBER_WORDS = {w: str(i) for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen twenty".split())}
 
 
 @lru_cache(maxsize=1 << 18)
 def word_weight(word: str) -> int:
-    """Integer rarity weight of a normalized word (0: common, not a rare word)."""
+    """Integer weight of a normalized word as a particular (0: a common word, not one): its rarity,
+    and at least ``NUMBER_WEIGHT`` for a number."""
     from wordfreq import zipf_frequency
 
     zipf = zipf_frequency(word, "en")
-    if zipf >= RARE_MAX_ZIPF:
-        return 0
-    return int(round((ZIPF_CEILING - zipf) * WEIGHT_SCALE))
+    rarity = int(round((ZIPF_CEILING - zipf) * WEIGHT_SCALE)) if zipf < RARE_MAX_ZIPF else 0
+    return max(rarity, NUMBER_WEIGHT) if word.isdigit() else rarity
+
+
+def canonical_word(word: str) -> str:
+    """The form two texts are compared in for kept particulars: a number word as its digits."""
+    return NUMBER_WORDS.get(word, word)
 
 
 def word_hashes(words: Sequence[str], seed: int) -> np.ndarray:

@@ -11,9 +11,11 @@ number at least ``MIN_SHARED`` (or all the item's rare words, when it has fewer)
 
 Per item only the best ``TOP_PER_QUERY`` candidate docs are kept (by shared weight, then doc
 ordinal, then window: a total order, so any cut of the corpus into batches and shards keeps the
-same ones), each as its best window's verification span: the item's length in words (clamped to
-``SPAN_MIN_WORDS``..``SPAN_MAX_WORDS``) centred on the shared words, and that span's normalized
-text. Memory is bounded by the benchmark side: items x ``TOP_PER_QUERY``.
+same ones), each as its best window's verification span: ``SPAN_SCALE`` times the item's length in
+words (clamped to ``SPAN_MIN_WORDS``..``SPAN_MAX_WORDS``; a rephrasing may be longer than its item,
+and the centre of the shared words need not be the item's) centred on the shared words, and that
+span's normalized text (verification scores its sub-spans too). Memory is bounded by the benchmark
+side: items x ``TOP_PER_QUERY``.
 
 The windows are scored by a compiled kernel (``_numba_kernels/semantic.py``: one pass over the
 rare-word hits, per window its distinct words and the items holding them); the numpy fallback
@@ -39,6 +41,7 @@ MIN_SHARE = 0.25
 SHARE_CAP = 2000  # a long item (a passage and its question) needs this much shared weight at most
 MIN_SHARED = 3
 TOP_PER_QUERY = 4
+SPAN_SCALE = 1.5
 SPAN_MIN_WORDS = 16
 SPAN_MAX_WORDS = 160
 
@@ -192,7 +195,7 @@ def scan_windows(rare: RareWordTable, arr: np.ndarray, doc_start: np.ndarray, se
     out.passed = len(gq)
     if not out.passed:
         return out
-    span = np.clip(rare.query_words[gq], SPAN_MIN_WORDS, SPAN_MAX_WORDS)
+    span = np.clip((rare.query_words[gq] * SPAN_SCALE).astype(np.int64), SPAN_MIN_WORDS, SPAN_MAX_WORDS)
     start = np.clip(centre - span // 2, 0, None)
     end = np.minimum(start + span, doc_len[gdoc])
     start = np.maximum(np.minimum(start, end - span), 0)
