@@ -359,7 +359,7 @@ def gate(args: argparse.Namespace) -> None:
             doc, lo, hi = where[q]
             found[q] = found.get(q, False) or (d == doc and a < hi and b > lo)
     print(f"corpus {corpus.stat().st_size / 1e6:.1f} MB, {len(queries)} items in the table "
-          f"({'mixed with MC-TACO and based-squad' if args.mixed else 'MMLU only'}); "
+          f"({'mixed with MC-TACO and based-squad' if args.mixed else 'the dev set only'}); "
           f"table {t_table:.1f} CPU-s, "
           f"pass with candidate windows {t_scan:.1f} CPU-s; windows {sem.windows}, passed {sem.passed} "
           f"({sem.passed / max(sem.windows, 1):.2%}), pairs kept {len(sem)}, items with a candidate "
