@@ -14,7 +14,11 @@ the threshold calibrated leave-one-subject-out (tuned on two subjects' negatives
 positives, reported on the third: out-of-sample figures), the threshold sweep, and a precision /
 recall curve (PNG and CSV in ``--work``). ``--train-verbatim``: a quarter of each subject's items
 also sit in the corpus verbatim as "training items" (not checked): same-domain negatives, as a
-benchmark's train split beside its rephrased test items.
+benchmark's train split beside its rephrased test items. ``--subjects svamp`` (alone or with the
+MMLU subjects) adds the math word-problem set (tests/data/svamp_paraphrase: half the test items
+rephrased and injected, own documents and spliced; with ``--train-verbatim`` its 200 train items in
+the corpus verbatim); ``--scores PATH`` writes every checked item's evidence as JSON and prints the
+highest-scoring negatives and lowest-scoring positives with their best windows.
 
 ``cost``: the shared wiki sample concatenated ``--copies`` times (10: 207 MB), stream
 ``decontaminate`` of MC-TACO test + based-squad validation + MMLU sociology (the third task) with
@@ -50,7 +54,17 @@ REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data"
 sys.path.insert(0, str(REPO / "tests"))
 
-from semantic_devset import KINDS, SUBJECTS, load_items, mmlu_yaml, write_corpus  # noqa: E402
+from semantic_devset import (  # noqa: E402
+    KINDS,
+    SUBJECTS,
+    SVAMP,
+    SVAMP_FOLDER,
+    load_items,
+    mmlu_yaml,
+    svamp_yaml,
+    task_name,
+    write_corpus,
+)
 
 LEXICAL = ("any-ngram", "any-ngram|aligned>=0.5", "aligned>=0.3")
 
@@ -66,6 +80,16 @@ def mmlu_task(work: Path, subject: str, skip: frozenset[int] = frozenset()) -> t
         src = work / f"mmlu_{subject}_checked.jsonl"
         src.write_text("".join(r + "\n" for i, r in enumerate(rows) if i not in skip), encoding="utf-8")
     return str(task), f"mmlu_{subject}:test={src}"
+
+
+def devset_task(work: Path, subject: str, skip: frozenset[int] = frozenset()) -> tuple[str, str]:
+    """``mmlu_task`` for an MMLU subject; for ``svamp`` its gsm8k-style YAML and test file (its
+    train items are not test rows: nothing to leave out)."""
+    if subject != SVAMP:
+        return mmlu_task(work, subject, skip)
+    task = work / "svamp.yaml"
+    task.write_text(svamp_yaml(), encoding="utf-8")
+    return str(task), f"svamp:test={SVAMP_FOLDER / 'svamp_test.jsonl'}"
 
 
 def calibrate(negatives: np.ndarray, max_fp: float = 0.01) -> float:
@@ -133,7 +157,7 @@ def recall(args: argparse.Namespace) -> None:
     train = {s: frozenset(it.index for it in items if it.subject == s and it.injected == "train")
              for s in subjects}
     items = [it for it in items if it.injected != "train"]  # the checked benchmark
-    tasks, files = zip(*(mmlu_task(work, s, train[s]) for s in subjects), strict=True)
+    tasks, files = zip(*(devset_task(work, s, train[s]) for s in subjects), strict=True)
     out = work / "prep"
     t0 = time.process_time()
     if not (args.reuse and (out / "prep_manifest.json").is_file()):
@@ -151,9 +175,10 @@ def recall(args: argparse.Namespace) -> None:
     manifest = json.loads((out / "prep_manifest.json").read_text())
     cols: dict[str, list] = defaultdict(list)
     for s in subjects:
-        for r in pq.read_table(out / f"mmlu_{s}" / "test" / "contamination.parquet").to_pylist():
+        for r in pq.read_table(out / task_name(s) / "test" / "contamination.parquet").to_pylist():
             for k in ("ngram_hits", "testable", "aligned_share", "aligned_field_share", "semantic_score",
-                      "semantic_cosine", "query"):
+                      "semantic_cosine", "semantic_kept", "semantic_shared_words", "semantic_window",
+                      "semantic_doc_ref", "query"):
                 cols[k].append(r[k])
     cols["ngram_fraction"] = [0.0] * len(items)
     cols["longest_match"] = [0] * len(items)
@@ -178,13 +203,18 @@ def recall(args: argparse.Namespace) -> None:
         f"{', same-subject training items verbatim' if args.train_verbatim else ''}), one stream pass + "
         f"scoring: {cpu:.0f} CPU-s; candidates: {manifest['semantic']['candidates']}"
     )
-    print("\n## leave one subject out (threshold: FP <= 1% on the other two subjects' negatives "
-          "without an n-gram match)")
+    if len(subjects) > 1:
+        print("\n## leave one subject out (threshold: FP <= 1% on the other subjects' negatives "
+              "without an n-gram match)")
+    else:
+        print("\n## threshold: the lowest with FP <= 1% on the negatives without an n-gram match")
     for name, values in (("semantic_score", score), ("best cosine alone", cos),
                          ("LLM-Decontaminator top-1", np.nan_to_num(baseline, nan=-1.0))):
-        for held, t, r, f in loso(values, subj, reph, neg, subjects):
+        for held, t, r, f in (loso(values, subj, reph, neg, subjects) if len(subjects) > 1 else ()):
             print(f"{name}: held-out {held}: threshold {t:.2f} -> rephrased recall {r:.3f}, FP {f:.3f}")
-        print(f"{name}: tuned on every subject: threshold {calibrate(values[neg]):.2f}")
+        t = calibrate(values[neg])
+        print(f"{name}: tuned on every subject: threshold {t:.2f} -> rephrased recall "
+              f"{(values[reph] >= t).mean():.3f}, FP {(values[neg] >= t).mean():.3f}")
     print("\n## threshold sweep (rephrased recall / FP on same-subject negatives)")
     for t in (0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9):
         at = score >= t
@@ -209,6 +239,8 @@ def recall(args: argparse.Namespace) -> None:
     print("\n| subject / injected / kind | n | " + " | ".join(rules) + " |")
     print("|---|---|" + "---|" * len(rules))
     for name, g in groups.items():
+        if not g.any():  # e.g. no translations or re-wrapped items in the svamp set
+            continue
         shares = " | ".join(f"{f[g].mean():.2f}" for f in rules.values())
         print(f"| {name} | {int(g.sum())} | {shares} |")
     for s in subjects:
@@ -217,9 +249,47 @@ def recall(args: argparse.Namespace) -> None:
             f"{s}: rephrased recall any-ngram|semantic {rules['any-ngram|semantic'][g & reph].mean():.3f}, "
             f"FP {rules['any-ngram|semantic'][g & neg].mean():.3f}"
         )
+    if args.scores:
+        write_scores(Path(args.scores), items, cols, neg, texts, args)
     curve = work / "semantic_pr_curve.png"
     pr_curve(score, reph, neg, DEFAULT_SEMANTIC, curve, "semantic_score, rephrased vs negatives")
     print(f"\nprecision/recall curve: {curve} (points: {curve.with_suffix('.csv')})")
+
+
+def write_scores(path: Path, items: list, cols: dict, neg: np.ndarray, texts: dict,
+                 args: argparse.Namespace) -> None:
+    """Every checked item's evidence (score, cosine, kept rare-word share, shared words, best window)
+    with whether and how it was injected, as JSON at ``path``; then the 10 highest-scoring negatives
+    and the 10 lowest-scoring rephrased items, each with its text and best window."""
+    rows = []
+    for k, it in enumerate(items):
+        rows.append({
+            "subject": it.subject, "index": it.index, "injected": it.injected, "kind": it.kind,
+            "negative_checked": bool(neg[k]), "ngram_hits": cols["ngram_hits"][k],
+            "semantic_score": cols["semantic_score"][k], "semantic_cosine": cols["semantic_cosine"][k],
+            "semantic_kept": cols["semantic_kept"][k], "shared_words": cols["semantic_shared_words"][k],
+            "query": it.query, "injected_text": texts.get((it.subject, it.index)),
+            "best_window": cols["semantic_window"][k], "best_window_doc": cols["semantic_doc_ref"][k],
+        })
+    meta = {"subjects": args.subjects, "train_verbatim": args.train_verbatim,
+            "embedding_model": args.embedding_model}
+    path.write_text(json.dumps({"run": meta, "items": rows}, indent=1) + "\n", encoding="utf-8")
+    print(f"\nper-item evidence: {path}")
+
+    def key(r: dict) -> float:
+        return -1.0 if r["semantic_score"] is None else r["semantic_score"]
+
+    def show(title: str, chosen: list[dict]) -> None:
+        print(f"\n## {title}")
+        for r in chosen:
+            print(f"- {r['subject']} #{r['index']} score {key(r):.3f} cosine {r['semantic_cosine']} kept "
+                  f"{r['semantic_kept']} kind {r['kind']} shared {r['shared_words']}\n  item:   "
+                  f"{r['query']!r}\n  window: {r['best_window']!r}")
+
+    show("10 highest-scoring negatives (not injected, no n-gram match)",
+         sorted((r for r in rows if r["negative_checked"]), key=key, reverse=True)[:10])
+    show("10 lowest-scoring rephrased items",
+         sorted((r for r in rows if r["injected"] == "rephrased"), key=key)[:10])
 
 
 def llm_decontaminator_top1(corpus: Path, queries: list[str], model_name: str | None) -> np.ndarray:
@@ -289,7 +359,7 @@ def gate(args: argparse.Namespace) -> None:
             doc, lo, hi = where[q]
             found[q] = found.get(q, False) or (d == doc and a < hi and b > lo)
     print(f"corpus {corpus.stat().st_size / 1e6:.1f} MB, {len(queries)} items in the table "
-          f"({'mixed with MC-TACO and based-squad' if args.mixed else 'MMLU only'}); "
+          f"({'mixed with MC-TACO and based-squad' if args.mixed else 'the dev set only'}); "
           f"table {t_table:.1f} CPU-s, "
           f"pass with candidate windows {t_scan:.1f} CPU-s; windows {sem.windows}, passed {sem.passed} "
           f"({sem.passed / max(sem.windows, 1):.2%}), pairs kept {len(sem)}, items with a candidate "
@@ -298,6 +368,8 @@ def gate(args: argparse.Namespace) -> None:
         for kind in (*KINDS, None):
             g = [number[it.query] for it in items if it.injected == how and (kind is None or it.kind == kind)
                  and number[it.query] in where]
+            if not g:  # e.g. no translations or re-wrapped items in the svamp set
+                continue
             hit = sum(found.get(q, False) for q in g)
             print(f"candidate recall, {how} {kind or 'all'}: {hit}/{len(g)} = {hit / max(len(g), 1):.3f}")
 
@@ -438,14 +510,17 @@ def main() -> None:
     ap.add_argument("--work", default="/tmp/bench_semantic")
     ap.add_argument("--copies", type=int, default=10)
     ap.add_argument("--embedding-model", default=None)
-    ap.add_argument("--subjects", default=",".join(SUBJECTS), help="recall: MMLU subjects")
+    ap.add_argument("--subjects", default=",".join(SUBJECTS),
+                    help=f"recall, gate: MMLU subjects and/or {SVAMP!r} (math word problems)")
+    ap.add_argument("--scores", default=None,
+                    help="recall: write every checked item's evidence to this JSON file")
     ap.add_argument("--no-baseline", action="store_true", help="recall: skip LLM Decontaminator's top-1")
     ap.add_argument("--mixed", action="store_true", help="gate: MC-TACO and based-squad items too")
     ap.add_argument("--reuse", action="store_true",
                     help="recall: read the scores of the last run in --work (only the rules recomputed)")
     ap.add_argument("--train-verbatim", action="store_true",
-                    help="recall: a quarter of each subject's items in the corpus verbatim as training "
-                         "items, not checked (same-domain negatives)")
+                    help="recall: a quarter of each MMLU subject's items (svamp: its 200 train items) in "
+                         "the corpus verbatim as training items, not checked (same-domain negatives)")
     ap.add_argument("--sample", type=int, default=256, help="cost: candidate texts embedded to time it")
     ap.add_argument("--timeout", type=float, default=None, help="cost: seconds the semantic run may take")
     ap.add_argument("--no-parts", action="store_true", help="cost: the two whole processes only")

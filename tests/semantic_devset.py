@@ -12,6 +12,13 @@ Per MMLU subject, item ``i`` (its query: the question and its four choices) is
 The injection kind cycles over ``own`` (its own document), ``spliced`` (inserted at a paragraph
 break in the middle of a long article) and ``rewrapped`` (hard-wrapped at 40 columns as a quoted
 e-mail, its own document). Items whose rephrasing is empty are negatives.
+
+The subject ``svamp`` (math word problems, ``tests/data/svamp_paraphrase``; not in ``SUBJECTS``): test
+item ``i`` is rephrased (English) and injected when ``i % 2 == 0``, the kind alternating ``own`` /
+``spliced`` (the two kinds of the held-apart check), and a negative when ``i % 2 == 1``; its query is
+lm-eval's gsm8k prompt (``doc_to_text``, there being no decontamination query). With
+``train_verbatim`` all 200 items of its train split sit in the corpus verbatim (question and answer,
+each its own document) as ``Item.injected == "train"``, not checked.
 """
 
 from __future__ import annotations
@@ -23,6 +30,9 @@ from pathlib import Path
 
 SUBJECTS = ("abstract_algebra", "high_school_us_history", "sociology")
 KINDS = ("own", "spliced", "rewrapped")
+SVAMP = "svamp"
+SVAMP_FOLDER = Path(__file__).resolve().parent / "data" / "svamp_paraphrase"
+SVAMP_KINDS = ("own", "spliced")
 
 
 @dataclass(frozen=True)
@@ -44,6 +54,24 @@ def mmlu_yaml(subject: str) -> str:
             f'doc_to_decontamination_query: "{query}"\n')
 
 
+def svamp_yaml() -> str:
+    """The SVAMP items as lm-eval's ``gsm8k`` task reads GSM8K: the prompt ``doc_to_text`` and no
+    ``doc_to_decontamination_query``, so the decontamination query falls back to the prompt."""
+    return ('task: svamp\ndataset_path: svamp_paraphrase\noutput_type: generate_until\ntest_split: test\n'
+            'doc_to_text: "Question: {{question}}\\nAnswer:"\ndoc_to_target: "{{answer}}"\n'
+            'generation_kwargs:\n  until: ["Question:"]\n  do_sample: false\n')
+
+
+def svamp_query(row: dict) -> str:
+    """``svamp_yaml``'s ``doc_to_text`` rendered: the query decontamination checks."""
+    return f"Question: {row['question']}\nAnswer:"
+
+
+def task_name(subject: str) -> str:
+    """The task name (and output folder) of a subject's task YAML."""
+    return SVAMP if subject == SVAMP else f"mmlu_{subject}"
+
+
 def item_query(row: dict) -> str:
     return row["question"] + "\n" + "\n".join(f"{'ABCD'[k]}. {c}" for k, c in enumerate(row["choices"]))
 
@@ -57,6 +85,11 @@ def load_items(folder: Path, subjects: tuple[str, ...] = SUBJECTS, train_verbati
     """Every item of ``subjects`` and, per (subject, index), the text injected for it."""
     items, texts = [], {}
     for s in subjects:
+        if s == SVAMP:
+            more, more_texts = _svamp_items(train_verbatim)
+            items += more
+            texts.update(more_texts)
+            continue
         rows = _jsonl(folder / f"mmlu_{s}_test.jsonl")
         reph = _jsonl(folder / f"mmlu_{s}_test_rephrased_en.jsonl")
         zh = _jsonl(folder / f"mmlu_{s}_test_translated_zh.jsonl")
@@ -72,6 +105,26 @@ def load_items(folder: Path, subjects: tuple[str, ...] = SUBJECTS, train_verbati
             items.append(Item(s, i, item_query(row), how, kind))
             if how:
                 texts[(s, i)] = text
+    return items, texts
+
+
+def _svamp_items(train_verbatim: bool) -> tuple[list[Item], dict]:
+    rows = _jsonl(SVAMP_FOLDER / "svamp_test.jsonl")
+    reph = _jsonl(SVAMP_FOLDER / "svamp_test_rephrased_en.jsonl")
+    items, texts = [], {}
+    for i, (row, r) in enumerate(zip(rows, reph, strict=True)):
+        if r["id"] != row["id"]:
+            raise ValueError(f"{SVAMP_FOLDER}/svamp_test_rephrased_en.jsonl line {i + 1}: id {r['id']!r} "
+                             f"is not the test item's {row['id']!r}")
+        injected = i % 2 == 0 and bool(r["text"].strip())
+        items.append(Item(SVAMP, i, svamp_query(row), "rephrased" if injected else None,
+                          SVAMP_KINDS[(i // 2) % 2] if injected else None))
+        if injected:
+            texts[(SVAMP, i)] = r["text"]
+    if train_verbatim:  # after the test items: indices len(rows).., not rows of the checked task
+        for k, row in enumerate(_jsonl(SVAMP_FOLDER / "svamp_train.jsonl"), start=len(rows)):
+            items.append(Item(SVAMP, k, svamp_query(row), "train", "own"))
+            texts[(SVAMP, k)] = f"{svamp_query(row)} {row['answer']}"
     return items, texts
 
 
