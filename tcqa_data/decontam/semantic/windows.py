@@ -97,11 +97,11 @@ def _top(c: Candidates) -> Candidates:
     q, d, w, wt = (c.cols[k] for k in ("query", "doc", "window", "weight"))
     if not len(q):
         return c
-    order = np.lexsort((w, d, -wt, q))
+    order = np.lexsort((w, -wt, d, q))  # per (item, doc) adjacent, its best window first
     qs, ds = q[order], d[order]
     first_of_pair = np.ones(len(order), bool)
     first_of_pair[1:] = (qs[1:] != qs[:-1]) | (ds[1:] != ds[:-1])
-    order = order[first_of_pair]  # (per item, by weight: the pair's first row is its best window)
+    order = order[first_of_pair]
     order = order[np.lexsort((w[order], d[order], -wt[order], q[order]))]
     qs = q[order]
     new_q = np.ones(len(order), bool)
