@@ -40,6 +40,7 @@ VIEW_MIN_WORDS = 4
 VIEW_MAX_LINES = 8
 KEPT_WEIGHT = 0.4  # semantic_score = 0.6 * cosine + 0.4 * kept share of the particulars
 SUB_SPAN_WORDS = (16, 32, 48)  # sub-spans scored besides the whole candidate span
+KEPT_MIN_WEIGHT = 1500  # the least total a kept share is out of: about four rare words or numbers
 TIGHT_MARGIN = 1  # words kept either side of the run from the first to the last shared particular
 
 
@@ -127,10 +128,13 @@ def sub_spans(words: Sequence[str], rare: dict[str, int]) -> list[tuple[int, int
 
 
 def kept_share(view_rare: dict[str, int], span_words: set[str]) -> float:
-    """The share of a view's particulars' weight that a span keeps (both in canonical form; 0.0: the
-    view has no particular, so nothing in it tells one item from another)."""
+    """The share of a view's particulars' weight that a span keeps (both in canonical form), out of
+    at least ``KEPT_MIN_WEIGHT``: a view with one or two particulars ("7 balloons") gets no full
+    share from a window that happens to hold just those (0.0: no particular, nothing in the view
+    tells one item from another)."""
     total = sum(view_rare.values())
-    return sum(v for w, v in view_rare.items() if w in span_words) / total if total else 0.0
+    kept = sum(v for w, v in view_rare.items() if w in span_words)
+    return kept / max(total, KEPT_MIN_WEIGHT) if total else 0.0
 
 
 def combined_score(cosine: np.ndarray, kept: np.ndarray) -> np.ndarray:
