@@ -180,6 +180,6 @@ def _pr_plot(section: dict[str, Any]) -> bytes:
     ax.set(xlim=(-0.02, 1.02), ylim=(-0.02, 1.05), ylabel="precision",
            xlabel=f"recall (labelled contaminated {section['unit']}s)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower left")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))  # beside the curves, not on them
     fig.tight_layout()
     return png_bytes(fig)
