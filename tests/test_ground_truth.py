@@ -158,6 +158,7 @@ def test_labels_per_question_group_count_each_question_once(known):
     ("split.jsonl", '{"task": "mc_taco", "split": "test", "doc_id": 0, "contaminated": 1}\n', ":1:", "split"),
     ("both.csv", "task,doc_id,contaminated\nmc_taco,3,1\nmc_taco,3,0\n", ":3:", "contaminated"),
     ("rows.parquet", None, ": row 2:", "doc_id"),
+    ("twosplits.csv", "task,doc_id,contaminated\nmc_taco,0,1\n", ":2:", "split"),  # the run has test too
 ])
 def test_bad_label_files_are_refused_with_one_line_before_anything_is_written(
         known, tmp_path, monkeypatch, capsys, name, text, where, field):
@@ -168,9 +169,10 @@ def test_bad_label_files_are_refused_with_one_line_before_anything_is_written(
     else:
         bad.write_text(text, encoding="utf-8")
     out = tmp_path / "prep"
+    more = ["--data-files", f"mc_taco:test={known['data']}"] if name == "twosplits.csv" else []
     code, _, err = run(["decontaminate", "--corpus", known["corpus"], "--tasks", "mc_taco", "--out", out,
-                        "--data-files", f"mc_taco:validation={known['data']}", "--labels", bad, "--quiet"],
-                       monkeypatch, capsys)
+                        "--data-files", f"mc_taco:validation={known['data']}", *more, "--labels", bad,
+                        "--quiet"], monkeypatch, capsys)
     assert code != 0
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error:"), err
