@@ -247,6 +247,7 @@ def decontaminate(
     embedding_model: str | None = None,
     judge: str | None = None,
     judge_top: int = 200,  # decontam.semantic.judge.JUDGE_TOP; tests/test_api.py checks the CLI agrees
+    labels: PathLike | None = None,
 ) -> PrepSummary:
     """Flag the benchmark docs that overlap the corpus and write PREP_DIR to ``out``, as
     ``tcqa-data decontaminate``.
@@ -293,6 +294,10 @@ def decontaminate(
             term ``judge``, e.g. ``any-ngram|semantic&judge``. Default: no judge.
         judge_top: With ``judge``: how many pairs each split has judged, highest cosine first
             (pairs under cosine 0.5 are not judged).
+        labels: Ground truth: a CSV, JSONL or Parquet file with ``task``, ``doc_id`` (or
+            ``group_id``: a label per question group), ``contaminated`` and optionally ``split``;
+            each labelled split's report measures the rule, each of its terms and a
+            precision / recall curve per score against it. Flags and splits do not change.
 
     Returns:
         The run summary, with each task and split's counts under ``tasks``.
@@ -319,7 +324,8 @@ def decontaminate(
         id_field=id_field, on_error=on_error, workers=workers, engine=engine,
         ray_address=ray_address, hf_dataset=hf_dataset, hf_config=hf_config, hf_split=hf_split,
         short_min_words=short_min_words or None, source_name=source_name,
-        allow_task_code=allow_task_code, embedding_model=embedding_model, judge=judge, judge_top=judge_top)
+        allow_task_code=allow_task_code, embedding_model=embedding_model, judge=judge, judge_top=judge_top,
+        labels=labels)
     if index_dir is None:
         return run(None, task_list, out, **kwargs)  # type: ignore[return-value]
     with reading(index_dir):  # an index file damaged with its size kept: found by a full check

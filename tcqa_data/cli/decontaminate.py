@@ -109,6 +109,11 @@ def decontaminate_cmd(
     judge_top: int = typer.Option(
         JUDGE_TOP, "--judge-top", min=1,
         help=f"With --judge: pairs judged per split, highest cosine first (not under {JUDGE_FLOOR})."),
+    labels: Optional[Path] = typer.Option(  # noqa: UP045
+        None, "--labels",
+        help="Ground truth (CSV, JSONL or Parquet: task, doc_id or group_id, contaminated, optional split): "
+             "each labelled split's report measures the rule, its terms and a precision/recall curve per "
+             "score against it. Flags and splits do not change."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or summary."),
 ) -> None:
     """Score benchmark docs against INDEX_DIR (or stream --corpus); write splits, evidence, reports."""
@@ -137,7 +142,7 @@ def decontaminate_cmd(
             workers=workers, engine=value_of(engine), ray_address=ray_address, hf_dataset=hf_dataset,
             hf_config=hf_config, hf_split=hf_split, short_min_words=short_min_words or None,
             source_name=source_name, allow_task_code=allow_task_code, embedding_model=embedding_model,
-            judge=judge, judge_top=judge_top,
+            judge=judge, judge_top=judge_top, labels=labels,
         )
     for note in summary.get("warnings", []):  # shown even with --quiet; also at the top of every report
         warning(note)

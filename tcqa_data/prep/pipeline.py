@@ -27,6 +27,7 @@ from tcqa_data.io_utils import write_json_atomic, write_parquet_atomic, write_te
 from tcqa_data.outputs import check_name, code_digests, resolve_inside, writes_output
 from tcqa_data.prep.benchmarks import BenchmarkSplit, group_ids
 from tcqa_data.prep.doc_refs import portable_doc_refs, portable_path, portable_ref
+from tcqa_data.prep.ground_truth import Labels, read_labels
 from tcqa_data.prep.lm_eval_export import export_lm_eval, export_lm_eval_task, exportable, lm_eval_task_name
 from tcqa_data.prep.report import write_reports
 from tcqa_data.prep.splits import GROUP_POLICIES, add_ids, check_invariants, group_flags, split_table
@@ -113,6 +114,7 @@ class _Run:
     short_min_words: int | None = None  # shorter queries of at least this many words whole (None: off)
     semantic_model: Any = None  # the semantic tier's EmbeddingModel (a ``semantic`` rule term)
     judge: Any = None  # the semantic tier's judge (``--judge``): a ``semantic.judge.Judge``
+    labels: Labels | None = None  # ground truth (``--labels``): measured in the reports only
     # known once the evidence is filled (after a stream's pass)
     index_summary: dict[str, Any] = dataclasses.field(default_factory=dict)
     fix_ref: Callable[[str | None], str | None] | None = None  # corpus doc refs as PREP_DIR records them
@@ -189,6 +191,7 @@ def decontaminate(
     embedding_model: str | None = None,
     judge: str | None = None,
     judge_top: int = JUDGE_TOP,
+    labels: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
     """Score every doc of ``tasks`` against the index, write PREP_DIR, return the summary.
 
@@ -222,6 +225,12 @@ def decontaminate(
     whether they are the same item (``decontam/semantic/judge.py``; the rule term ``judge``); it
     needs a semantic term and is loaded, like the embedding model, before anything is written.
 
+    ``labels``: a file of ground truth (CSV, JSONL or Parquet: ``task``, ``doc_id`` or ``group_id``,
+    ``contaminated``, optional ``split``; :mod:`tcqa_data.prep.ground_truth`), read and tied to the
+    run's docs before the corpus is read; each labelled split's reports measure the rule, its terms
+    and every score's precision / recall curve against it (:mod:`tcqa_data.prep.flag_quality`).
+    Labels change no flag, split or other file.
+
     ``source_name``: the corpus as ``contamination_report.csv`` names it (the CONDA database's
     "Contaminated Source", e.g. a hub id); default: its hub dataset or file names
     (:func:`default_source_name`).
@@ -241,6 +250,7 @@ def decontaminate(
     if not tasks:
         raise ConfigError("no tasks given; e.g. --tasks mc_taco,squad_completion")
     parsed_rule, fixed_n = _check_options(rule, ngram, max_corpus_freq, group_policy)
+    ground_truth = read_labels(labels) if labels is not None else None  # its own fields, first
     stream = corpus is not None or hf_dataset is not None
     semantic_model = judge_model = None
     if parsed_rule.uses_judge and judge is None:
@@ -279,6 +289,10 @@ def decontaminate(
     jobs = task_jobs(tasks, data_files, splits, group_by=group_by, lm_eval_include=lm_eval_include,
                      lm_eval_include_defaults=lm_eval_include_defaults, allow_task_code=allow_task_code)
     check_prep_names(jobs)  # before the (stream) pass: refused before any work
+    if ground_truth is not None:  # every label tied to a doc (or group) of this run, before the pass
+        ground_truth.check({job.task.task: {b.split: group_ids(job.task, b.table) for b, _, _ in job.parts}
+                            for job in jobs})
+    run.labels = ground_truth
     manifest_tasks: dict[str, Any] = {}
     summary: dict[str, Any] = {"out_dir": str(run.out), "rule": str(parsed_rule),
                                "warnings": run.config["warnings"], "tasks": {}}
@@ -571,7 +585,8 @@ def _process_split(spec: TaskSpec | LmEvalTask, b: BenchmarkSplit, queries: list
     elif (reason := exportable(spec.lm_task)) is None:
         export_lm_eval_task(spec, split_dir)
     counts = write_reports(spec, b.split, portable_path(b.source), full, contamination, split_dir,
-                           config=config, index_summary=run.index_summary)
+                           config=config, index_summary=run.index_summary,
+                           labels=run.labels.for_split(spec.task, b.split) if run.labels else None)
     # where lm-eval finds the exported tasks (relative to PREP_DIR), for `lm_eval --include_path`
     if reason is None:
         # lm-eval runs the exported Python and renders the YAMLs' templates unsandboxed: their

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from tcqa_data.io_utils import write_json_atomic, write_text_atomic
+from tcqa_data.prep.ground_truth import SplitLabels
 from tcqa_data.prep.taskspec import TaskSpec
 from tcqa_data.report_render import (
     Block,
@@ -44,8 +45,10 @@ def _r(x: float) -> float | None:
 
 
 def summarize(spec: TaskSpec, split: str, source: str, full: pa.Table, cont: pa.Table,
-              config: dict[str, Any], index_summary: dict[str, Any]) -> dict[str, Any]:
-    """The report.json content."""
+              config: dict[str, Any], index_summary: dict[str, Any],
+              labels: SplitLabels | None = None) -> dict[str, Any]:
+    """The report.json content; ``labels`` (the split's ``decontaminate --labels``) adds
+    ``ground_truth``: the flags measured against them (``prep/flag_quality.py``)."""
     c = cont.to_pydict()
     k = len(c["doc_id"])
     dirty = np.asarray(c["dirty"], dtype=bool)
@@ -130,7 +133,15 @@ def summarize(spec: TaskSpec, split: str, source: str, full: pa.Table, cont: pa.
         "untestable_doc_ids": untestable_ids[:UNTESTABLE_LIST],
         "top_contaminated": top,
         **({"semantic_pairs": _semantic_pairs(c, config)} if "semantic_score" in c else {}),
+        **({"ground_truth": _ground_truth(c, config, labels)} if labels is not None else {}),
     }
+
+
+def _ground_truth(c: dict[str, list], config: dict[str, Any], labels: SplitLabels) -> dict[str, Any]:
+    from tcqa_data.decontam.detect.rules import Rule
+    from tcqa_data.prep.flag_quality import measure
+
+    return measure(c, labels, Rule.parse(config["rule"]))
 
 
 def _semantic_pairs(c: dict[str, list], config: dict[str, Any]) -> list[dict[str, Any]]:
@@ -370,6 +381,10 @@ def build_document(rep: dict[str, Any]) -> list[Block]:
         f"{c['dirty_docs']} of {c['docs']} docs are dirty under the rule "
         f"{rep['method']['rule']}; the other {c['clean_docs']} docs form the clean split."
         if c["groups"] else "The split holds no docs."))
+    if "ground_truth" in rep:  # measured against the user's labels: the answer they asked for, early
+        from tcqa_data.prep.flag_quality import report_blocks
+
+        blocks += report_blocks(rep["ground_truth"], rep["method"]["group_policy"])
     blocks += _counts(rep)
     blocks.append(Details("How the docs were tested", [_method(rep)]))
     if rep["field_attribution"]:
@@ -420,10 +435,11 @@ def build_document(rep: dict[str, Any]) -> list[Block]:
 
 
 def write_reports(spec: TaskSpec, split: str, source: str, full: pa.Table, cont: pa.Table,
-                  split_dir: str | Path, *, config: dict[str, Any], index_summary: dict[str, Any]
-                  ) -> dict[str, Any]:
-    """Write report.json/md/html into ``split_dir``; return the counts (for the prep manifest)."""
-    rep = summarize(spec, split, source, full, cont, config, index_summary)
+                  split_dir: str | Path, *, config: dict[str, Any], index_summary: dict[str, Any],
+                  labels: SplitLabels | None = None) -> dict[str, Any]:
+    """Write report.json/md/html into ``split_dir``; return the counts (for the prep manifest).
+    ``labels``: as :func:`summarize` takes them (the counts do not change)."""
+    rep = summarize(spec, split, source, full, cont, config, index_summary, labels)
     split_dir = Path(split_dir)
     write_json_atomic(split_dir / "report.json", rep)
     blocks = build_document(rep)  # one document, two renderings

@@ -200,18 +200,24 @@ class Rule:
         for clause in self.clauses:
             ok = np.ones(k, dtype=bool)
             for term in clause:
-                raw = scores[term.metric]
-                values = (np.array([np.nan if v is None else v for v in raw], dtype=np.float64)
-                          if term.uses_semantic else np.asarray(raw, dtype=np.float64))
-                hit = values >= term.threshold
-                if term.metric.startswith("ngram") or term.metric == "longest_match":
-                    hit &= np.asarray(scores["testable"], dtype=bool)
-                ok &= hit
+                ok &= metric_values(scores, term.metric) >= term.threshold
             dirty |= ok
             label = "&".join(str(t) for t in clause)
             for i in np.flatnonzero(ok):
                 fired[i].append(label)
         return dirty, ["|".join(f) for f in fired]
+
+
+def metric_values(scores: dict[str, Sequence], metric: str) -> np.ndarray:
+    """Per doc, the value of ``metric`` a rule term compares with its threshold: NaN where no term
+    on it can fire (no value: a null column entry, e.g. no semantic candidate; an n-gram metric on
+    a doc too short to test). A precision / recall curve over thresholds reads the same values."""
+    raw = scores[metric]
+    values = (raw.astype(np.float64) if isinstance(raw, np.ndarray) and raw.dtype != object
+              else np.array([np.nan if v is None else v for v in raw], dtype=np.float64))
+    if metric.startswith("ngram") or metric == "longest_match":
+        values[~np.asarray(scores["testable"], dtype=bool)] = np.nan
+    return values
 
 
 def doc_status(dirty: np.ndarray, testable: np.ndarray, rule: Rule,
