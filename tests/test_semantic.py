@@ -244,3 +244,54 @@ def test_score_tells_a_rephrased_item_from_same_subject_items_in_the_corpus(wiki
         if sm.docs[k] == article_doc:
             a, b = sm.spans[k]
             assert b - a <= 160 and 0 <= sm.kept[k] <= 1
+
+
+def test_numbers_are_particulars_and_a_short_view_gets_no_full_share():
+    from tcqa_data.decontam.semantic.matches import KEPT_MIN_WEIGHT, _rare_weights, kept_share, sub_spans
+    from tcqa_data.decontam.semantic.rarewords import NUMBER_WEIGHT, canonical_word, word_weight
+
+    assert word_weight("16") >= NUMBER_WEIGHT and word_weight("2") >= NUMBER_WEIGHT  # common in English
+    assert word_weight("the") == 0 and word_weight("muffins") > 0
+    assert canonical_word("three") == "3" and canonical_word("ducks") == "ducks"
+    view = _rare_weights("janets ducks lay 16 eggs she eats three and bakes muffins with four".split())
+    assert {"16", "3", "4", "muffins"} <= set(view)
+    rephrased = {canonical_word(w) for w in "every day janets ducks produce 16 eggs she eats 3 and 4 go "
+                 "into muffins".split()}
+    template = {canonical_word(w) for w in "every day janets ducks produce 12 eggs she eats 2 and 5 go "
+                "into muffins".split()}
+    # the same words, other numbers: a quarter and more of the weight is the numbers'
+    assert kept_share(view, rephrased) > kept_share(view, template) + 0.25
+    short = _rare_weights("7 balloons".split())
+    assert sum(short.values()) < KEPT_MIN_WEIGHT
+    assert kept_share(short, {"7", "balloons"}) == sum(short.values()) / KEPT_MIN_WEIGHT < 1.0
+    # the run from the first to the last shared particular, one word either side
+    words = "external links history we ordered 17 pizzas each has 4 slices see also".split()
+    assert (3, 12) in sub_spans(words, _rare_weights("we ordered 17 pizzas with 4 slices".split()))
+
+
+def test_numbers_tell_a_rephrased_word_problem_from_same_template_training_items(wiki_sample):
+    """The math dev set (tests/data/svamp_paraphrase): 100 training items (word problems of the same
+    templates) in the corpus verbatim, 20 test items rephrased (half as their own documents, half
+    spliced into a long article), 20 not injected: the rephrased ones are flagged, the others not,
+    and the kept share of the particulars (numbers among them) is what separates them."""
+    from semantic_devset import SVAMP_FOLDER, _jsonl, svamp_query
+
+    from tcqa_data.decontam.semantic import load_embedding_model, semantic_from_texts
+
+    test, reph, train = (_jsonl(SVAMP_FOLDER / f"svamp_{n}.jsonl")
+                         for n in ("test", "test_rephrased_en", "train"))
+    with open(wiki_sample, encoding="utf-8") as fh:
+        article = next(a for a in map(json.loads, fh) if len(a["text"].split()) > 1500)["text"]
+    paras = article.split("\n\n")
+    docs = [f"{svamp_query(r)} {r['answer']}" for r in train[:100]]
+    injected = list(range(0, 40, 2))
+    docs += [reph[i]["text"] for i in injected[:10]]
+    docs.append("\n\n".join(paras[:3] + [reph[i]["text"] for i in injected[10:]] + paras[3:]))
+    checked = list(range(40))
+    sm = semantic_from_texts([svamp_query(test[i]) for i in checked], len(docs),
+                             lambda ids: [docs[d] for d in ids], load_embedding_model(), "janitor", 0)
+    pos = np.array([i in injected for i in checked])
+    score, kept = np.nan_to_num(sm.score, nan=0.0), np.nan_to_num(sm.kept, nan=0.0)
+    assert (score[pos] >= DEFAULT_SEMANTIC).mean() >= 0.9
+    assert (score[~pos] >= DEFAULT_SEMANTIC).sum() <= 1
+    assert kept[pos].mean() - kept[~pos].mean() >= 0.3

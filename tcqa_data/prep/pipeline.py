@@ -338,7 +338,8 @@ def _semantic_config(run: _Run) -> dict[str, Any]:
 
     out: dict[str, Any] = {
         "model": run.semantic_model.manifest(), "default_threshold": DEFAULT_SEMANTIC,
-        "score": f"{1 - matches.KEPT_WEIGHT:g} * cosine + {matches.KEPT_WEIGHT:g} * kept rare-word share",
+        "score": f"{1 - matches.KEPT_WEIGHT:g} * cosine + {matches.KEPT_WEIGHT:g} * kept share of the item's "
+                 f"particulars (rare words, numbers), out of at least {matches.KEPT_MIN_WEIGHT}",
         "sub_span_words": list(matches.SUB_SPAN_WORDS),
         "terms": [str(t) for t in run.rule.terms if t.uses_semantic],
         "candidates": {"window_words": windows.WINDOW_WORDS, "window_stride": windows.WINDOW_STRIDE,

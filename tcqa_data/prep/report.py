@@ -415,8 +415,8 @@ def build_document(rep: dict[str, Any]) -> list[Block]:
         judged = ["judge", "r"] if any("judge" in t for t in rep["semantic_pairs"]) else []
         blocks += [Heading(2, f"Semantic tier: best item / corpus window pairs (by score: "
                               f"{1 - KEPT_WEIGHT:g} x cosine + {KEPT_WEIGHT:g} x kept share of the item's "
-                              "rare-word weight; shared rare words highlighted; the window as normalized "
-                              "text)"),
+                              "particulars, rare words and numbers; shared ones highlighted; the window as "
+                              "normalized text)"),
                    Table(["doc", "score", "cosine", "kept", *judged[:1], "flagged", "benchmark item",
                           "corpus window"],
                          [[str(t["doc_id"]), _fmt(t["score"]), _fmt(t["cosine"]), _fmt(t["kept"]),
