@@ -295,3 +295,22 @@ def test_numbers_tell_a_rephrased_word_problem_from_same_template_training_items
     assert (score[pos] >= DEFAULT_SEMANTIC).mean() >= 0.9
     assert (score[~pos] >= DEFAULT_SEMANTIC).sum() <= 1
     assert kept[pos].mean() - kept[~pos].mean() >= 0.3
+
+
+def test_a_word_common_in_one_task_stays_a_particular_of_another():
+    """A word held by more than MAX_HOLDERS items of one task is dropped for that task's items
+    only: a task's candidates do not depend on the tasks run beside it."""
+    from tcqa_data.decontam.semantic.rarewords import MAX_HOLDERS, RareWordTable, word_hashes
+
+    crowd = [f"the zebra question number {k} about giraffes" for k in range(MAX_HOLDERS + 6)]
+    few = ["a zebra crossed the savanna", "the zebra and the okapi"]
+    queries = crowd + few
+    zebra = word_hashes(["zebra"], 0)[0]
+
+    def holders(table: RareWordTable) -> set[int]:
+        rows = np.flatnonzero(table.keys == zebra)
+        return {int(q) for r in rows for q in table.post_query[table.post_start[r]:table.post_start[r + 1]]}
+
+    assert holders(RareWordTable.build(queries, "janitor", 0)) == set()  # one task: too common
+    grouped = RareWordTable.build(queries, "janitor", 0, [0] * len(crowd) + [1] * len(few))
+    assert holders(grouped) == {len(crowd), len(crowd) + 1}

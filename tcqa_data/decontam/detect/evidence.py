@@ -142,6 +142,7 @@ class IndexEvidence:
         self.has_minhash = bool(self.manifest.get("minhash"))  # the manifest has a MinHash section
         self.has_text = has_text_store(path)
         self._semantic_queries: list[str] | None = None  # the run's items (``plan_semantic``)
+        self._semantic_groups: list[int] | None = None  # and each one's task
         self._semantic: tuple[Any, Any] | None = None  # (model, SemanticMatches of those items)
 
     @classmethod
@@ -271,10 +272,15 @@ class IndexEvidence:
                     + (f" and {len(missing) - 1} more" if len(missing) > 1 else "") + "; rerun index-corpus")
         return problem
 
-    def plan_semantic(self, queries: Sequence[str]) -> None:
+    def plan_semantic(self, queries: Sequence[str], groups: Sequence[int] | None = None) -> None:
         """Every item the run will ask ``semantic_matches`` about (all its splits): the text store
-        is then read once for all of them, as a stream pass reads the corpus once for its table."""
-        self._semantic_queries = list(dict.fromkeys(queries))
+        is then read once for all of them, as a stream pass reads the corpus once for its table.
+        ``groups``: each query's task (its first, for a query two tasks share)."""
+        first: dict[str, int] = {}
+        for q, g in zip(queries, groups if groups is not None else [0] * len(queries), strict=True):
+            first.setdefault(q, g)
+        self._semantic_queries = list(first)
+        self._semantic_groups = list(first.values())
         self._semantic = None
 
     def semantic_matches(self, queries: Sequence[str], model: Any) -> Any:
@@ -292,7 +298,7 @@ class IndexEvidence:
                                        self.normalization, self.hash_seed)
         if self._semantic is None or self._semantic[0] is not model:
             found = semantic_from_texts(planned, int(self.ngrams.num_docs()), self.store.texts, model,
-                                        self.normalization, self.hash_seed)
+                                        self.normalization, self.hash_seed, self._semantic_groups)
             self._semantic = (model, found)
         number = {q: i for i, q in enumerate(planned)}
         return self._semantic[1].take([number[q] for q in queries])

@@ -32,12 +32,13 @@ __all__ = ["DEFAULT_MODEL", "DEFAULT_THRESHOLD", "Candidates", "EmbeddingModel",
 
 
 def semantic_from_texts(queries: Sequence[str], num_docs: int, texts: Callable[[Sequence[int]], list[str]],
-                        model: EmbeddingModel, scheme: str, seed: int) -> SemanticMatches:
+                        model: EmbeddingModel, scheme: str, seed: int, groups: Sequence[int] | None = None
+                        ) -> SemanticMatches:
     """``SemanticMatches`` of ``queries`` against corpus docs ``0..num_docs-1`` read by ``texts``
-    (an index's text store), in batches of ``TEXT_BATCH`` docs."""
+    (an index's text store), in batches of ``TEXT_BATCH`` docs; ``groups``: each query's task."""
     from tcqa_data.decontam.core.hashing import normalized_buffer
 
-    rare = RareWordTable.build(queries, scheme, seed)
+    rare = RareWordTable.build(queries, scheme, seed, groups)
     cands = Candidates()
     for lo in range(0, num_docs, TEXT_BATCH):
         arr, doc_start = normalized_buffer(texts(list(range(lo, min(num_docs, lo + TEXT_BATCH)))), scheme)

@@ -7,7 +7,9 @@ the ``wordfreq`` package: no corpus statistics are needed before the pass) is be
 are exact and the same in any order (a stream cut into any shards ranks candidates alike). A
 number is a particular however common it is in English ("16 eggs", "$2"): it weighs at least
 ``NUMBER_WEIGHT`` (a word problem's numbers are what tell it from another of the same template).
-Words held by more than ``MAX_HOLDERS`` items are no evidence of one item and are left out.
+A word held by more than ``MAX_HOLDERS`` items of one task is no evidence of one of them and is
+left out for that task's items (``groups``: each item's task; another task's items keep it, so a
+task's candidates do not depend on which tasks run beside it).
 
 ``RareWordTable`` is that index: the words' token hashes (the n-gram kernels' 1-gram hashes, so a
 corpus token and an item token are equal when their hashes are), sorted, with the items holding
@@ -75,7 +77,12 @@ class RareWordTable:
         self.words = words  # each key's word (the builder's table only: shared words in reports)
 
     @classmethod
-    def build(cls, queries: Sequence[str], scheme: str, seed: int) -> RareWordTable:
+    def build(cls, queries: Sequence[str], scheme: str, seed: int, groups: Sequence[int] | None = None
+              ) -> RareWordTable:
+        """The table of ``queries``; ``groups``: each query's task (a word's holders are counted
+        per task, module doc; ``None``: one task)."""
+        from collections import Counter
+
         from tcqa_data.decontam.core.normalize import tokenize
 
         holders: dict[str, list[int]] = {}
@@ -86,7 +93,11 @@ class RareWordTable:
             for w in dict.fromkeys(tokens):
                 if word_weight(w):
                     holders.setdefault(w, []).append(q)
-        words = sorted(w for w, qs in holders.items() if len(qs) <= MAX_HOLDERS)
+        group = list(groups) if groups is not None else [0] * len(queries)
+        for w, qs in list(holders.items()):
+            per_group = Counter(group[q] for q in qs)
+            holders[w] = [q for q in qs if per_group[group[q]] <= MAX_HOLDERS]
+        words = sorted(w for w, qs in holders.items() if qs)
         hashes = word_hashes(words, seed)
         order = np.argsort(hashes, kind="stable")
         keys = hashes[order]

@@ -121,18 +121,18 @@ class StreamEvidence:
 
     def fill(self, queries: Sequence[str], ngram_sizes: Sequence[int], progress: Any = None, *,
              whole: Mapping[int, Sequence[int]] | None = None, workers: int = 1,
-             shard_bytes: int = SHARD_BYTES, engine: Any = None, work_dir: str | None = None
-             ) -> StreamEvidence:
+             shard_bytes: int = SHARD_BYTES, engine: Any = None, work_dir: str | None = None,
+             groups: Sequence[int] | None = None) -> StreamEvidence:
         """Stream the corpus against ``queries`` at every n of ``ngram_sizes`` (once), on ``workers``
         local processes or on ``engine`` (``scan_corpus``; the same result for any). ``whole``: size
         m -> the queries of m words matched whole (``BenchmarkTable``); ``ngram_hits`` answers at
         those sizes too, but ``ngram_sizes`` (the sizes alignment candidates come from) stays as
-        asked."""
+        asked. ``groups``: each query's task (``BenchmarkTable``)."""
         import dataclasses
 
         self.cfg = dataclasses.replace(self.cfg, ngram_sizes=tuple(sorted(set(ngram_sizes))))
         self.ngram_sizes = sorted(self.cfg.ngram_sizes)
-        table = BenchmarkTable(queries, self.cfg, whole)
+        table = BenchmarkTable(queries, self.cfg, whole, groups)
         self._queries = list(queries)
         self._hits = scan_corpus(table, self.inputs, progress, workers=workers, shard_bytes=shard_bytes,
                                  engine=engine, work_dir=work_dir)
@@ -254,6 +254,10 @@ def fill_stream(evidence: StreamEvidence, groups: Sequence[tuple[int, Sequence[s
 
     queries = sorted({q for _, qs in groups for q in qs})
     number = {q: i for i, q in enumerate(queries)}
+    task_of = [0] * len(queries)  # each query's first group (its task)
+    for g, (_, qs) in reversed(list(enumerate(groups))):
+        for q in qs:
+            task_of[number[q]] = g
     whole: dict[int, set[int]] = {}
     for n, qs in groups:
         distinct = list(set(qs)) if short_min_words else []
@@ -270,7 +274,7 @@ def fill_stream(evidence: StreamEvidence, groups: Sequence[tuple[int, Sequence[s
         bar = prog.add_task("stream corpus", total=text_progress_total(evidence.inputs), rate="")
         evidence.fill(queries, sorted({n for n, _ in groups}), workers=workers, engine=eng,
                       work_dir=None if work_dir is None else str(work_dir),
-                      whole={m: sorted(v) for m, v in whole.items()},
+                      whole={m: sorted(v) for m, v in whole.items()}, groups=task_of,
                       progress=lambda nbytes, ndocs: prog.update(bar, advance=nbytes))
         if text_progress_total(evidence.inputs) is None:  # the total is known now: what was read
             prog.update(bar, total=max(next(t.completed for t in prog.tasks if t.id == bar), 1))

@@ -65,9 +65,11 @@ class BenchmarkTable:
     """The queries' n-gram hashes, sorted, with the queries holding each (see the module doc)."""
 
     def __init__(self, queries: Sequence[str], cfg: StreamConfig,
-                 whole: Mapping[int, Sequence[int]] | None = None) -> None:
+                 whole: Mapping[int, Sequence[int]] | None = None,
+                 groups: Sequence[int] | None = None) -> None:
         """``whole``: size m -> the queries (their numbers) of m words matched whole; the table then
-        holds those sizes too (``cfg.ngram_sizes`` widened)."""
+        holds those sizes too (``cfg.ngram_sizes`` widened). ``groups``: each query's task, for the
+        semantic tier's rare-word table (``RareWordTable.build``)."""
         import dataclasses
 
         from tcqa_data.decontam.core.hashing import batch_ngram_hashes
@@ -105,7 +107,8 @@ class BenchmarkTable:
         self.anchor_keys = (sorted_unique(np.asarray(by_n[ANCHOR_K][0], dtype=np.uint64) >> np.uint64(32))
                             if cfg.anchors else np.empty(0, np.uint64))
         self.anchor_filter = _presence(self.anchor_keys, 32)
-        self.rare = RareWordTable.build(queries, cfg.normalization, cfg.seed) if cfg.semantic else None
+        self.rare = (RareWordTable.build(queries, cfg.normalization, cfg.seed, groups) if cfg.semantic
+                     else None)
 
     @classmethod
     def from_keys(cls, cfg: StreamConfig, keys: dict[int, np.ndarray], anchor_keys: np.ndarray,
