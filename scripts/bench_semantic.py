@@ -445,7 +445,7 @@ def cost(args: argparse.Namespace) -> None:
         f"({lexical / 256 / 60:.1f} min); the verification is bounded by the benchmark, not the corpus: at "
         f"most {most:.0f} texts ({table.rare.num_queries} items, each its views and sub-spans), "
         f"{share:.1%} of them past the prefilter: {verify_tb:.0f} CPU-s, run once in the driver process "
-        f"(~{verify_tb / 16 / 60:.0f} min on a 16-core driver), or on one GPU at ~5,000 texts/s (MiniLM-L6; "
+        f"(~{verify_tb / 16 / 60:.1f} min on a 16-core driver), or on one GPU at ~5,000 texts/s (MiniLM-L6; "
         f"not measured here) {most * share / 5000:.0f} s. any-ngram|semantic / any-ngram at 1 TB: CPU only "
         f"{(base * tb + lexical + t_load + verify_tb) / (base * tb):.1f}x, with a GPU "
         f"{(base * tb + lexical + t_load) / (base * tb):.1f}x"

@@ -221,7 +221,7 @@ def verify(queries: Sequence[str], rare: RareWordTable, cands: Candidates, model
         by_model = np.ones(len(q), bool)
     else:  # the model scores the pairs past the static model's bar; an item with none keeps stage 1's
         screened, _ = _pair_scores(pairs, stage1)
-        masks = pairs_past_bar([score for score, _ in screened])
+        masks = pairs_past_bar([cos for _, cos in screened], pairs["kept"])
         second, embedded = _pair_scores(pairs, model, masks)
         item_verified = np.zeros(len(queries), bool)
         item_verified[q[[bool(m.any()) for m in masks]]] = True

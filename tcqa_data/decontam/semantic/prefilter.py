@@ -6,21 +6,26 @@ article it came from share its names), not rephrasings, and each item's views an
 sub-spans are embedded. A static model (one vector per word piece, averaged) costs ~0.01 ms a text.
 So ``matches.verify`` scores every candidate twice when the model carries a prefilter:
 
-1. every (sub-span, view) pair with ``StaticEmbeddingModel`` and the same ``combined_score``
-   (cosine and kept rare-word share) as the transformer's;
-2. only the pairs whose stage-1 score reaches ``PREFILTER_BAR``, with the transformer: only their
+1. every (sub-span, view) pair with ``StaticEmbeddingModel``: its cosine, and the screening score
+   ``0.5 x cosine + 0.5 x kept`` (``kept``: the kept rare-word share, ``matches.kept_share``, the
+   same as the transformer's score uses; a static cosine rises with the words two texts share, so
+   it gets less weight here than in ``combined_score``: measured, the same safety passes ~2x fewer
+   pairs);
+2. only the pairs whose screening score reaches ``PREFILTER_BAR``, with the transformer: only their
    sub-spans and views are embedded by it.
 
 ``PREFILTER_BAR`` is set so that on the development set every item the transformer alone scores at
 ``SAFE_FROM`` (0.7, below the shipped 0.8) or more has the pair that gives it that score past the
-bar (docs/semantic-prefilter.md): its score, cosine, kept share, span and window are the
-transformer's, the same as without the prefilter, and a rule ``semantic>=T`` with ``T >= SAFE_FROM``
-flags the same items. Below ``SAFE_FROM`` a score is the best of the pairs that passed, so at most
-the transformer's own. A rule with a lower semantic threshold, or a judge (it reads pairs from
-0.5), runs without the prefilter (``load_embedding_model(..., prefilter=False)``, decided by the
-pipeline: ``prefilter_safe``). An item with no pair past the bar keeps its stage-1 evidence (best
-span, window, shared words) and stage-1 score, cosine and kept share; ``SemanticMatches.model``
-(the ``semantic_model`` column) names the model that gave each item's scores.
+bar, with a margin (docs/semantic-prefilter.md): its score, cosine, kept share, span and window are
+the transformer's, the same as without the prefilter, and a rule ``semantic>=T`` with
+``T >= SAFE_FROM`` flags the same items. Below ``SAFE_FROM`` a score is the best of the pairs that
+passed, so at most the transformer's own. A rule with a lower semantic threshold, or a judge (it
+reads pairs from 0.5), runs without the prefilter (``load_embedding_model(..., prefilter=False)``,
+decided by the pipeline: ``prefilter_safe``). An item with no pair past the bar keeps its stage-1
+evidence (best span, window, shared words) and its static cosine, kept share and
+``combined_score`` of them, which is below 0.68 (< ``SAFE_FROM``: screening < 0.48 and
+``combined = screening + 0.2 x (cosine - kept)``); ``SemanticMatches.model`` (the
+``semantic_model`` column) names the model that gave each item's scores.
 
 The static model is WordLlama ``l2_supercat`` 256-d (MIT; token embeddings of Llama 2's vocabulary
 trained for sentence similarity), whose wheel ``wordllama`` ships the weights
@@ -48,7 +53,9 @@ STATIC_WEIGHTS = "weights/l2_supercat_256.safetensors"
 STATIC_TOKENIZER = "tokenizers/l2_supercat_tokenizer_config.json"
 # wordllama 0.4.0.post1, wordllama/weights/l2_supercat_256.safetensors
 STATIC_SHA256 = "64b47a2dc493cb8e85944076601189739852d7b64e0e1eedcb1937a251cd9fd5"
-PREFILTER_BAR = 0.5  # stage-1 score a (sub-span, view) pair needs to reach the transformer (module doc)
+# A pair reaches the transformer when 0.5 x static cosine + 0.5 x kept share >= 0.48 (module doc)
+SCREEN_KEPT_WEIGHT = 0.5
+PREFILTER_BAR = 0.48
 SAFE_FROM = 0.7  # semantic>=T with T at least this flags what the transformer alone flags
 INSTALL_HINT = "pip install 'tcqa-data[semantic]' (or pip install wordllama==0.4.0.post1)"
 
@@ -148,7 +155,9 @@ def prefilter_safe(semantic_thresholds: Iterable[float], judge: bool) -> bool:
     return not judge and min(semantic_thresholds, default=1.0) >= SAFE_FROM
 
 
-def pairs_past_bar(stage1_scores: Sequence[np.ndarray]) -> list[np.ndarray]:
+def pairs_past_bar(cosines: Sequence[np.ndarray], kept: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Per candidate, which of its (sub-span, view) pairs the transformer scores: those whose
-    stage-1 score reaches ``PREFILTER_BAR``."""
-    return [score >= PREFILTER_BAR for score in stage1_scores]
+    screening score (``SCREEN_KEPT_WEIGHT``: the static cosine and the kept rare-word share, per
+    pair) reaches ``PREFILTER_BAR``."""
+    w = SCREEN_KEPT_WEIGHT
+    return [(1.0 - w) * cos + w * k >= PREFILTER_BAR for cos, k in zip(cosines, kept, strict=True)]
