@@ -3,7 +3,11 @@
 ``SemanticMatches`` is what an evidence source answers for a list of items (``semantic_matches``):
 per item the best span's score, cosine and kept rare-word share (NaN: no candidate), corpus doc
 ordinal (-1: none), word span in that doc, normalized text, the rare words it shares with the
-item, and how many candidates were scored.
+item, how many candidates were scored, and the name of the model that gave the scores.
+
+A model with a static prefilter (``prefilter.py``) scores the pairs below in two stages: every
+pair with the static model, then the pairs past its bar with the model itself; an item none of
+whose pairs passed keeps the static model's best pair.
 
 Each candidate span is scored whole and as its densest sub-spans (``sub_spans``: an item spliced
 into a long article is a short part of its span); an item is compared as each of its views
