@@ -146,6 +146,7 @@ def recall(args: argparse.Namespace) -> None:
     import pyarrow.parquet as pq
 
     from tcqa_data.decontam.detect.rules import DEFAULT_SEMANTIC, Rule
+    from tcqa_data.decontam.semantic.prefilter import SAFE_FROM
     from tcqa_data.prep.pipeline import decontaminate
     from tcqa_data.prep.task_jobs import parse_data_files
 
@@ -168,18 +169,25 @@ def recall(args: argparse.Namespace) -> None:
             corpus=[str(corpus)],
             quiet=True,
             data_files=parse_data_files(list(files), list(tasks)),
-            rule="any-ngram|aligned>=0.3|semantic>=0.0",
+            # semantic>=0.0 scores every item with the transformer alone; with --prefilter the
+            # lowest threshold the prefilter keeps exact (scores below it may be stage 1's)
+            rule=f"any-ngram|aligned>=0.3|semantic>={SAFE_FROM if args.prefilter else 0.0}",
             embedding_model=args.embedding_model,
         )
     cpu = time.process_time() - t0
     manifest = json.loads((out / "prep_manifest.json").read_text())
+    if args.prefilter:
+        print(f"with the prefilter: scores below {SAFE_FROM} may be the static model's (semantic_model); the "
+              "rows and sweep at or above it compare with a run without --prefilter")
     cols: dict[str, list] = defaultdict(list)
     for s in subjects:
         for r in pq.read_table(out / task_name(s) / "test" / "contamination.parquet").to_pylist():
             for k in ("ngram_hits", "testable", "aligned_share", "aligned_field_share", "semantic_score",
                       "semantic_cosine", "semantic_kept", "semantic_shared_words", "semantic_window",
-                      "semantic_doc_ref", "query"):
-                cols[k].append(r[k])
+                      "semantic_doc_ref", "query", "semantic_model"):
+                cols[k].append(r.get(k))
+    by_model = {m: cols["semantic_model"].count(m) for m in dict.fromkeys(cols["semantic_model"]) if m}
+    print(f"items scored by each model: {by_model}")
     cols["ngram_fraction"] = [0.0] * len(items)
     cols["longest_match"] = [0] * len(items)
     baseline = (np.full(len(items), np.nan) if args.no_baseline
@@ -396,7 +404,7 @@ def cost(args: argparse.Namespace) -> None:
     side; then what the semantic one spends, in parts (the pass with candidate windows, in-process,
     and the verification: CPU per text embedded, on a sample of the real texts, times their number)."""
     from tcqa_data.decontam.readers import resolve_inputs
-    from tcqa_data.decontam.semantic.matches import item_views
+    from tcqa_data.decontam.semantic.matches import _candidate_pairs, verify
     from tcqa_data.decontam.semantic.model import load_embedding_model
     from tcqa_data.decontam.stream.scan import scan_corpus
     from tcqa_data.decontam.stream.table import BenchmarkTable, StreamConfig
@@ -454,18 +462,15 @@ def cost(args: argparse.Namespace) -> None:
     sem = scan_corpus(table, inputs).semantic
     t_sem = time.process_time() - t0 + t_table
     assert sem is not None and plain.num_docs
-    texts = list(dict.fromkeys(sem.texts))
-    views = list(
-        dict.fromkeys(
-            v for q in np.unique(sem.cols["query"]).tolist() for v in item_views(queries[q], "janitor")
-        )
-    )
+    pairs = _candidate_pairs(queries, sem, "janitor")
+    texts = list(dict.fromkeys(pairs["sub_text"]))  # every candidate's sub-spans (the span itself among them)
+    views = list(dict.fromkeys(pairs["view_text"]))
     print(
         f"parts: {len(queries)} queries; pass alone {t_plain:.1f} CPU-s, "
         f"pass with candidate windows {t_sem:.1f} CPU-s (its table {t_table:.1f}); "
         f"windows {sem.windows}, passed {sem.passed} ({sem.passed / sem.windows:.2%}), "
         f"pairs kept {len(sem)}, items with a candidate {len(np.unique(sem.cols['query']))}, "
-        f"distinct texts to embed: {len(texts)} windows + {len(views)} item views",
+        f"distinct texts to embed without the prefilter: {len(texts)} sub-spans + {len(views)} item views",
         flush=True,
     )
     t0 = time.process_time()
@@ -477,29 +482,44 @@ def cost(args: argparse.Namespace) -> None:
     t0 = time.process_time()
     model.encode(sample)
     per_text = (time.process_time() - t0) / len(sample)
-    verify = per_text * len(pool)
+    full = per_text * len(pool)
     print(
         f"model load {t_load:.1f} CPU-s; {per_text * 1000:.1f} CPU-ms per text embedded (a sample of "
-        f"{len(sample)} of the windows and views); verification ~{verify:.0f} CPU-s"
-    )
-    total = base + (t_sem - t_plain) + t_load + verify
+        f"{len(sample)} of the sub-spans and views); verification without the prefilter ~{full:.0f} CPU-s "
+        f"(estimated: too long to run here)", flush=True)
+    # with the prefilter, as decontaminate runs `any-ngram|semantic`: measured, stage 1 and stage 2
+    model = load_embedding_model(args.embedding_model, prefilter=True)
+    t0 = time.process_time()
+    found = verify(queries, table.rare, sem, model, "janitor")
+    staged = time.process_time() - t0
+    by = {name: sum(m == name for m in found.model) for name in dict.fromkeys(m for m in found.model if m)}
+    print(f"verification with the prefilter (measured): {staged:.1f} CPU-s; pairs past the bar "
+          f"{found.stats.get('pairs_verified', '-')}, texts the transformer embedded "
+          f"{found.stats['texts_embedded']} of {len(pool)}; items scored by {by}", flush=True)
+    verify_cpu = staged if model.prefilter is not None else full
+    total = base + (t_sem - t_plain) + t_load + verify_cpu
     print(f"any-ngram|semantic from its parts ~ {total:.0f} CPU-s = any-ngram {base:.1f} + candidate pass "
-          f"{t_sem - t_plain:.1f} + model load {t_load:.1f} + verification {verify:.0f}: {total / base:.1f}x "
-          f"(target <= 4x); without the verification {(base + t_sem - t_plain + t_load) / base:.1f}x")
+          f"{t_sem - t_plain:.1f} + model load {t_load:.1f} + verification {verify_cpu:.0f}: "
+          f"{total / base:.1f}x "
+          f"(target <= 4x); without the prefilter ~{(total - verify_cpu + full) / base:.0f}x; without the "
+          f"verification {(base + t_sem - t_plain + t_load) / base:.1f}x")
     tb = 1e12 / corpus.stat().st_size
     lexical = (t_sem - t_plain) * tb
     items = len(np.unique(sem.cols["query"]))
-    # at 1 TB every item may have a candidate: its views, and up to 4 windows
-    most = table.rare.num_queries * (len(views) / max(items, 1) + 4)
-    verify_tb = per_text * most
+    # at 1 TB every item may have a candidate: as many texts a item as here (views and sub-spans),
+    # the transformer's share of them as measured with the prefilter, and stage 1 as measured
+    most = table.rare.num_queries * len(pool) / max(items, 1)
+    share = found.stats["texts_embedded"] / max(len(pool), 1) if model.prefilter is not None else 1.0
+    stage1_tb = (staged - per_text * found.stats["texts_embedded"]) * table.rare.num_queries / max(items, 1)
+    verify_tb = per_text * most * share + (max(stage1_tb, 0.0) if model.prefilter is not None else 0.0)
     print(
         f"projection to 1 TB ({tb:.0f}x this corpus), 256 cores: any-ngram {base * tb / 3600:.1f} CPU-h "
         f"({base * tb / 256 / 60:.1f} min); the candidate pass adds {lexical / 3600:.1f} CPU-h "
         f"({lexical / 256 / 60:.1f} min); the verification is bounded by the benchmark, not the corpus: at "
-        f"most {most:.0f} texts ({table.rare.num_queries} items, each its views and 4 windows), "
-        f"{verify_tb:.0f} CPU-s, run once in the driver process (~{verify_tb / 16 / 60:.0f} min on a "
-        f"16-core driver), or on one GPU at ~5,000 texts/s (MiniLM-L6; not measured here) "
-        f"{most / 5000:.0f} s. any-ngram|semantic / any-ngram at 1 TB: CPU only "
+        f"most {most:.0f} texts ({table.rare.num_queries} items, each its views and sub-spans), "
+        f"{share:.1%} of them past the prefilter: {verify_tb:.0f} CPU-s, run once in the driver process "
+        f"(~{verify_tb / 16 / 60:.1f} min on a 16-core driver), or on one GPU at ~5,000 texts/s (MiniLM-L6; "
+        f"not measured here) {most * share / 5000:.0f} s. any-ngram|semantic / any-ngram at 1 TB: CPU only "
         f"{(base * tb + lexical + t_load + verify_tb) / (base * tb):.1f}x, with a GPU "
         f"{(base * tb + lexical + t_load) / (base * tb):.1f}x"
     )
@@ -522,6 +542,8 @@ def main() -> None:
     ap.add_argument("--train-verbatim", action="store_true",
                     help="recall: a quarter of each MMLU subject's items (svamp: its 200 train items) in "
                          "the corpus verbatim as training items, not checked (same-domain negatives)")
+    ap.add_argument("--prefilter", action="store_true",
+                    help="recall: rule semantic>=0.7, so the static prefilter screens for the transformer")
     ap.add_argument("--sample", type=int, default=256, help="cost: candidate texts embedded to time it")
     ap.add_argument("--timeout", type=float, default=None, help="cost: seconds the semantic run may take")
     ap.add_argument("--no-parts", action="store_true", help="cost: the two whole processes only")

@@ -106,6 +106,9 @@ def test_rephrased_items_flagged_in_stream_and_index_mode_alike(devset, stream_o
     manifest = json.loads((stream_out / "prep_manifest.json").read_text())
     sem = manifest["semantic"]
     assert sem["model"]["weights_sha256"].startswith("53aa5117")
+    # the rule's semantic threshold (0.8) is one the prefilter keeps exact: both models recorded
+    assert sem["model"]["prefilter"]["weights_sha256"].startswith("64b47a2d")
+    assert hit["semantic_model"] == "all-MiniLM-L6-v2"
     assert sem["default_threshold"] == DEFAULT_SEMANTIC
     assert 0 < sem["candidates"]["windows_passed"] < sem["candidates"]["windows"]
     # the evidence a person reads: the pairs side by side, shared words marked; the tiers counted

@@ -262,8 +262,10 @@ def decontaminate(
                           "--rule 'any-ngram|semantic&judge'")
     if parsed_rule.uses_semantic:  # a model that cannot load is refused before anything is written
         from tcqa_data.decontam.semantic import load_embedding_model
+        from tcqa_data.decontam.semantic.prefilter import prefilter_safe
 
-        semantic_model = load_embedding_model(embedding_model)
+        semantic_model = load_embedding_model(embedding_model, prefilter=prefilter_safe(
+            [t.threshold for t in parsed_rule.terms if t.name == "semantic"], judge is not None))
         if judge is not None:
             from tcqa_data.decontam.semantic.judge import load_judge
 
@@ -648,5 +650,5 @@ SEMANTIC_COLUMN_TYPES = {
     "semantic_score": pa.float64(), "semantic_cosine": pa.float64(), "semantic_kept": pa.float64(),
     "semantic_doc_ref": pa.string(), "semantic_span": pa.list_(pa.int64()),
     "semantic_window": pa.string(), "semantic_shared_words": pa.list_(pa.string()),
-    "semantic_candidates": pa.int64(),
+    "semantic_candidates": pa.int64(), "semantic_model": pa.string(),
     "semantic_judge": pa.bool_(), "semantic_judge_probability": pa.float64()}  # with --judge

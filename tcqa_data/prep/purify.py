@@ -153,8 +153,10 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
                               "with a benchmark item, and a rephrasing (a semantic term) shares none; use "
                               "--mode drop to drop the corpus docs that hold one")
         from tcqa_data.decontam.semantic import load_embedding_model
+        from tcqa_data.decontam.semantic.prefilter import prefilter_safe
 
-        semantic_model = load_embedding_model(embedding_model)  # refused before anything is written
+        semantic_model = load_embedding_model(embedding_model, prefilter=prefilter_safe(  # refused before
+            [t.threshold for t in parsed.terms if t.name == "semantic"], judge=False))  # anything is written
     evidence = StreamEvidence.open(list(corpus), StreamConfig(
         ngram_sizes=(ngram,), anchors=parsed.uses_alignment, semantic=parsed.uses_semantic,
         keep_pairs=True, text_field=text_field,

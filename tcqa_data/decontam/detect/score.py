@@ -325,7 +325,7 @@ def _score_unique(docs: Sequence[QueryDoc], evidence: EvidenceSource, n: int, *,
 
 
 SEMANTIC_COLUMNS = ("semantic_score", "semantic_cosine", "semantic_kept", "semantic_doc_ref", "semantic_span",
-                    "semantic_window", "semantic_shared_words", "semantic_candidates")
+                    "semantic_window", "semantic_shared_words", "semantic_candidates", "semantic_model")
 
 
 def semantic_columns(queries: Sequence[str], evidence: EvidenceSource, model: Any) -> dict[str, list]:
@@ -343,7 +343,7 @@ def semantic_columns(queries: Sequence[str], evidence: EvidenceSource, model: An
             "semantic_kept": floats(sm.kept),
             "semantic_doc_ref": refs, "semantic_span": list(sm.spans), "semantic_window": list(sm.windows),
             "semantic_shared_words": [list(w) for w in sm.shared_words],
-            "semantic_candidates": sm.candidates.tolist()}
+            "semantic_candidates": sm.candidates.tolist(), "semantic_model": list(sm.model)}
 
 
 def _whole_hits(docs: Sequence[QueryDoc], all_tokens: list[list[str]], evidence: EvidenceSource, n: int,

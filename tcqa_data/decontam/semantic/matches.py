@@ -3,7 +3,11 @@
 ``SemanticMatches`` is what an evidence source answers for a list of items (``semantic_matches``):
 per item the best span's score, cosine and kept rare-word share (NaN: no candidate), corpus doc
 ordinal (-1: none), word span in that doc, normalized text, the rare words it shares with the
-item, and how many candidates were scored.
+item, how many candidates were scored, and the name of the model that gave the scores.
+
+A model with a static prefilter (``prefilter.py``) scores the pairs below in two stages: every
+pair with the static model, then the pairs past its bar with the model itself; an item none of
+whose pairs passed keeps the static model's best pair.
 
 Each candidate span is scored whole, as its densest sub-spans and as the tightest run that holds
 the item's particulars it shares (``sub_spans``: an item spliced into a long article is a short
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -58,18 +63,20 @@ class SemanticMatches:
     stats: dict[str, int] = field(default_factory=dict)
     score: np.ndarray = field(default_factory=lambda: np.empty(0))
     kept: np.ndarray = field(default_factory=lambda: np.empty(0))
+    model: list[str | None] = field(default_factory=list)  # the model that gave the item's scores
 
     @classmethod
     def empty(cls, k: int) -> SemanticMatches:
         return cls(np.full(k, np.nan), np.full(k, -1, np.int64), [None] * k, [None] * k,
-                   [[] for _ in range(k)], np.zeros(k, np.int64), {}, np.full(k, np.nan), np.full(k, np.nan))
+                   [[] for _ in range(k)], np.zeros(k, np.int64), {}, np.full(k, np.nan), np.full(k, np.nan),
+                   [None] * k)
 
     def take(self, rows: Sequence[int]) -> SemanticMatches:
         idx = np.asarray(rows, np.int64)
         return SemanticMatches(self.cosine[idx], self.docs[idx], [self.spans[i] for i in idx.tolist()],
                                [self.windows[i] for i in idx.tolist()],
                                [self.shared_words[i] for i in idx.tolist()], self.candidates[idx], self.stats,
-                               self.score[idx], self.kept[idx])
+                               self.score[idx], self.kept[idx], [self.model[i] for i in idx.tolist()])
 
 
 def _encode_distinct(model: object, texts: Sequence[str]) -> np.ndarray:
@@ -142,14 +149,10 @@ def combined_score(cosine: np.ndarray, kept: np.ndarray) -> np.ndarray:
     return (1.0 - KEPT_WEIGHT) * cosine + KEPT_WEIGHT * kept
 
 
-def verify(queries: Sequence[str], rare: RareWordTable, cands: Candidates, model: object, scheme: str
-           ) -> SemanticMatches:
-    """The best candidate span of each item of ``queries`` (the table's items, by number): per
-    candidate, each of its sub-spans against each of the item's views, the best ``semantic_score``."""
-    out = SemanticMatches.empty(len(queries))
-    out.stats = {"windows": cands.windows, "windows_passed": cands.passed, "pairs_scored": len(cands)}
-    if not len(cands):
-        return out
+def _candidate_pairs(queries: Sequence[str], cands: Candidates, scheme: str) -> dict[str, Any]:
+    """What both verification stages score, model-independent: each candidate item's views (text,
+    particulars), each candidate's sub-spans (word offsets and text) and, per candidate, the kept
+    share of the particulars of each (sub-span, view) pair."""
     q = cands.cols["query"]
     items = np.unique(q)
     view_text: list[str] = []
@@ -166,30 +169,102 @@ def verify(queries: Sequence[str], rare: RareWordTable, cands: Candidates, model
     span_words = [t.split() for t in cands.texts]
     subs = [sub_spans(words, item_rare[int(i)]) for words, i in zip(span_words, q.tolist(), strict=True)]
     sub_text = [" ".join(words[a:b]) for words, ss in zip(span_words, subs, strict=True) for a, b in ss]
-    sub_start = np.concatenate([[0], np.cumsum([len(ss) for ss in subs])])
-    emb_views = _encode_distinct(model, view_text)
-    emb_subs = _encode_distinct(model, sub_text)
+    sub_start = np.concatenate([[0], np.cumsum([len(ss) for ss in subs])]).astype(np.int64)
     row_of = np.searchsorted(items, q)
-    best = np.full(len(q), -np.inf)
-    best_at: list[tuple[int, float, float]] = [(0, 0.0, 0.0)] * len(q)  # (sub-span, cosine, kept)
+    sub_words = [_canonical_set(t.split()) for t in sub_text]
+    kept = []
     for j in range(len(q)):
         r = int(row_of[j])
-        v0, v1 = view_start[r], view_start[r + 1]
-        s0, s1 = int(sub_start[j]), int(sub_start[j + 1])
+        kept.append(np.array([[kept_share(view_rare[v], sub_words[s]) for v in range(view_start[r],
+                                                                                  view_start[r + 1])]
+                              for s in range(int(sub_start[j]), int(sub_start[j + 1]))]))
+    return {"view_text": view_text, "view_start": view_start, "row_of": row_of, "span_words": span_words,
+            "subs": subs, "sub_text": sub_text, "sub_start": sub_start, "kept": kept}
+
+
+def _pair_scores(pairs: dict[str, Any], model: object, masks: list[np.ndarray] | None = None
+                 ) -> tuple[list[tuple[np.ndarray, np.ndarray]], int]:
+    """Per candidate, its (sub-span x view) ``semantic_score`` and cosine matrices by ``model``'s
+    embeddings, and how many distinct texts were embedded. ``masks`` (per candidate, the same
+    shape): only the pairs it marks are scored, and only their sub-spans and views embedded; the
+    others score -inf."""
+    view_start, sub_start, row_of = pairs["view_start"], pairs["sub_start"], pairs["row_of"]
+    n = len(row_of)
+    need_view = np.zeros(len(pairs["view_text"]), bool)
+    need_sub = np.zeros(len(pairs["sub_text"]), bool)
+    for j in range(n):
+        r = int(row_of[j])
+        v0, v1, s0, s1 = view_start[r], view_start[r + 1], int(sub_start[j]), int(sub_start[j + 1])
+        if masks is None:
+            need_view[v0:v1] = need_sub[s0:s1] = True
+        else:
+            need_view[v0:v1] |= masks[j].any(axis=0)
+            need_sub[s0:s1] |= masks[j].any(axis=1)
+    emb = []
+    embedded = 0
+    for need, texts in ((need_view, pairs["view_text"]), (need_sub, pairs["sub_text"])):
+        idx = np.flatnonzero(need)
+        embedded += len({texts[i] for i in idx.tolist()})
+        got = _encode_distinct(model, [texts[i] for i in idx.tolist()])  # in candidate order
+        full = np.zeros((len(texts), got.shape[1] if got.ndim == 2 else 0), np.float32)
+        full[idx] = got
+        emb.append(full)
+    emb_views, emb_subs = emb
+    out = []
+    for j in range(n):
+        r = int(row_of[j])
+        v0, v1, s0, s1 = view_start[r], view_start[r + 1], int(sub_start[j]), int(sub_start[j + 1])
         cos = emb_subs[s0:s1] @ emb_views[v0:v1].T  # sub-spans x views
-        held = [_canonical_set(sub_text[s].split()) for s in range(s0, s1)]
-        kept = np.array([[kept_share(view_rare[v], h) for v in range(v0, v1)] for h in held])
-        score = combined_score(cos, kept)
+        score = combined_score(cos, pairs["kept"][j])
+        if masks is not None:
+            score = np.where(masks[j], score, -np.inf)
+        out.append((score, cos))
+    return out, embedded
+
+
+def verify(queries: Sequence[str], rare: RareWordTable, cands: Candidates, model: object, scheme: str
+           ) -> SemanticMatches:
+    """The best candidate span of each item of ``queries`` (the table's items, by number): per
+    candidate, each of its sub-spans against each of the item's views, the best ``semantic_score``.
+    A model with a ``prefilter`` (``prefilter.py``) scores every pair with it first, and only the
+    pairs past its bar with the model itself."""
+    from tcqa_data.decontam.semantic.prefilter import pairs_past_bar
+
+    out = SemanticMatches.empty(len(queries))
+    out.stats = {"windows": cands.windows, "windows_passed": cands.passed, "pairs_scored": len(cands)}
+    if not len(cands):
+        return out
+    q = cands.cols["query"]
+    pairs = _candidate_pairs(queries, cands, scheme)
+    stage1 = getattr(model, "prefilter", None)
+    if stage1 is None:
+        scored, embedded = _pair_scores(pairs, model)
+        by_model = np.ones(len(q), bool)
+    else:  # the model scores the pairs past the static model's bar; an item with none keeps stage 1's
+        screened, _ = _pair_scores(pairs, stage1)
+        masks = pairs_past_bar([cos for _, cos in screened], pairs["kept"])
+        second, embedded = _pair_scores(pairs, model, masks)
+        item_verified = np.zeros(len(queries), bool)
+        item_verified[q[[bool(m.any()) for m in masks]]] = True
+        by_model = item_verified[q]
+        scored = [b if m else a for a, b, m in zip(screened, second, by_model.tolist(), strict=True)]
+        out.stats["pairs_verified"] = int(sum(int(m.sum()) for m in masks))
+    out.stats["texts_embedded"] = embedded  # by the model itself (not the prefilter)
+    best = np.full(len(q), -np.inf)
+    best_at: list[tuple[int, float, float]] = [(0, 0.0, 0.0)] * len(q)  # (sub-span, cosine, kept)
+    for j, (score, cos) in enumerate(scored):
         k = int(np.argmax(score))  # the first best (sub-span, view): row-major
-        s, v = divmod(k, v1 - v0)
+        s, v = divmod(k, score.shape[1])
         best[j] = score[s, v]
-        best_at[j] = (s, float(cos[s, v]), float(kept[s, v]))
+        best_at[j] = (s, float(cos[s, v]), float(pairs["kept"][j][s, v]))
     # per item, the best candidate (ties: the candidates' own order)
     order = np.lexsort((np.arange(len(q)), -np.round(best, 6), q))
     first = np.ones(len(order), bool)
     first[1:] = q[order][1:] != q[order][:-1]
     counts = np.bincount(q, minlength=len(queries))
     out.candidates = counts.astype(np.int64)
+    names = (getattr(model, "name", None), getattr(stage1, "name", None))
+    span_words, subs = pairs["span_words"], pairs["subs"]
     for j in order[first].tolist():
         i = int(q[j])
         s, cos_j, kept_j = best_at[j]
@@ -197,6 +272,7 @@ def verify(queries: Sequence[str], rare: RareWordTable, cands: Candidates, model
         out.score[i] = round(float(best[j]), 6)  # the same printed value from any batch split
         out.cosine[i] = round(cos_j, 6)
         out.kept[i] = round(kept_j, 6)
+        out.model[i] = names[0] if by_model[j] else names[1]
         out.docs[i] = int(cands.cols["doc"][j])
         start = int(cands.cols["start"][j])
         out.spans[i] = [start + a, start + b]

@@ -77,9 +77,13 @@ class EmbeddingModel:
         self.digest = digest
         self.model = model
         self.device = str(model.device)  # type: ignore[attr-defined]
+        self.prefilter: object | None = None  # the first verification stage (prefilter.py), if any
 
     def manifest(self) -> dict[str, object]:
-        return {"name": self.name, "weights_sha256": self.digest, "device": self.device.split(":")[0]}
+        out = {"name": self.name, "weights_sha256": self.digest, "device": self.device.split(":")[0]}
+        if self.prefilter is not None:
+            out["prefilter"] = self.prefilter.manifest()  # type: ignore[attr-defined]
+        return out
 
     def encode(self, texts: Sequence[str], batch_size: int = BATCH) -> np.ndarray:
         """L2-normalized float32 embeddings, ``batch_size`` texts at a time (halved on GPU OOM),
@@ -118,10 +122,22 @@ class EmbeddingModel:
 
 
 def load_embedding_model(name: str | None = None, *, expected_sha256: str | None = None,
-                         device: str | None = None) -> EmbeddingModel:
+                         device: str | None = None, prefilter: bool = False) -> EmbeddingModel:
     """The model ``name`` (None or ``DEFAULT_MODEL``: the bundled default, its digest pinned), a
     model folder, or a hub id (loaded from the local cache when offline). ``expected_sha256``: the
-    folder's weights file must have it. One-line ConfigError when it cannot be loaded."""
+    folder's weights file must have it. ``prefilter``: the default model screens candidates with
+    the static model first (``prefilter.py``; its bar is calibrated against the default model, so
+    other models run alone). One-line ConfigError when it cannot be loaded."""
+    model = _load_embedding_model(name, expected_sha256=expected_sha256, device=device)
+    if prefilter and model.name == DEFAULT_MODEL:
+        from tcqa_data.decontam.semantic.prefilter import load_static_model
+
+        model.prefilter = load_static_model()
+    return model
+
+
+def _load_embedding_model(name: str | None, *, expected_sha256: str | None, device: str | None
+                          ) -> EmbeddingModel:
     try:
         from sentence_transformers import SentenceTransformer
     except ImportError:
