@@ -135,7 +135,8 @@ def test_purify_drop_with_a_semantic_term_drops_the_docs_of_the_best_windows(dev
             if r["semantic_score"] is not None and r["semantic_score"] >= DEFAULT_SEMANTIC}
     log = pq.read_table(out / "removal_log.parquet").to_pylist()
     assert want and {r["doc_ref"] for r in log} == want and all(r["action"] == "dropped" for r in log)
-    assert report["semantic"]["docs_dropped"] == len(want) == report["totals"]["dropped"]
+    assert report["semantic"]["docs_dropped"] == report["semantic"]["docs_matched"] == len(want) \
+        == report["totals"]["dropped"]
     assert report["semantic"]["model"]["weights_sha256"]
     # every other line is written unchanged
     lines = Path(devset["corpus"]).read_text(encoding="utf-8").splitlines()
@@ -178,6 +179,8 @@ def test_purify_excise_with_a_semantic_term_cuts_the_best_windows_out(devset, tm
     sem = report["semantic"]  # a rephrasing shares no 13-gram: the windows' spans cut every doc
     assert sem["docs_matched"] == sem["docs_cut_by_semantic"] == len(log) and sem["docs_cut_by_ngrams"] == 0
     assert report["totals"]["cut"] + report["totals"]["dropped"] == len(log)
+    assert (f"docs cut by a window's span {len(log)}, by n-grams 0, by both 0"
+            in (out / "purify_report.md").read_text(encoding="utf-8"))
     ids = [json.loads(lines[r["row"] - 1])["id"] for r in log]
     assert sum(i.startswith("inj-") for i in ids) > len(ids) / 2  # mostly the injected rephrasings
     written = [json.loads(line) for line in (out / corpus.name).read_text(encoding="utf-8").splitlines()]
