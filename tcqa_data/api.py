@@ -531,8 +531,8 @@ def purify(
         splits: The split names to check (default: all).
         lm_eval_include: Folders of your own lm-eval task YAMLs.
         rule: The benchmark docs that count (as `decontaminate`; no ``minhash`` or ``judge``
-            term; a ``semantic`` term only with ``mode="drop"``: the corpus doc holding a flagged
-            item's best window is dropped).
+            term; with a ``semantic`` term the corpus doc holding a flagged item's best window is
+            dropped, or with ``mode="excise"`` that window is cut from it as an n-gram match is).
         ngram: The n-gram size (Janitor: 13).
         window: Chars cut on each side of a match (Janitor: 200).
         minimum_slice: Shorter pieces are dropped (Janitor: 200).

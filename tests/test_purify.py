@@ -205,6 +205,28 @@ def test_word_bounds_are_janitors_words(corpus):
         assert list(zip(starts.tolist(), ends.tolist(), strict=True)) == words
 
 
+def test_word_spans_map_to_their_words_and_are_cut_with_janitors_margin_and_pieces(corpus):
+    """A semantic best window (a word span) is cut as ``cut_spans`` says: its chars widened by the
+    margin, overlapping cuts merged, fragments of at most ``minimum_slice`` chars not kept, Janitor's
+    own pieces untouched, too many cuts in all drop the doc."""
+    from tcqa_data.decontam.core.normalize import normalize, tokenize
+    from tcqa_data.decontam.stream.excise import cut_spans
+    from tcqa_data.decontam.stream.purify import _char_spans
+
+    texts = [json.loads(x)["text"] for x in corpus[0].read_text(encoding="utf-8").splitlines()[:20]]
+    for text in texts + ["lover , Tom Ransome , now (c) -- 1.5x"]:
+        words = tokenize(text)
+        spans = [(a, min(a + 7, len(words))) for a in range(0, len(words), 97)]
+        for (a, b), (c, d) in zip(spans, _char_spans(text, spans, "janitor"), strict=True):
+            assert normalize(text[c:d]).split() == words[a:b]
+    # margin 200, minimum slice 200, cutoff 10 (Janitor's defaults)
+    assert cut_spans(2000, [(0, 2000)], [(650, 700), (500, 600)], 0) == ([(0, 300), (900, 2000)], 1)
+    assert cut_spans(2000, [(0, 2000)], [(300, 400)], 0) == ([(600, 2000)], 1)  # (0, 100) too short
+    assert cut_spans(2000, [(0, 500), (1000, 2000)], [(1500, 1550)], 3) == \
+        ([(0, 500), (1000, 1300), (1750, 2000)], 1)
+    assert cut_spans(2000, [(0, 500), (1000, 2000)], [(1500, 1550)], 10) == ([], 1)  # 11 cuts > 10
+
+
 def test_kill9_leaves_no_output_and_a_rerun_gives_the_same_bytes(corpus, bench, tmp_path):  # noqa: F811
     """Killed while it writes (its staging folder exists): no output folder; a rerun writes the bytes
     of an uninterrupted run."""

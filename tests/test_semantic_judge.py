@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from cli_fixtures import run
 from conftest import shared_file
-from semantic_devset import english_devset
+from semantic_devset import english_devset, load_items
 
 from tcqa_data.decontam.detect.rules import DEFAULT_SEMANTIC, Rule
 from tcqa_data.errors import ConfigError
@@ -29,6 +29,7 @@ pytest.importorskip("sentence_transformers")
 SUBJECT = "abstract_algebra"
 WIKI_DOCS = 250
 TOP = 6
+OVERHANG = 40  # chars: how far past a spliced item its best window may run into the article
 
 
 @pytest.fixture(scope="module")
@@ -124,10 +125,9 @@ def test_purify_drop_with_a_semantic_term_drops_the_docs_of_the_best_windows(dev
 
     out = tmp_path / "purified"
     common = dict(data_files=devset["data"], quiet=True)
-    for rule, mode, match in (("semantic", "excise", "--mode drop"), ("semantic&judge", "drop", "no judge")):
-        with pytest.raises(ConfigError, match=match) as err:
-            purify([devset["corpus"]], [devset["task"]], out, rule=rule, mode=mode, **common)
-        assert "\n" not in str(err.value) and not out.exists()
+    with pytest.raises(ConfigError, match="no judge") as err:
+        purify([devset["corpus"]], [devset["task"]], out, rule="semantic&judge", mode="drop", **common)
+    assert "\n" not in str(err.value) and not out.exists()
     report = purify([devset["corpus"]], [devset["task"]], out, rule="semantic", mode="drop", **common)
     # the docs dropped are the best windows' docs of the items decontaminate flags with `semantic`
     rows = pq.read_table(judged / f"mmlu_{SUBJECT}" / "test" / "contamination.parquet").to_pylist()
@@ -135,7 +135,8 @@ def test_purify_drop_with_a_semantic_term_drops_the_docs_of_the_best_windows(dev
             if r["semantic_score"] is not None and r["semantic_score"] >= DEFAULT_SEMANTIC}
     log = pq.read_table(out / "removal_log.parquet").to_pylist()
     assert want and {r["doc_ref"] for r in log} == want and all(r["action"] == "dropped" for r in log)
-    assert report["semantic"]["docs_dropped"] == len(want) == report["totals"]["dropped"]
+    assert report["semantic"]["docs_dropped"] == report["semantic"]["docs_matched"] == len(want) \
+        == report["totals"]["dropped"]
     assert report["semantic"]["model"]["weights_sha256"]
     # every other line is written unchanged
     lines = Path(devset["corpus"]).read_text(encoding="utf-8").splitlines()
@@ -144,6 +145,76 @@ def test_purify_drop_with_a_semantic_term_drops_the_docs_of_the_best_windows(dev
     assert len(kept) == len(lines) - len(want) and len(dropped) == len(want)
     assert [ln for ln in lines if json.loads(ln)["id"] not in dropped] == kept
     assert sum(d.startswith("inj-") for d in dropped) > len(dropped) / 2  # mostly the injected rephrasings
+
+
+def test_purify_excise_with_a_semantic_term_cuts_the_best_windows_out(devset, tmp_path):
+    from tcqa_data.decontam.stream.excise import WINDOW
+    from tcqa_data.prep.purify import purify
+
+    items, texts = load_items(shared_file(f"paraphrase/mmlu_{SUBJECT}_test.jsonl").parent, (SUBJECT,))
+    spliced = [texts[(it.subject, it.index)] for it in items
+               if it.kind == "spliced" and it.injected == "rephrased"]
+    # the devset splices at a paragraph break, and these articles have none: the item ends them;
+    # moved to the middle line break, the article runs on after it
+    lines = Path(devset["corpus"]).read_text(encoding="utf-8").splitlines()
+    moved = 0
+    for k, line in enumerate(lines):
+        doc = json.loads(line)
+        item = next((t for t in spliced if doc["text"].endswith("\n\n" + t)), None)
+        if item is not None:
+            body = doc["text"][:-len(item) - 2]
+            at = body.index("\n", len(body) // 2) + 1
+            lines[k] = json.dumps({**doc, "text": body[:at] + item + "\n" + body[at:]})
+            moved += 1
+    corpus = tmp_path / "in" / Path(devset["corpus"]).name  # the same name: the same doc refs
+    corpus.parent.mkdir()
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    outs = {w: tmp_path / f"workers{w}" for w in (1, 2)}
+    reports = {w: purify([str(corpus)], [devset["task"]], out, rule="semantic", mode="excise",
+                         data_files=devset["data"], quiet=True, workers=w) for w, out in outs.items()}
+    for f in (corpus.name, "removal_log.parquet", "purify_report.json"):  # --workers changes no byte
+        assert (outs[1] / f).read_bytes() == (outs[2] / f).read_bytes()
+    out, report = outs[1], reports[1]
+    log = pq.read_table(out / "removal_log.parquet").to_pylist()
+    sem = report["semantic"]  # a rephrasing shares no 13-gram: the windows' spans cut every doc
+    assert sem["docs_matched"] == sem["docs_cut_by_semantic"] == len(log) and sem["docs_cut_by_ngrams"] == 0
+    assert report["totals"]["cut"] + report["totals"]["dropped"] == len(log)
+    assert (f"docs cut by a window's span {len(log)}, by n-grams 0, by both 0"
+            in (out / "purify_report.md").read_text(encoding="utf-8"))
+    ids = [json.loads(lines[r["row"] - 1])["id"] for r in log]
+    assert sum(i.startswith("inj-") for i in ids) > len(ids) / 2  # mostly the injected rephrasings
+    written = [json.loads(line) for line in (out / corpus.name).read_text(encoding="utf-8").splitlines()]
+    # every doc not flagged is written unchanged, in order
+    by_row = {r["row"]: r for r in log}
+    assert [json.loads(ln) for k, ln in enumerate(lines, 1) if k not in by_row] == \
+        [d for d in written if "purify_piece" not in d]
+    # a cut doc's pieces are its text less the removed spans, char for char
+    pieces: dict[str, list[str]] = {}
+    for d in written:
+        if "purify_piece" in d:
+            pieces.setdefault(d["purify_doc_ref"], []).append(d["text"])
+    cut_out = 0
+    for r in log:
+        text = json.loads(lines[r["row"] - 1])["text"]
+        kept, at = [], 0
+        for a, b in r["removed_spans"]:
+            kept.append(text[at:a])
+            at = b
+        kept.append(text[at:])
+        assert pieces.get(r["doc_ref"], []) == [k for k in kept if k], r["doc_ref"]
+        assert r["action"] == ("cut" if r["pieces"] else "dropped")
+        # a rephrased item spliced into a long article: its words are gone in one hole no wider
+        # than Janitor's margin either side (and a few words the best window runs over); the
+        # article before and after it is kept, byte for byte (the pieces above)
+        for item in (t for t in spliced if t in text):
+            start = text.index(item)
+            end = start + len(item)
+            (a, b), = r["removed_spans"]
+            assert a <= start and b >= end and r["action"] == "cut"
+            assert start - a <= WINDOW + OVERHANG and b - end <= WINDOW + OVERHANG
+            assert pieces[r["doc_ref"]] == [text[:a], text[b:]]
+            cut_out += 1
+    assert moved >= 6 and cut_out >= moved // 2  # the others' scores fall below the threshold
 
 
 def test_a_tokenizer_without_a_chat_template_gets_a_plain_prompt(tiny_model):

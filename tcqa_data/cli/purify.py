@@ -33,8 +33,8 @@ def purify_cmd(
         None, "--lm-eval-include",
         help="A folder of your own lm-eval task YAMLs (lm-eval's --include_path); repeatable."),
     rule: str = typer.Option(DEFAULT_RULE, "--rule",
-                             help="Benchmark docs that count (as decontaminate; a semantic term drops the "
-                                  "doc of a flagged item's best window, --mode drop only)."),
+                             help="Benchmark docs that count (as decontaminate; a semantic term drops "
+                                  "the doc of a flagged item's best window, or excises the window)."),
     ngram: int = typer.Option(13, "--ngram", min=1, help="N-gram size (Janitor: 13)."),
     window: int = typer.Option(200, "--window", min=0,
                                help="Chars cut on each side of a match (Janitor: 200)."),
@@ -66,7 +66,7 @@ def purify_cmd(
     allow_task_code: bool = typer.Option(False, "--allow-task-code", help=ALLOW_TASK_CODE_HELP),
     embedding_model: Optional[str] = typer.Option(  # noqa: UP045
         None, "--embedding-model",
-        help=f"With a semantic rule term (--mode drop only): the sentence-transformers model, as "
+        help=f"With a semantic rule term: the sentence-transformers model, as "
              f"decontaminate's (default: {DEFAULT_MODEL})."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or summary."),
 ) -> None:

@@ -129,8 +129,9 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
     and with ``janitor_exact=False``; the default, ``janitor_exact``, cuts exactly ``Janitor.clean_python``'s
     pieces (13-grams only, its windows: ``decontam/stream/excise.py``). ``lm_eval_include``,
     ``lm_eval_include_defaults``, ``allow_task_code``: as ``decontaminate``. A semantic rule term
-    (``--mode drop`` only: a rephrasing has no n-gram to excise) drops, for each benchmark doc a
-    semantic clause flags, the corpus doc of its best window; ``embedding_model`` as
+    takes, for each benchmark doc a semantic clause flags, the corpus doc of its best window: drops
+    it (``drop``) or cuts the window's span from it with Janitor's margin and piece rules besides
+    any n-gram cuts (``excise``: a rephrasing shares no n-gram to cut); ``embedding_model`` as
     ``decontaminate``'s."""
     if isinstance(tasks, str):
         tasks = [t.strip() for t in tasks.split(",") if t.strip()]
@@ -148,10 +149,6 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
         raise ConfigError(f"rule {str(parsed)!r}: purify takes no judge (the term 'judge'); find the pairs a "
                           "judge confirms with `decontaminate --judge MODEL`, or purify with semantic terms")
     if parsed.uses_semantic:
-        if mode != "drop":  # a rephrased item shares no n-gram span with its item for excise to cut
-            raise ConfigError(f"rule {str(parsed)!r}: --mode {mode} cuts the n-grams a corpus doc shares "
-                              "with a benchmark item, and a rephrasing (a semantic term) shares none; use "
-                              "--mode drop to drop the corpus docs that hold one")
         from tcqa_data.decontam.semantic import load_embedding_model
         from tcqa_data.decontam.semantic.prefilter import prefilter_safe
 
@@ -194,7 +191,8 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
             cfg = PurifyConfig(mode=mode, n=ngram, seed=table.cfg.seed, window=window,
                                minimum_slice=minimum_slice, too_dirty_cutoff=too_dirty_cutoff,
                                janitor_exact=janitor_exact, text_field=text_field,
-                               whole_sizes=tuple(s for s in table.cfg.ngram_sizes if s != ngram))
+                               whole_sizes=tuple(s for s in table.cfg.ngram_sizes if s != ngram),
+                               normalization=table.cfg.normalization)
             includes = ([lm_eval_include] if isinstance(lm_eval_include, (str, os.PathLike))
                         else lm_eval_include)
             options = {"rule": str(parsed), "tasks": list(tasks), "splits": list(splits or []),
@@ -208,8 +206,9 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
             log = [(k, found.per_input[k][rem.row], rem) for k, rems in enumerate(removals) for rem in rems]
             fix = found.fix
             report = _report(evidence, log, found.matched, found.flagged, fix, cfg, str(parsed))
-            if semantic_model is not None:  # which model's cosines dropped docs
-                report["semantic"] = {"model": semantic_model.manifest(), "docs_dropped": found.semantic_docs}
+            if semantic_model is not None:  # which model's cosines took docs, (excise) which tier cut them
+                report["semantic"] = {"model": semantic_model.manifest(), "docs_matched": found.semantic_docs,
+                                      **_cut_by(mode, [rem for _, _, rem in log], found.semantic_docs)}
             stage = work / "out"
             write_parquet_atomic(stage / "removal_log.parquet",
                                  _log_table(evidence, log, found.matched, found.flagged, fix))
@@ -241,6 +240,20 @@ class _Found:
     dirty: dict[int, np.ndarray]
     fix: Any
     semantic_docs: int = 0  # corpus docs matched by a semantic clause (the best window of a flagged item)
+    # corpus doc -> the word spans [start, end) of the flagged items' best windows in it
+    word_spans: dict[int, list[tuple[int, int]]] | None = None
+
+
+def _cut_by(mode: str, removals: Sequence[Removal], semantic_docs: int) -> dict[str, int]:
+    """How many corpus docs the semantic term and the n-grams took: ``drop`` drops every doc of a
+    best window; ``excise`` counts the docs cut (or dropped) by a window's span, by Janitor's
+    n-gram matches, and by both."""
+    if mode == "drop":
+        return {"docs_dropped": semantic_docs}
+    done = [r for r in removals if r.action != "kept"]
+    return {"docs_cut_by_semantic": sum(r.span_cuts > 0 for r in done),
+            "docs_cut_by_ngrams": sum(r.ngram_matches > 0 for r in done),
+            "docs_cut_by_both": sum(r.span_cuts > 0 and r.ngram_matches > 0 for r in done)}
 
 
 def _contamination(evidence: StreamEvidence, parsed: Rule, benchmarks: list[tuple[str, str, list[QueryDoc]]],
@@ -279,19 +292,22 @@ def _contamination(evidence: StreamEvidence, parsed: Rule, benchmarks: list[tupl
             matched[o].update(q for q in holders[start[r]:start[r + 1]].tolist() if dirty_query[q])
     # a rephrased item: the corpus doc of its best window (the one the semantic term scored)
     semantic_docs: set[int] = set()
+    word_spans: dict[int, set[tuple[int, int]]] = defaultdict(set)
     if by_semantic:
         sem_q = sorted(by_semantic)
         sm = evidence.semantic_matches([queries[q] for q in sem_q], semantic_model)
-        for q, o in zip(sem_q, sm.docs.tolist(), strict=True):
+        for q, o, span in zip(sem_q, sm.docs.tolist(), sm.spans, strict=True):
             if o >= 0:
                 matched[o].add(q)
                 semantic_docs.add(o)
+                if span is not None:
+                    word_spans[o].add((int(span[0]), int(span[1])))
     per_input: dict[int, dict[int, int]] = defaultdict(dict)
     for o in matched:
         inp_no, row = hits.where[o]
         per_input[inp_no][row] = o
     return _Found(flagged, matched, per_input, dirty_keys, portable_ref("stream", evidence.manifest),
-                  len(semantic_docs))
+                  len(semantic_docs), {o: sorted(s) for o, s in word_spans.items()})
 
 
 def _write_shards(evidence: StreamEvidence, found: _Found, cfg: PurifyConfig, options: dict[str, Any],
@@ -318,10 +334,15 @@ def _write_shards(evidence: StreamEvidence, found: _Found, cfg: PurifyConfig, op
     calls = []
     for k, (inp, rel) in enumerate(zip(evidence.inputs, rels, strict=True)):
         rows = {row: str(found.fix(hits.refs[o])) for row, o in found.per_input.get(k, {}).items()}
+        # excise cuts the best windows' spans too (drop drops their docs whole)
+        spans = (sorted([row, [list(s) for s in found.word_spans[o]]]
+                        for row, o in found.per_input.get(k, {}).items() if o in found.word_spans)
+                 if cfg.mode == "excise" and found.word_spans else [])
         resolve_inside(work / "out", rel, what="output shard")
         calls.append({"index": k, "path": inp.path, "format": inp.format, "size": inp.size, "rel": rel,
                       "rows": sorted([r, ref] for r, ref in rows.items()),
-                      "shard": shard_digest(run_digest, rows)})
+                      "shard": shard_digest(run_digest, rows, spans),
+                      **({"word_spans": spans} if spans else {})})
     with progress_bar(quiet, bytes_mode=True) as prog:
         bar = prog.add_task("purify shards", total=sum(inp.size for inp in evidence.inputs), rate="")
 
@@ -389,6 +410,15 @@ def _report(evidence: StreamEvidence, log: list[tuple[int, int, Removal]], match
                                    for (t, s, i), c in top]}
 
 
+def _semantic_line(sem: Mapping[str, Any]) -> str:
+    line = (f"Semantic term: {sem['docs_matched']} corpus docs hold a flagged item's best window "
+            f"(model {sem['model'].get('name')})")
+    if "docs_cut_by_semantic" in sem:
+        line += (f"; docs cut by a window's span {sem['docs_cut_by_semantic']}, by n-grams "
+                 f"{sem['docs_cut_by_ngrams']}, by both {sem['docs_cut_by_both']}")
+    return line + "."
+
+
 def _markdown(report: Mapping[str, Any]) -> str:
     from tcqa_data.report_render import Heading, Paragraph, Table, to_markdown
 
@@ -400,6 +430,7 @@ def _markdown(report: Mapping[str, Any]) -> str:
                   f"{report['corpus']['docs']} corpus docs read, {t['contaminated_docs']} contaminated: "
                   f"{t['dropped']} dropped, {t['cut']} cut, {t['kept']} kept (no Janitor match), "
                   f"{t['bytes_removed']} bytes removed."),
+        *([Paragraph(_semantic_line(report["semantic"]))] if "semantic" in report else []),
         Heading(2, "Per input"),
         Table(["input", *cols], [[name, *(str(v[c]) for c in cols)] for name, v in report["inputs"].items()]),
         Heading(2, "Per task (a corpus doc matching two tasks counts in both)"),

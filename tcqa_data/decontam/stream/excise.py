@@ -15,6 +15,13 @@
 ``janitor_matches`` gives step 1-2's matches from the table's hashes (the same hash as the index:
 ``core/hashing.py``), ``janitor_pieces`` is step 3 verbatim.
 
+``cut_spans`` adds cuts Janitor has no n-gram for (the semantic tier's best windows: a rephrased
+item shares no 13-gram with its item) to Janitor's pieces: each span widened by ``window`` chars
+either side, overlapping cuts merged, a fragment they leave kept when longer than
+``minimum_slice`` (Janitor's test for the clean text between two cuts), and the doc dropped when
+Janitor's matches and these cuts together number more than ``too_dirty_cutoff``. Pieces no such
+cut touches stay Janitor's, to the char.
+
 Quirk kept with ``exact=True`` (``purify``'s default), fixed with ``exact=False`` (``purify
 --no-janitor-exact``): a window holding a word that normalizes to nothing ("," "-" "&", or the
 "()" WikiExtractor leaves where a template was) never matches in Janitor (its join has two
@@ -125,3 +132,34 @@ def removed_spans(length: int, pieces: Sequence[tuple[int, int]]) -> list[tuple[
     if at < length:
         out.append((at, length))
     return out
+
+
+def cut_spans(length: int, pieces: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]],
+              matches: int, window: int = WINDOW, minimum_slice: int = MINIMUM_SLICE,
+              too_dirty_cutoff: int = TOO_DIRTY_CUTOFF) -> tuple[list[tuple[int, int]], int]:
+    """Janitor's ``pieces`` of a doc of ``length`` chars (from ``matches`` n-gram matches) less the
+    char ranges ``spans`` ``[a, b)`` (module doc); returns the pieces kept and how many cuts the
+    spans made (after merging)."""
+    cuts: list[list[int]] = []
+    for a, b in sorted((max(0, a - window), min(length, b + window)) for a, b in spans):
+        if cuts and a <= cuts[-1][1]:
+            cuts[-1][1] = max(cuts[-1][1], b)
+        else:
+            cuts.append([a, b])
+    if matches + len(cuts) > too_dirty_cutoff:
+        return [], len(cuts)
+    out = []
+    for a, b in pieces:
+        at, touched = a, False
+        for c, d in cuts:
+            if d <= at or c >= b:
+                continue
+            touched = True
+            if c - at > minimum_slice:
+                out.append((at, c))
+            at = max(at, d)
+        if not touched:
+            out.append((a, b))  # Janitor's piece as it was
+        elif b - at > minimum_slice:
+            out.append((at, b))
+    return out, len(cuts)

@@ -6,7 +6,10 @@ test for the benchmark's n-gram hashes. Per doc, in the input's own format, othe
 - ``drop``: a contaminated doc is left out (datatrove, decon);
 - ``excise``: lm-eval's ``Janitor.clean`` (``excise.py``): each piece kept becomes its own
   record, with the doc's other fields, ``purify_doc_ref`` and ``purify_piece`` (0, 1, ...), so no
-  n-gram spans a cut (NeMo Curator does the same); no piece left drops the doc;
+  n-gram spans a cut (NeMo Curator does the same); no piece left drops the doc. A doc given word
+  spans (the semantic tier's best windows: ``[start, end)`` in its normalized words) also loses
+  each span, mapped to chars (``core/normalize.token_char_spans``) and cut with Janitor's margin
+  and piece rules (``excise.cut_spans``);
 - every other line or row is written unchanged (JSONL: the same bytes); an input with nothing
   to remove is copied byte for byte. Inputs are streamed: JSONL line by line, Parquet one row
   group at a time (each input row group one output row group).
@@ -22,7 +25,7 @@ import gzip
 import json
 import lzma
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +41,7 @@ from tcqa_data.decontam.stream.excise import (
     MINIMUM_SLICE,
     TOO_DIRTY_CUTOFF,
     WINDOW,
+    cut_spans,
     janitor_matches,
     janitor_pieces,
     removed_spans,
@@ -66,38 +70,65 @@ class PurifyConfig:
     janitor_exact: bool = True
     whole_sizes: tuple[int, ...] = ()
     text_field: str = "text"
+    normalization: str = "janitor"  # the stream pass's: the words the word spans count
 
 
 @dataclass
 class Removal:
     """One contaminated doc's fate: ``action`` dropped | cut | kept (excise found no Janitor
-    match: see ``excise.py``), the pieces written, char spans and UTF-8 bytes removed."""
+    match: see ``excise.py``), the pieces written, char spans and UTF-8 bytes removed, and (excise)
+    how many n-gram matches and word-span cuts made them."""
 
     row: int
     action: str
     pieces: int
     spans: list[tuple[int, int]] = field(default_factory=list)
     bytes_removed: int = 0
+    ngram_matches: int = 0
+    span_cuts: int = 0
 
 
-def _cut(text: str, cfg: PurifyConfig, is_dirty: Callable[[np.ndarray, int], np.ndarray]
-         ) -> tuple[list[str], list[tuple[int, int]], str]:
-    """(pieces, removed spans, action) of one contaminated doc."""
+WordSpans = Sequence[tuple[int, int]]
+
+
+def _char_spans(text: str, word_spans: WordSpans, scheme: str) -> list[tuple[int, int]]:
+    """Word spans ``[start, end)`` (in ``text``'s normalized words) as char ranges ``[a, b)``."""
+    from tcqa_data.decontam.core.normalize import token_char_spans
+
+    chars = token_char_spans(text, scheme)
+    out = []
+    for a, b in word_spans:
+        if not 0 <= a < b <= len(chars):  # the words the stream pass counted are this text's
+            raise RuntimeError(f"word span [{a}, {b}) outside the doc's {len(chars)} words")
+        out.append((chars[a][0], chars[b - 1][1]))
+    return out
+
+
+def _cut(text: str, cfg: PurifyConfig, is_dirty: Callable[[np.ndarray, int], np.ndarray],
+         word_spans: WordSpans = ()) -> tuple[list[str], list[tuple[int, int]], str, int, int]:
+    """(pieces, removed spans, action, n-gram matches, span cuts) of one contaminated doc."""
     if cfg.mode == "drop":
-        return [], [(0, len(text))], "dropped"
+        return [], [(0, len(text))], "dropped", 0, 0
     matches = sorted(m for size in (cfg.n, *cfg.whole_sizes)
                      for m in janitor_matches(text, size, cfg.seed, lambda h, s=size: is_dirty(h, s),
                                               cfg.janitor_exact))
-    if not matches:
-        return [text], [], "kept"
-    keep = janitor_pieces(text, matches, cfg.window, cfg.minimum_slice, cfg.too_dirty_cutoff)
-    return [text[a:b] for a, b in keep], removed_spans(len(text), keep), "cut" if keep else "dropped"
+    if not matches and not word_spans:
+        return [text], [], "kept", 0, 0
+    keep = (janitor_pieces(text, matches, cfg.window, cfg.minimum_slice, cfg.too_dirty_cutoff) if matches
+            else [(0, len(text))])
+    cuts = 0
+    if word_spans and (keep or not matches):  # a doc Janitor dropped stays dropped
+        keep, cuts = cut_spans(len(text), keep, _char_spans(text, word_spans, cfg.normalization),
+                               len(matches), cfg.window, cfg.minimum_slice, cfg.too_dirty_cutoff)
+    return ([text[a:b] for a, b in keep], removed_spans(len(text), keep), "cut" if keep else "dropped",
+            len(matches), cuts)
 
 
-def _removal(row: int, text: str, pieces: list[str], spans: list[tuple[int, int]], action: str) -> Removal:
+def _removal(row: int, text: str, cut: tuple[list[str], list[tuple[int, int]], str, int, int]) -> Removal:
+    pieces, spans, action, matches, cuts = cut
     removed = len(text.encode("utf-8", "surrogatepass")) - sum(len(p.encode("utf-8", "surrogatepass"))
                                                                for p in pieces)
-    return Removal(row, action, len(pieces) if action != "kept" else 1, spans, removed)
+    return Removal(row, action, len(pieces) if action != "kept" else 1, spans, removed, matches, cuts)
 
 
 @contextmanager
@@ -122,17 +153,20 @@ def _writer(path: Path, fmt: str) -> Iterator[IO[bytes]]:
 
 
 def purify_input(inp: CorpusInput, dest: Path, rows: dict[int, str], cfg: PurifyConfig,
-                 is_dirty: Callable[[np.ndarray, int], np.ndarray]) -> list[Removal]:
+                 is_dirty: Callable[[np.ndarray, int], np.ndarray],
+                 word_spans: Mapping[int, WordSpans] | None = None) -> list[Removal]:
     """Write ``inp`` to ``dest`` without the contamination of the docs at ``rows`` (line or row ->
     doc ref); returns what was removed from each. ``is_dirty(hashes, size)``: which hashes of that
-    size are the flagged benchmark docs'."""
+    size are the flagged benchmark docs'. ``word_spans`` (line or row -> word spans): cut from
+    those docs too in ``excise`` mode (module doc)."""
+    word_spans = word_spans or {}
     dest.parent.mkdir(parents=True, exist_ok=True)
     if not rows:
         with open_binary(inp.path) as src, atomic_path(dest) as tmp, open(tmp, "wb") as copy:
             shutil.copyfileobj(src, copy, 1 << 22)
         return []
     if inp.format == "parquet":
-        return _purify_parquet(inp, dest, rows, cfg, is_dirty)
+        return _purify_parquet(inp, dest, rows, cfg, is_dirty, word_spans)
     if inp.format not in JSONL_FORMATS:
         raise InputError(f"purify writes JSON lines and Parquet inputs, not {inp.format!r}", path=inp.path)
     from tcqa_data.decontam.readers.documents import _jsonl_source
@@ -148,8 +182,9 @@ def purify_input(inp: CorpusInput, dest: Path, rows: dict[int, str], cfg: Purify
                 continue
             record = json.loads(raw[3:] if line == 1 and raw.startswith(b"\xef\xbb\xbf") else raw)
             text = field_value(record, cfg.text_field)[1]
-            pieces, spans, action = _cut(text, cfg, is_dirty)
-            out.append(_removal(line, text, pieces, spans, action))
+            cut = _cut(text, cfg, is_dirty, word_spans.get(line, ()))
+            out.append(_removal(line, text, cut))
+            pieces, action = cut[0], cut[2]
             if action == "kept":
                 w.write(raw)
                 continue
@@ -160,7 +195,8 @@ def purify_input(inp: CorpusInput, dest: Path, rows: dict[int, str], cfg: Purify
 
 
 def _purify_parquet(inp: CorpusInput, dest: Path, rows: dict[int, str], cfg: PurifyConfig,
-                    is_dirty: Callable[[np.ndarray, int], np.ndarray]) -> list[Removal]:
+                    is_dirty: Callable[[np.ndarray, int], np.ndarray], word_spans: Mapping[int, WordSpans]
+                    ) -> list[Removal]:
     """A Parquet input rewritten one row group at a time (memory: one row group, whatever the
     file's size); each input row group gives one output row group."""
     import pyarrow.parquet as pq
@@ -178,7 +214,7 @@ def _purify_parquet(inp: CorpusInput, dest: Path, rows: dict[int, str], cfg: Pur
         for group in range(max(source.num_row_groups, 1)):
             table = (source.read_row_group(group) if source.num_row_groups
                      else source.schema_arrow.empty_table())
-            result = _purify_rows(table, first, rows, cfg, is_dirty, out)
+            result = _purify_rows(table, first, rows, cfg, is_dirty, out, word_spans)
             first += table.num_rows
             if writer is None:
                 writer = pq.ParquetWriter(tmp, result.schema, compression="zstd")
@@ -189,7 +225,8 @@ def _purify_parquet(inp: CorpusInput, dest: Path, rows: dict[int, str], cfg: Pur
 
 
 def _purify_rows(table: Any, first: int, rows: dict[int, str], cfg: PurifyConfig,
-                 is_dirty: Callable[[np.ndarray, int], np.ndarray], out: list[Removal]) -> Any:
+                 is_dirty: Callable[[np.ndarray, int], np.ndarray], out: list[Removal],
+                 word_spans: Mapping[int, WordSpans]) -> Any:
     """One row group (its first row numbered ``first``) without its contamination; its removals
     appended to ``out``."""
     import pyarrow as pa
@@ -207,8 +244,9 @@ def _purify_rows(table: Any, first: int, rows: dict[int, str], cfg: PurifyConfig
             refs.append(None)
             piece_no.append(None)
             continue
-        pieces, spans, action = _cut(text, cfg, is_dirty)
-        out.append(_removal(first + i, text, pieces, spans, action))
+        cut = _cut(text, cfg, is_dirty, word_spans.get(first + i, ()))
+        out.append(_removal(first + i, text, cut))
+        pieces, action = cut[0], cut[2]
         for k, piece in enumerate(pieces):
             take.append(i)
             new_text.append(piece)

@@ -29,7 +29,7 @@ import numpy as np
 from tcqa_data.decontam.readers import CorpusInput
 from tcqa_data.decontam.readers.storage import content_fingerprint
 from tcqa_data.decontam.stream.purify import PurifyConfig, purify_input
-from tcqa_data.decontam.stream.purify_shards import RECORD_VERSION, removal_dict
+from tcqa_data.decontam.stream.purify_shards import RECORD_VERSION, removal_dict, spans_by_row
 from tcqa_data.decontam.stream.table import BenchmarkTable, StreamConfig
 from tcqa_data.object_outputs import COMMIT, WORK, ObjectFolder
 from tcqa_data.outputs import file_sha256
@@ -56,8 +56,10 @@ def open_object_work(folder: ObjectFolder, run_record: Mapping[str, Any], dirty:
 
 
 def purify_object_task(out: str, cfg: dict[str, Any], index: int, path: str, format: str, size: int,
-                       rel: str, rows: list[list[Any]], shard: str) -> dict[str, Any]:
-    """Input ``index`` written as the object ``out/rel`` without the contamination of ``rows``, unless
+                       rel: str, rows: list[list[Any]], shard: str, word_spans: list[list[Any]] | None = None
+                       ) -> dict[str, Any]:
+    """Input ``index`` written as the object ``out/rel`` without the contamination of ``rows`` and
+    ``word_spans`` (as ``purify_shards.purify_shard_task``), unless
     its done-record shows the same shard already there; returns ``{"removals", "reused",
     "object"}`` (the object's size and sha256, for the commit)."""
     folder = ObjectFolder(out)
@@ -89,7 +91,7 @@ def purify_object_task(out: str, cfg: dict[str, Any], index: int, path: str, for
     with tempfile.TemporaryDirectory(prefix=".tcqa-purify-") as tmp:
         dest = Path(tmp) / Path(rel).name
         removals = [removal_dict(r) for r in purify_input(CorpusInput(path, format, size), dest, refs, config,
-                                                          is_dirty)]
+                                                          is_dirty, spans_by_row(word_spans))]
         sha = file_sha256(dest)
         now = folder.put_file(rel, str(dest))
     folder.write_json(record_rel, {**want, "output_size": now["size"], "output_sha256": sha,

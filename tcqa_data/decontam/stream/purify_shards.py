@@ -45,12 +45,14 @@ RECORD_VERSION = 1
 def removal_dict(rem: Removal) -> dict[str, Any]:
     """A removal as plain JSON values (a done-record's and a task result's form)."""
     return {"row": rem.row, "action": rem.action, "pieces": rem.pieces,
-            "spans": [[a, b] for a, b in rem.spans], "bytes_removed": rem.bytes_removed}
+            "spans": [[a, b] for a, b in rem.spans], "bytes_removed": rem.bytes_removed,
+            "ngram_matches": rem.ngram_matches, "span_cuts": rem.span_cuts}
 
 
 def removal_from_dict(d: Mapping[str, Any]) -> Removal:
     return Removal(int(d["row"]), str(d["action"]), int(d["pieces"]),
-                   [(int(a), int(b)) for a, b in d["spans"]], int(d["bytes_removed"]))
+                   [(int(a), int(b)) for a, b in d["spans"]], int(d["bytes_removed"]),
+                   int(d.get("ngram_matches", 0)), int(d.get("span_cuts", 0)))
 
 
 def digest(value: Any) -> str:
@@ -58,10 +60,16 @@ def digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def shard_digest(run_digest: str, rows: Mapping[int, str]) -> str:
-    """What a shard's bytes depend on besides its input: the run's digest and the input's
-    contaminated rows (line or row -> doc ref)."""
-    return digest([run_digest, sorted(rows.items())])
+def shard_digest(run_digest: str, rows: Mapping[int, str], word_spans: list[list[Any]] | None = None) -> str:
+    """What a shard's bytes depend on besides its input: the run's digest, the input's
+    contaminated rows (line or row -> doc ref) and the word spans cut from them (``word_spans``
+    as the task takes them)."""
+    return digest([run_digest, sorted(rows.items()), *([word_spans] if word_spans else [])])
+
+
+def spans_by_row(word_spans: list[list[Any]] | None) -> dict[int, list[tuple[int, int]]]:
+    """A task's ``word_spans`` ([line or row, [[start, end], ...]]) as ``purify_input`` takes them."""
+    return {int(r): [(int(a), int(b)) for a, b in spans] for r, spans in word_spans or []}
 
 
 def open_work_area(work: Path, run_record: Mapping[str, Any], dirty: Mapping[int, np.ndarray]) -> None:
@@ -105,9 +113,11 @@ def _matches(record: Mapping[str, Any], want: Mapping[str, Any], dest: Path) -> 
 
 
 def purify_shard_task(work: str, cfg: dict[str, Any], index: int, path: str, format: str, size: int,
-                      rel: str, rows: list[list[Any]], shard: str) -> dict[str, Any]:
+                      rel: str, rows: list[list[Any]], shard: str, word_spans: list[list[Any]] | None = None
+                      ) -> dict[str, Any]:
     """Input ``index`` (``path``, ``format``, ``size``) written to ``work/out/rel`` without the
-    contamination of ``rows`` ([line or row, doc ref]) by ``cfg`` (``PurifyConfig`` as a dict), unless
+    contamination of ``rows`` ([line or row, doc ref]) and the ``word_spans`` ([line or row, [[start,
+    end], ...]]: ``purify.purify_input``) by ``cfg`` (``PurifyConfig`` as a dict), unless
     its done-record shows the same shard (digest ``shard``) already written; returns ``{"removals":
     [...], "reused": bool}``."""
     folder = Path(work)
@@ -132,7 +142,7 @@ def purify_shard_task(work: str, cfg: dict[str, Any], index: int, path: str, for
 
     refs = {int(r): str(ref) for r, ref in rows}
     removals = [removal_dict(r) for r in purify_input(CorpusInput(path, format, size), dest, refs, config,
-                                                      is_dirty)]
+                                                      is_dirty, spans_by_row(word_spans))]
     write_json_atomic(record_path, {**want, "output_size": dest.stat().st_size,
                                     "output_sha256": file_sha256(dest), "removals": removals})
     return {"removals": removals, "reused": False}
