@@ -31,13 +31,14 @@ on ``../shared/data/paraphrase`` (``scripts/bench_semantic.py recall``, docs/sem
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 import numpy as np
 
-from tcqa_data.decontam.semantic.rarewords import RareWordTable, canonical_word, word_weight
+from tcqa_data.decontam.semantic.rarewords import NUMBER_WORDS, RareWordTable, word_weight
 from tcqa_data.decontam.semantic.windows import Candidates
 
 DEFAULT_THRESHOLD = 0.8
@@ -105,14 +106,19 @@ def item_views(query: str, scheme: str) -> list[str]:
     return list(dict.fromkeys(v for v in views if v))
 
 
+def _canonical(words: Sequence[str]) -> Iterator[str]:
+    """``rarewords.canonical_word`` of each word (a C-level map: it runs on every span word)."""
+    return map(NUMBER_WORDS.get, words, words)
+
+
 def _rare_weights(words: Sequence[str]) -> dict[str, int]:
     """Each distinct particular of ``words`` (normalized), in its canonical form, with its weight."""
-    keys = dict.fromkeys(canonical_word(w) for w in words)
-    return {w: word_weight(w) for w in keys if word_weight(w)}
+    weights = ((w, word_weight(w)) for w in dict.fromkeys(_canonical(words)))
+    return {w: v for w, v in weights if v}
 
 
 def _canonical_set(words: Sequence[str]) -> set[str]:
-    return {canonical_word(w) for w in words}
+    return set(_canonical(words))
 
 
 def sub_spans(words: Sequence[str], rare: dict[str, int]) -> list[tuple[int, int]]:
@@ -122,7 +128,7 @@ def sub_spans(words: Sequence[str], rare: dict[str, int]) -> list[tuple[int, int
     spliced into a long article is a short part of its span, and the article's words around it
     dilute the span's embedding; the run cuts them off where the item starts and ends."""
     out = [(0, len(words))]
-    w = np.array([rare.get(canonical_word(t), 0) for t in words], np.int64)
+    w = np.fromiter(map(rare.get, _canonical(words), repeat(0)), np.int64, len(words))
     csum = np.concatenate([[0], np.cumsum(w)])
     for n in SUB_SPAN_WORDS:
         if n < len(words):

@@ -75,6 +75,7 @@ class RareWordTable:
         for name in self.ARRAYS:
             setattr(self, name, np.asarray(arrays[name]))
         self.words = words  # each key's word (the builder's table only: shared words in reports)
+        self._known: frozenset[str] | None = None
 
     @classmethod
     def build(cls, queries: Sequence[str], scheme: str, seed: int, groups: Sequence[int] | None = None
@@ -132,7 +133,9 @@ class RareWordTable:
         from tcqa_data.decontam.core.normalize import tokenize
 
         assert self.words is not None
-        known = set(self.words)
+        if self._known is None:  # once per table: it holds every item's words
+            self._known = frozenset(self.words)
+        known = self._known
         in_window = set(tokenize(window_text, scheme))
         return [w for w in dict.fromkeys(tokenize(query_text, scheme)) if w in known and w in in_window]
 
