@@ -126,7 +126,7 @@ def test_prefilter_keeps_the_transformers_scores_where_they_count(wiki_sample):
         assert (staged.docs[i], staged.spans[i], staged.windows[i]) == (full.docs[i], full.spans[i],
                                                                          full.windows[i])
     cut = [i for i, m in enumerate(staged.model) if m == STATIC_MODEL]
-    assert cut and all(staged.score[i] < 0.68 and staged.windows[i] for i in cut)  # prefilter.py's bound
+    assert cut and all(staged.score[i] < 0.58 and staged.windows[i] for i in cut)  # prefilter.py's bound
     rest = [i for i, m in enumerate(staged.model) if m == DEFAULT_MODEL]
     assert all(staged.score[i] <= full.score[i] + 1e-5 for i in rest)  # the best of the pairs that passed
     assert np.isnan(staged.score).tolist() == np.isnan(full.score).tolist()  # the same items have candidates

@@ -7,7 +7,7 @@ sub-spans are embedded. A static model (one vector per word piece, averaged) cos
 So ``matches.verify`` scores every candidate twice when the model carries a prefilter:
 
 1. every (sub-span, view) pair with ``StaticEmbeddingModel``: its cosine, and the screening score
-   ``0.5 x cosine + 0.5 x kept`` (``kept``: the kept rare-word share, ``matches.kept_share``, the
+   ``0.5 x cosine + 0.5 x kept`` (``kept``: the kept share of the particulars, ``matches.kept_share``, the
    same as the transformer's score uses; a static cosine rises with the words two texts share, so
    it gets less weight here than in ``combined_score``: measured, the same safety passes ~2x fewer
    pairs);
@@ -23,8 +23,8 @@ passed, so at most the transformer's own. A rule with a lower semantic threshold
 reads pairs from 0.5), runs without the prefilter (``load_embedding_model(..., prefilter=False)``,
 decided by the pipeline: ``prefilter_safe``). An item with no pair past the bar keeps its stage-1
 evidence (best span, window, shared words) and its static cosine, kept share and
-``combined_score`` of them, which is below 0.68 (< ``SAFE_FROM``: screening < 0.48 and
-``combined = screening + 0.2 x (cosine - kept)``); ``SemanticMatches.model`` (the
+``combined_score`` of them, which is below 0.58 (< ``SAFE_FROM``: screening < 0.48 and
+``combined = screening + 0.1 x (cosine - kept)`` with ``KEPT_WEIGHT`` 0.4); ``SemanticMatches.model`` (the
 ``semantic_model`` column) names the model that gave each item's scores.
 
 The static model is WordLlama ``l2_supercat`` 256-d (MIT; token embeddings of Llama 2's vocabulary
