@@ -314,6 +314,7 @@ def llm_decontaminator_top1(corpus: Path, queries: list[str], model_name: str | 
 def gate(args: argparse.Namespace) -> None:
     from tcqa_data.decontam.core.normalize import tokenize
     from tcqa_data.decontam.readers import resolve_inputs
+    from tcqa_data.decontam.semantic.rarewords import first_task
     from tcqa_data.decontam.stream.scan import scan_corpus
     from tcqa_data.decontam.stream.table import BenchmarkTable, StreamConfig
     from tcqa_data.prep.task_jobs import parse_data_files, task_jobs
@@ -324,16 +325,15 @@ def gate(args: argparse.Namespace) -> None:
     items, texts = load_items(DATA / "paraphrase", subjects)
     wiki = DATA / "corpus" / "wiki_sample.jsonl"
     corpus = write_corpus(wiki, items, texts, work / "corpus.jsonl")
-    queries = list(dict.fromkeys(it.query for it in items))
-    groups = [0] * len(queries)  # each query's task, as decontaminate counts a word's holders
+    per_task = [[it.query for it in items]]
     if args.mixed:
         data = [f"mc_taco:test={DATA / 'mc_taco' / 'test_9442.tsv'}",
                 f"squad_completion:validation={DATA / 'based_squad' / 'validation.jsonl'}"]
         tasks = ["mc_taco", "squad_completion"]
-        for g, job in enumerate(task_jobs(tasks, parse_data_files(data, tasks), None), start=1):
-            more = sorted({q for _, qs, _ in job.parts for q in qs} - set(queries))
-            queries += more
-            groups += [g] * len(more)
+        per_task += [[q for _, qs, _ in job.parts for q in qs]
+                     for job in task_jobs(tasks, parse_data_files(data, tasks), None)]
+    task = first_task(per_task)  # each query's task, as decontaminate counts a word's holders
+    queries, groups = list(task), list(task.values())
     number = {q: i for i, q in enumerate(queries)}
     t0 = time.process_time()
     table = BenchmarkTable(queries, StreamConfig(ngram_sizes=(13,), semantic=True), groups=groups)
@@ -406,6 +406,7 @@ def cost(args: argparse.Namespace) -> None:
     from tcqa_data.decontam.readers import resolve_inputs
     from tcqa_data.decontam.semantic.matches import _candidate_pairs, verify
     from tcqa_data.decontam.semantic.model import load_embedding_model
+    from tcqa_data.decontam.semantic.rarewords import first_task
     from tcqa_data.decontam.stream.scan import scan_corpus
     from tcqa_data.decontam.stream.table import BenchmarkTable, StreamConfig
     from tcqa_data.prep.task_jobs import parse_data_files, task_jobs
@@ -447,10 +448,8 @@ def cost(args: argparse.Namespace) -> None:
     # the same queries as decontaminate's table
     jobs = task_jobs(tasks, parse_data_files(data, tasks), None)
     queries = sorted({q for job in jobs for _, qs, _ in job.parts for q in qs})
-    task_of = {}
-    for g, job in reversed(list(enumerate(jobs))):
-        task_of.update({q: g for _, qs, _ in job.parts for q in qs})
-    groups = [task_of[q] for q in queries]
+    task = first_task([[q for _, qs, _ in job.parts for q in qs] for job in jobs])
+    groups = [task[q] for q in queries]
     inputs = resolve_inputs([str(corpus)])
     t0 = time.process_time()
     plain = scan_corpus(BenchmarkTable(queries, StreamConfig(ngram_sizes=(13,))), inputs)

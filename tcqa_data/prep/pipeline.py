@@ -305,8 +305,7 @@ def decontaminate(
             run.config["warnings"].append("the corpus holds 0 documents: nothing was searched, so every doc "
                                           "below is reported clean")
     elif semantic_model is not None:  # index mode: its text store read once for every split's items
-        run.evidence.plan_semantic([q for job in jobs for _, qs, _ in job.parts for q in qs],
-                                   [g for g, job in enumerate(jobs) for _, qs, _ in job.parts for _ in qs])
+        run.evidence.plan_semantic([[q for _, qs, _ in job.parts for q in qs] for job in jobs])
     if semantic_model is not None:
         run.config["semantic"] = _semantic_config(run)
     run.fix_ref = portable_ref(run.index_dir, run.evidence.manifest)

@@ -272,15 +272,15 @@ class IndexEvidence:
                     + (f" and {len(missing) - 1} more" if len(missing) > 1 else "") + "; rerun index-corpus")
         return problem
 
-    def plan_semantic(self, queries: Sequence[str], groups: Sequence[int] | None = None) -> None:
-        """Every item the run will ask ``semantic_matches`` about (all its splits): the text store
-        is then read once for all of them, as a stream pass reads the corpus once for its table.
-        ``groups``: each query's task (its first, for a query two tasks share)."""
-        first: dict[str, int] = {}
-        for q, g in zip(queries, groups if groups is not None else [0] * len(queries), strict=True):
-            first.setdefault(q, g)
-        self._semantic_queries = list(first)
-        self._semantic_groups = list(first.values())
+    def plan_semantic(self, per_task: Sequence[Sequence[str]]) -> None:
+        """Every item the run will ask ``semantic_matches`` about (all its splits; ``per_task``: each
+        task's queries): the text store is then read once for all of them, as a stream pass reads
+        the corpus once for its table."""
+        from tcqa_data.decontam.semantic.rarewords import first_task
+
+        task = first_task(per_task)
+        self._semantic_queries = list(task)
+        self._semantic_groups = list(task.values())
         self._semantic = None
 
     def semantic_matches(self, queries: Sequence[str], model: Any) -> Any:

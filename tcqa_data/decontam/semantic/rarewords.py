@@ -66,6 +66,17 @@ def word_hashes(words: Sequence[str], seed: int) -> np.ndarray:
     return np.asarray(h, dtype=np.uint64)
 
 
+def first_task(per_task: Sequence[Sequence[str]]) -> dict[str, int]:
+    """Each query of the run's tasks (their query lists, in order) with its task: the first that
+    holds it (a query two tasks share counts once, for the first), in first-seen order. The
+    ``groups`` of ``RareWordTable.build``."""
+    out: dict[str, int] = {}
+    for g, queries in enumerate(per_task):
+        for q in queries:
+            out.setdefault(q, g)
+    return out
+
+
 class RareWordTable:
     """Items' rare words as an inverted index (module doc)."""
 

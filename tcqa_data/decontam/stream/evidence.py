@@ -250,14 +250,12 @@ def fill_stream(evidence: StreamEvidence, groups: Sequence[tuple[int, Sequence[s
     query's number in the table is its place here). ``workers``, ``engine``, ``ray_address``: where
     the shards run (``engines.make_engine``; or an ``Engine`` the caller made and closes, which
     runs the shards whatever ``workers`` says); on Ray their files go beside ``out``."""
+    from tcqa_data.decontam.semantic.rarewords import first_task
     from tcqa_data.engines import Engine, make_engine
 
     queries = sorted({q for _, qs in groups for q in qs})
     number = {q: i for i, q in enumerate(queries)}
-    task_of = [0] * len(queries)  # each query's first group (its task)
-    for g, (_, qs) in reversed(list(enumerate(groups))):
-        for q in qs:
-            task_of[number[q]] = g
+    task = first_task([qs for _, qs in groups])
     whole: dict[int, set[int]] = {}
     for n, qs in groups:
         distinct = list(set(qs)) if short_min_words else []
@@ -274,7 +272,7 @@ def fill_stream(evidence: StreamEvidence, groups: Sequence[tuple[int, Sequence[s
         bar = prog.add_task("stream corpus", total=text_progress_total(evidence.inputs), rate="")
         evidence.fill(queries, sorted({n for n, _ in groups}), workers=workers, engine=eng,
                       work_dir=None if work_dir is None else str(work_dir),
-                      whole={m: sorted(v) for m, v in whole.items()}, groups=task_of,
+                      whole={m: sorted(v) for m, v in whole.items()}, groups=[task[q] for q in queries],
                       progress=lambda nbytes, ndocs: prog.update(bar, advance=nbytes))
         if text_progress_total(evidence.inputs) is None:  # the total is known now: what was read
             prog.update(bar, total=max(next(t.completed for t in prog.tasks if t.id == bar), 1))
