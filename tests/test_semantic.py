@@ -126,8 +126,8 @@ def test_rephrased_items_flagged_in_stream_and_index_mode_alike(devset, stream_o
     again = tmp_path / f"{task}_again.yaml"
     again.write_text(Path(devset["task"]).read_text().replace(f"task: {task}\n", f"task: {again.stem}\n"))
     reads = []
-    read_texts = semantic.semantic_from_texts
-    monkeypatch.setattr(semantic, "semantic_from_texts", lambda *a: reads.append(1) or read_texts(*a))
+    read_texts = semantic.verifier_from_texts
+    monkeypatch.setattr(semantic, "verifier_from_texts", lambda *a: reads.append(1) or read_texts(*a))
     decontaminate(index, [devset["task"], str(again)], tmp_path / "idx",
                   **{**args, "data_files": {**devset["data"], again.stem: devset["data"][task]}})
     assert len(reads) == 1
@@ -136,6 +136,62 @@ def test_rephrased_items_flagged_in_stream_and_index_mode_alike(devset, stream_o
     for name in (task, again.stem):
         _, idx_rows = _flags(tmp_path / "idx", name)
         assert [{c: r[c] for c in cols} for r in idx_rows] == [{c: r[c] for c in cols} for r in rows]
+
+
+def test_item_views_leave_out_a_view_that_repeats_another():
+    """A passage item's passage line is the whole item again (one long text more to embed); a
+    question's views with each of its options are not, except one whose option the question
+    already holds ("C. 2": the question view with a letter)."""
+    from tcqa_data.decontam.semantic.matches import item_views
+
+    passage = " ".join(f"word{k}" for k in range(120))
+    views = item_views(f"{passage}\n\nQuestion: which word comes first in the list?\nAnswer:", "janitor")
+    assert len(views) == 2 and views[1] == "question which word comes first in the list"
+    mmlu = "Find the degree of the field extension Q(sqrt 2) over Q.\nA. 0\nB. 4\nC. 2\nD. 6"
+    views = item_views(mmlu, "janitor")
+    question = "find the degree of the field extension qsqrt 2 over q"
+    assert views[1:] == [question, f"{question} a 0", f"{question} b 4", f"{question} d 6"]
+
+
+def test_a_rule_says_which_docs_need_a_semantic_score():
+    cols = {"ngram_hits": np.array([3, 0, 0]), "ngram_fraction": np.array([0.2, 0.0, 0.0]),
+            "testable": np.array([True, True, False]), "semantic_score": np.array([np.nan] * 3)}
+    # under an "or", a doc its n-grams flag is decided; under an "and", one they do not flag
+    def decided(rule: str) -> list[bool]:
+        return Rule.parse(rule).decided_without(cols, "semantic_score").tolist()
+
+    assert decided("any-ngram|semantic") == [True, False, False]
+    assert decided("any-ngram&semantic") == [False, True, True]
+    assert decided("semantic>=0.9") == [False, False, False]
+
+
+def test_only_the_docs_whose_flag_it_can_change_are_scored(devset, stream_out, tmp_path):
+    """A negative item copied verbatim into the corpus: its n-grams flag it, so under
+    ``any-ngram|semantic`` the transformer does not score it (its ``semantic_*`` evidence is empty,
+    its candidates counted) and every doc the copy does not flag keeps the evidence of the run
+    without it;
+    with ``--labels`` (their curves read every score) it is scored, as the copy it is."""
+    task = Path(devset["task"]).stem
+    _, before = _flags(stream_out, task)
+    copied = next(i for i, r in enumerate(before) if not r["doc_dirty"] and r["semantic_candidates"])
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(Path(devset["corpus"]).read_text(encoding="utf-8")
+                      + json.dumps({"text": before[copied]["query"]}) + "\n", encoding="utf-8")
+    args = dict(corpus=[str(corpus)], data_files=devset["data"], quiet=True, rule="any-ngram|semantic")
+    decontaminate(None, [devset["task"]], tmp_path / "o", **args)
+    flags, rows = _flags(tmp_path / "o", task)
+    assert flags[copied] and rows[copied]["ngram_hits"] > 0
+    assert rows[copied]["semantic_score"] is None and rows[copied]["semantic_window"] is None
+    assert rows[copied]["semantic_candidates"] >= 1
+    cols = ("doc_dirty", "semantic_score", "semantic_doc_ref", "semantic_span", "semantic_shared_words")
+    same = [i for i, r in enumerate(rows) if r["ngram_hits"] == before[i]["ngram_hits"]]  # the copy's
+    assert copied not in same and len(same) >= len(rows) - 5  # stem and options flag a few others
+    assert [{c: rows[i][c] for c in cols} for i in same] == [{c: before[i][c] for c in cols} for i in same]
+    labels = tmp_path / "labels.csv"
+    labels.write_text(f"task,doc_id,contaminated\n{task},{copied},1\n", encoding="utf-8")
+    decontaminate(None, [devset["task"]], tmp_path / "labelled", labels=str(labels), **args)
+    _, rows = _flags(tmp_path / "labelled", task)
+    assert rows[copied]["semantic_score"] >= DEFAULT_SEMANTIC
 
 
 def test_ray_gives_the_bytes_of_one_local_pass(devset, stream_out, tmp_path):

@@ -90,7 +90,7 @@ def test_prefilter_keeps_the_transformers_scores_where_they_count(wiki_sample):
     SAFE_FROM; the transformer embeds fewer texts."""
     from semantic_devset import _jsonl, item_query
 
-    from tcqa_data.decontam.semantic import load_embedding_model, semantic_from_texts
+    from tcqa_data.decontam.semantic import DEFAULT_THRESHOLD, load_embedding_model, semantic_from_texts
     from tcqa_data.decontam.semantic.model import DEFAULT_MODEL
     from tcqa_data.decontam.semantic.prefilter import SAFE_FROM, STATIC_MODEL
 
@@ -110,8 +110,8 @@ def test_prefilter_keeps_the_transformers_scores_where_they_count(wiki_sample):
     history = _jsonl(folder / "mmlu_high_school_us_history_test.jsonl")[:16]
     queries = [item_query(rows[i]) for i in range(len(rows)) if i % 4 != 2] + [item_query(r) for r in history]
 
-    def run(prefilter: bool):
-        model = load_embedding_model(prefilter=prefilter)
+    def run(prefilter: bool, floor: float | None = None):
+        model = load_embedding_model(prefilter=prefilter, floor=floor)
         return semantic_from_texts(queries, len(docs), lambda ids: [docs[d] for d in ids], model,
                                    "janitor", 0)
 
@@ -131,3 +131,14 @@ def test_prefilter_keeps_the_transformers_scores_where_they_count(wiki_sample):
     assert all(staged.score[i] <= full.score[i] + 1e-5 for i in rest)  # the best of the pairs that passed
     assert np.isnan(staged.score).tolist() == np.isnan(full.score).tolist()  # the same items have candidates
     assert staged.stats["texts_embedded"] < full.stats["texts_embedded"] / 2
+    # with the rule's threshold as the floor: the items at or above it are the transformer's as
+    # before, the same items reach it, and fewer texts are embedded
+    floored = run(True, DEFAULT_THRESHOLD)
+    top = np.flatnonzero(np.nan_to_num(full.score, nan=0.0) >= DEFAULT_THRESHOLD)
+    assert len(top) >= 3
+    assert np.flatnonzero(np.nan_to_num(floored.score, nan=0.0) >= DEFAULT_THRESHOLD).tolist() == top.tolist()
+    for i in top.tolist():
+        assert floored.model[i] == DEFAULT_MODEL and abs(floored.score[i] - full.score[i]) < 1e-5
+        assert (floored.docs[i], floored.spans[i]) == (full.docs[i], full.spans[i])
+    assert all(floored.score[i] < DEFAULT_THRESHOLD for i, m in enumerate(floored.model) if m == STATIC_MODEL)
+    assert floored.stats["texts_embedded"] < staged.stats["texts_embedded"]

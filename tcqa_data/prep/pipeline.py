@@ -261,11 +261,10 @@ def decontaminate(
                           f"{str(parsed_rule)!r} has no semantic term; e.g. "
                           "--rule 'any-ngram|semantic&judge'")
     if parsed_rule.uses_semantic:  # a model that cannot load is refused before anything is written
-        from tcqa_data.decontam.semantic import load_embedding_model
-        from tcqa_data.decontam.semantic.prefilter import prefilter_safe
+        from tcqa_data.decontam.semantic.prefilter import model_for_rule
 
-        semantic_model = load_embedding_model(embedding_model, prefilter=prefilter_safe(
-            [t.threshold for t in parsed_rule.terms if t.name == "semantic"], judge is not None))
+        semantic_model = model_for_rule(embedding_model, [t.threshold for t in parsed_rule.terms
+                                                          if t.name == "semantic"], judge is not None)
         if judge is not None:
             from tcqa_data.decontam.semantic.judge import load_judge
 
@@ -563,11 +562,15 @@ def _process_split(spec: TaskSpec | LmEvalTask, b: BenchmarkSplit, queries: list
                 prog.update(task_id, completed=done[0],
                             rate=rate_text(done[0], time.perf_counter() - t0, "docs"))
 
-        # alignment against corpus text (aligned_* columns) runs when the rule has an aligned term
+        # alignment against corpus text (aligned_* columns) runs when the rule has an aligned term;
+        # the semantic tier scores only the docs whose flag it can change, unless a judge or the
+        # labels' curves read every score
+        decided = (None if run.judge is not None or run.labels is not None
+                   else lambda c: rule.decided_without(c, "semantic_score"))
         cols = score_docs(qdocs, run.evidence, n, max_corpus_freq=run.max_corpus_freq,
                           use_minhash=run.use_minhash, progress=step, align=rule.uses_alignment,
                           short_min_words=run.short_min_words, semantic_model=run.semantic_model,
-                          judge=run.judge)
+                          judge=run.judge, semantic_skip=decided)
     portable_doc_refs(cols, run.fix_ref)
     gids = group_ids(spec, b.table)
     dirty_doc, fired = rule.evaluate(cols)

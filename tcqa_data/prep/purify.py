@@ -149,11 +149,11 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
         raise ConfigError(f"rule {str(parsed)!r}: purify takes no judge (the term 'judge'); find the pairs a "
                           "judge confirms with `decontaminate --judge MODEL`, or purify with semantic terms")
     if parsed.uses_semantic:
-        from tcqa_data.decontam.semantic import load_embedding_model
-        from tcqa_data.decontam.semantic.prefilter import prefilter_safe
+        from tcqa_data.decontam.semantic.prefilter import model_for_rule
 
-        semantic_model = load_embedding_model(embedding_model, prefilter=prefilter_safe(  # refused before
-            [t.threshold for t in parsed.terms if t.name == "semantic"], judge=False))  # anything is written
+        # refused before anything is written
+        semantic_model = model_for_rule(embedding_model, [t.threshold for t in parsed.terms
+                                                          if t.name == "semantic"], judge=False)
     evidence = StreamEvidence.open(list(corpus), StreamConfig(
         ngram_sizes=(ngram,), anchors=parsed.uses_alignment, semantic=parsed.uses_semantic,
         keep_pairs=True, text_field=text_field,

@@ -12,7 +12,7 @@
 - ``alignment_candidates(queries, ...)``: corpus docs sharing rare 4-grams with each query, and
   ``text`` / ``texts`` of candidate docs (``has_text``: whether it can give texts);
 - ``doc_refs(ordinals)``: how corpus docs are named in the reports;
-- ``semantic_matches(queries, model)``: the semantic tier (``decontam/semantic``): per query, the
+- ``semantic_matches(queries, model, skip)``: the semantic tier (``decontam/semantic``): per query, the
   corpus window most like it by the embedding ``model`` among its rare-word candidates;
 - ``whole_hits(queries, m)``: for short queries of exactly ``m`` words (fewer than n: no n-gram),
   the query's one m-gram as ``ngram_hits`` answers an n-gram (``whole_problem``: why it cannot,
@@ -88,7 +88,8 @@ class EvidenceSource(Protocol):
 
     def whole_hits(self, queries: Sequence[str], m: int) -> NgramHits: ...
 
-    def semantic_matches(self, queries: Sequence[str], model: Any) -> Any: ...
+    def semantic_matches(self, queries: Sequence[str], model: Any, skip: Sequence[bool] | None = None
+                         ) -> Any: ...
 
 
 def whole_sequence_hits(queries: Sequence[str], m: int, candidates: Sequence[np.ndarray],
@@ -143,7 +144,7 @@ class IndexEvidence:
         self.has_text = has_text_store(path)
         self._semantic_queries: list[str] | None = None  # the run's items (``plan_semantic``)
         self._semantic_groups: list[int] | None = None  # and each one's task
-        self._semantic: tuple[Any, Any] | None = None  # (model, SemanticMatches of those items)
+        self._semantic: Any = None  # the SemanticVerifier of those items
 
     @classmethod
     def open(cls, index_dir: str | os.PathLike) -> IndexEvidence:
@@ -283,25 +284,24 @@ class IndexEvidence:
         self._semantic_groups = list(task.values())
         self._semantic = None
 
-    def semantic_matches(self, queries: Sequence[str], model: Any) -> Any:
+    def semantic_matches(self, queries: Sequence[str], model: Any, skip: Sequence[bool] | None = None) -> Any:
         """``SemanticMatches`` of ``queries``: every text-store doc read as candidate windows
-        (``semantic_from_texts``), the candidates verified by ``model``; once per run for the
-        planned items (``plan_semantic``), else once per call."""
-        from tcqa_data.decontam.semantic import semantic_from_texts
+        (``verifier_from_texts``), the candidates verified by ``model`` (``skip``: queries that need
+        no score); the text store read once per run for the planned items (``plan_semantic``), else
+        once per call."""
+        from tcqa_data.decontam.semantic import verifier_from_texts
 
         if not self.has_text:
             raise RuntimeError("the index has no text store (built with --text-store none): the semantic "
                                "tier reads corpus text")
         planned = self._semantic_queries
         if planned is None or not set(queries) <= set(planned):
-            return semantic_from_texts(queries, int(self.ngrams.num_docs()), self.store.texts, model,
-                                       self.normalization, self.hash_seed)
-        if self._semantic is None or self._semantic[0] is not model:
-            found = semantic_from_texts(planned, int(self.ngrams.num_docs()), self.store.texts, model,
-                                        self.normalization, self.hash_seed, self._semantic_groups)
-            self._semantic = (model, found)
-        number = {q: i for i, q in enumerate(planned)}
-        return self._semantic[1].take([number[q] for q in queries])
+            return verifier_from_texts(queries, int(self.ngrams.num_docs()), self.store.texts,
+                                       self.normalization, self.hash_seed).matches(queries, model, skip)
+        if self._semantic is None:
+            self._semantic = verifier_from_texts(planned, int(self.ngrams.num_docs()), self.store.texts,
+                                                 self.normalization, self.hash_seed, self._semantic_groups)
+        return self._semantic.matches(queries, model, skip)
 
     def whole_hits(self, queries: Sequence[str], m: int) -> NgramHits:
         """Each query's (of exactly ``m`` words) one m-gram in the corpus: candidates from the anchors,

@@ -208,6 +208,15 @@ class Rule:
         return dirty, ["|".join(f) for f in fired]
 
 
+    def decided_without(self, scores: dict[str, Sequence], metric: str) -> np.ndarray:
+        """Per doc, whether the rule's verdict is the same whatever its ``metric`` is (no value, or
+        past every threshold): the docs that need no ``metric``. ``scores``: the rule's other metrics."""
+        k = len(next(iter(scores.values())))
+        past = self.evaluate({**scores, metric: np.full(k, np.inf)})[0]
+        none = self.evaluate({**scores, metric: np.full(k, np.nan)})[0]
+        return past == none
+
+
 def metric_values(scores: dict[str, Sequence], metric: str) -> np.ndarray:
     """Per doc, the value of ``metric`` a rule term compares with its threshold: NaN where no term
     on it can fire (no value: a null column entry, e.g. no semantic candidate; an n-gram metric on

@@ -162,7 +162,8 @@ def score_docs(docs: Sequence[QueryDoc], evidence: EvidenceSource, n: int, *,
                max_corpus_freq: int | None = None, use_minhash: bool = True,
                progress: Callable[[int], None] | None = None, align: bool | None = None,
                align_params: Any = None, short_min_words: int | None = None,
-               semantic_model: Any = None, judge: Any = None) -> dict[str, list]:
+               semantic_model: Any = None, judge: Any = None,
+               semantic_skip: Callable[[dict[str, list]], Sequence[bool]] | None = None) -> dict[str, list]:
     """Score every doc against ``evidence`` (e.g. ``IndexEvidence.open(INDEX_DIR)``); returns column
     name -> per-doc values.
 
@@ -174,6 +175,8 @@ def score_docs(docs: Sequence[QueryDoc], evidence: EvidenceSource, n: int, *,
     the evidence must answer ``whole_hits``). ``semantic_model``: an ``EmbeddingModel``: the
     ``semantic_*`` columns (``evidence.semantic_matches``). ``judge``: with ``semantic_model``, a
     ``semantic.judge.Judge`` asked of the top pairs (``semantic_judge``, ``semantic_judge_probability``).
+    ``semantic_skip``: given the other columns, which docs need no semantic score (e.g. a rule's
+    ``decided_without``): their ``semantic_*`` columns are empty, their candidates still counted.
     """
     # MC-TACO repeats one query for every candidate answer of a question: score each distinct
     # (query, fields) once and copy the result to its docs.
@@ -198,7 +201,8 @@ def score_docs(docs: Sequence[QueryDoc], evidence: EvidenceSource, n: int, *,
                          progress=step, align=align, align_params=align_params,
                          short_min_words=short_min_words)
     if semantic_model is not None:
-        cols.update(semantic_columns([d.query for d in unique], evidence, semantic_model))
+        skip = semantic_skip(cols) if semantic_skip is not None else None
+        cols.update(semantic_columns([d.query for d in unique], evidence, semantic_model, skip))
         if judge is not None:  # each distinct query's pair judged once
             cols.update(judge.columns([d.query for d in unique], cols["semantic_window"],
                                       cols["semantic_score"]))
@@ -328,9 +332,11 @@ SEMANTIC_COLUMNS = ("semantic_score", "semantic_cosine", "semantic_kept", "seman
                     "semantic_window", "semantic_shared_words", "semantic_candidates", "semantic_model")
 
 
-def semantic_columns(queries: Sequence[str], evidence: EvidenceSource, model: Any) -> dict[str, list]:
-    """The ``semantic_*`` columns of ``queries`` (module doc); cosine None where no candidate."""
-    sm = evidence.semantic_matches(list(queries), model)
+def semantic_columns(queries: Sequence[str], evidence: EvidenceSource, model: Any,
+                     skip: Sequence[bool] | None = None) -> dict[str, list]:
+    """The ``semantic_*`` columns of ``queries`` (module doc); cosine None where no candidate or
+    ``skip``."""
+    sm = evidence.semantic_matches(list(queries), model, skip)
     have = np.flatnonzero(sm.docs >= 0)
     refs: list[str | None] = [None] * len(queries)
     if len(have):

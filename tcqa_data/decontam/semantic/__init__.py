@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from tcqa_data.decontam.semantic.matches import DEFAULT_THRESHOLD, SemanticMatches, verify
+from tcqa_data.decontam.semantic.matches import DEFAULT_THRESHOLD, SemanticMatches, SemanticVerifier, verify
 from tcqa_data.decontam.semantic.model import DEFAULT_MODEL, EmbeddingModel, load_embedding_model
 from tcqa_data.decontam.semantic.rarewords import RareWordTable
 from tcqa_data.decontam.semantic.windows import Candidates, scan_windows
@@ -28,13 +28,13 @@ from tcqa_data.decontam.semantic.windows import Candidates, scan_windows
 TEXT_BATCH = 2048  # text-store docs normalized and scanned at once (index mode)
 
 __all__ = ["DEFAULT_MODEL", "DEFAULT_THRESHOLD", "Candidates", "EmbeddingModel", "RareWordTable",
-           "SemanticMatches", "load_embedding_model", "scan_windows", "semantic_from_texts", "verify"]
+           "SemanticMatches", "SemanticVerifier", "load_embedding_model", "scan_windows",
+           "semantic_from_texts", "verifier_from_texts", "verify"]
 
 
-def semantic_from_texts(queries: Sequence[str], num_docs: int, texts: Callable[[Sequence[int]], list[str]],
-                        model: EmbeddingModel, scheme: str, seed: int, groups: Sequence[int] | None = None
-                        ) -> SemanticMatches:
-    """``SemanticMatches`` of ``queries`` against corpus docs ``0..num_docs-1`` read by ``texts``
+def verifier_from_texts(queries: Sequence[str], num_docs: int, texts: Callable[[Sequence[int]], list[str]],
+                        scheme: str, seed: int, groups: Sequence[int] | None = None) -> SemanticVerifier:
+    """A ``SemanticVerifier`` of ``queries`` against corpus docs ``0..num_docs-1`` read by ``texts``
     (an index's text store), in batches of ``TEXT_BATCH`` docs; ``groups``: each query's task."""
     from tcqa_data.decontam.core.hashing import normalized_buffer
 
@@ -43,4 +43,11 @@ def semantic_from_texts(queries: Sequence[str], num_docs: int, texts: Callable[[
     for lo in range(0, num_docs, TEXT_BATCH):
         arr, doc_start = normalized_buffer(texts(list(range(lo, min(num_docs, lo + TEXT_BATCH)))), scheme)
         cands = cands.merged(scan_windows(rare, arr, doc_start, seed, lo))
-    return verify(queries, rare, cands, model, scheme)
+    return SemanticVerifier(queries, rare, cands, scheme)
+
+
+def semantic_from_texts(queries: Sequence[str], num_docs: int, texts: Callable[[Sequence[int]], list[str]],
+                        model: EmbeddingModel, scheme: str, seed: int, groups: Sequence[int] | None = None
+                        ) -> SemanticMatches:
+    """``SemanticMatches`` of every item of ``queries`` (``verifier_from_texts``), by ``model``."""
+    return verifier_from_texts(queries, num_docs, texts, scheme, seed, groups).matches(queries, model)

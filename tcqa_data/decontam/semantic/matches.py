@@ -7,7 +7,14 @@ item, how many candidates were scored, and the name of the model that gave the s
 
 A model with a static prefilter (``prefilter.py``) scores the pairs below in two stages: every
 pair with the static model, then the pairs past its bar with the model itself; an item none of
-whose pairs passed keeps the static model's best pair.
+whose pairs passed keeps the static model's best pair. With a ``floor`` (``EmbeddingModel.floor``:
+the lowest ``semantic>=T`` of the run's rule) the model scores only the pairs that can reach it:
+a cosine is at most 1, so a pair whose kept share is below ``(floor - 0.6) / 0.4`` cannot (at the
+shipped 0.8, half the particulars). Scores at or above the floor are the model's either way.
+
+``SemanticVerifier`` verifies items on demand, each once: an item whose flag the rule's other
+terms already decide (``skip``: flagged by an n-gram, say, under ``any-ngram|semantic``) is not
+scored at all; its ``semantic_candidates`` still counts its candidates.
 
 Each candidate span is scored whole, as its densest sub-spans and as the tightest run that holds
 the item's particulars it shares (``sub_spans``: an item spliced into a long article is a short
@@ -44,6 +51,7 @@ from tcqa_data.decontam.semantic.windows import Candidates
 DEFAULT_THRESHOLD = 0.8
 VIEW_MIN_WORDS = 4
 VIEW_MAX_LINES = 8
+VIEW_SAME_SHARE = 0.1  # a view differing from an earlier one in at most this share of its words adds none
 KEPT_WEIGHT = 0.4  # semantic_score = 0.6 * cosine + 0.4 * kept share of the particulars
 SUB_SPAN_WORDS = (16, 32, 48)  # sub-spans scored besides the whole candidate span
 KEPT_MIN_WEIGHT = 1500  # the least total a kept share is out of: about four rare words or numbers
@@ -72,6 +80,15 @@ class SemanticMatches:
                    [[] for _ in range(k)], np.zeros(k, np.int64), {}, np.full(k, np.nan), np.full(k, np.nan),
                    [None] * k)
 
+    def put(self, rows: np.ndarray, other: SemanticMatches) -> None:
+        """Copy ``other``'s entries at ``rows`` (the same numbering) into these."""
+        for name in ("cosine", "docs", "score", "kept", "candidates"):
+            getattr(self, name)[rows] = getattr(other, name)[rows]
+        for name in ("spans", "windows", "shared_words", "model"):
+            mine, theirs = getattr(self, name), getattr(other, name)
+            for i in rows.tolist():
+                mine[i] = theirs[i]
+
     def take(self, rows: Sequence[int]) -> SemanticMatches:
         idx = np.asarray(rows, np.int64)
         return SemanticMatches(self.cosine[idx], self.docs[idx], [self.spans[i] for i in idx.tolist()],
@@ -92,7 +109,10 @@ def _encode_distinct(model: object, texts: Sequence[str]) -> np.ndarray:
 def item_views(query: str, scheme: str) -> list[str]:
     """What of an item a rephrasing may keep, each normalized: the whole item, each line of at
     least ``VIEW_MIN_WORDS`` words (a passage, a question), and, for a short item of a few lines
-    (a question and its options), the first line with each other line (a question and its answer)."""
+    (a question and its options), the first line with each other line (a question and its answer).
+    A view whose words are all but ``VIEW_SAME_SHARE`` those of an earlier one is left out: a
+    passage item's passage line, or the passage with its one-word "Answer:" line, is the whole item
+    again, and each is a long text to embed (a SQuAD item had four such views of ~130 words)."""
     from tcqa_data.decontam.core.normalize import tokenize
 
     def norm(text: str) -> str:
@@ -103,7 +123,14 @@ def item_views(query: str, scheme: str) -> list[str]:
     views += [norm(ln) for ln in lines if len(tokenize(ln, scheme)) >= VIEW_MIN_WORDS]
     if 2 < len(lines) <= VIEW_MAX_LINES:
         views += [norm(lines[0] + " " + ln) for ln in lines[1:]]
-    return list(dict.fromkeys(v for v in views if v))
+    out: list[str] = []
+    seen: list[set[str]] = []
+    for view in dict.fromkeys(v for v in views if v):
+        words = set(view.split())
+        if not any(len(words ^ k) <= VIEW_SAME_SHARE * max(len(words), len(k)) for k in seen):
+            out.append(view)
+            seen.append(words)
+    return out
 
 
 def _canonical(words: Sequence[str]) -> Iterator[str]:
@@ -140,12 +167,13 @@ def sub_spans(words: Sequence[str], rare: dict[str, int]) -> list[tuple[int, int
     return list(dict.fromkeys(out))
 
 
-def kept_share(view_rare: dict[str, int], span_words: set[str]) -> float:
+def kept_share(view_rare: dict[str, int], span_words: set[str], total: int | None = None) -> float:
     """The share of a view's particulars' weight that a span keeps (both in canonical form), out of
     at least ``KEPT_MIN_WEIGHT``: a view with one or two particulars ("7 balloons") gets no full
     share from a window that happens to hold just those (0.0: no particular, nothing in the view
-    tells one item from another)."""
-    total = sum(view_rare.values())
+    tells one item from another). ``total``: the view's weight, where the caller has it."""
+    if total is None:
+        total = sum(view_rare.values())
     kept = sum(v for w, v in view_rare.items() if w in span_words)
     return kept / max(total, KEPT_MIN_WEIGHT) if total else 0.0
 
@@ -155,10 +183,19 @@ def combined_score(cosine: np.ndarray, kept: np.ndarray) -> np.ndarray:
     return (1.0 - KEPT_WEIGHT) * cosine + KEPT_WEIGHT * kept
 
 
-def _candidate_pairs(queries: Sequence[str], cands: Candidates, scheme: str) -> dict[str, Any]:
+def reaches(kept: np.ndarray, floor: float) -> np.ndarray:
+    """Which pairs of these kept shares can score ``floor`` or more: with a cosine of 1, the most
+    a cosine can be (module doc)."""
+    return combined_score(np.ones_like(kept), kept) >= floor - 1e-9
+
+
+def _candidate_pairs(queries: Sequence[str], cands: Candidates, scheme: str, floor: float | None = None
+                     ) -> dict[str, Any]:
     """What both verification stages score, model-independent: each candidate item's views (text,
     particulars), each candidate's sub-spans (word offsets and text) and, per candidate, the kept
-    share of the particulars of each (sub-span, view) pair."""
+    share of the particulars of each (sub-span, view) pair. ``floor``: a candidate whose whole span
+    keeps too few of any view's particulars to reach it (``reaches``; a sub-span keeps no more than
+    its span) is not ``live``: its kept shares are its whole span's, and no model embeds it."""
     q = cands.cols["query"]
     items = np.unique(q)
     view_text: list[str] = []
@@ -166,26 +203,38 @@ def _candidate_pairs(queries: Sequence[str], cands: Candidates, scheme: str) -> 
     view_rare: list[dict[str, int]] = []
     item_rare: dict[int, dict[str, int]] = {}
     for i in items.tolist():
-        views = item_views(queries[i], scheme)
+        views = item_views(queries[i], scheme)  # the whole item first: it holds every view's words
+        weights = item_rare[i] = _rare_weights(views[0].split())
         view_text.extend(views)
-        view_rare.extend(_rare_weights(v.split()) for v in views)
-        item_rare[i] = _rare_weights(" ".join(views).split())
+        view_rare.append(weights)
+        view_rare.extend({w: weights[w] for w in dict.fromkeys(_canonical(v.split())) if w in weights}
+                         for v in views[1:])
         view_start.append(len(view_text))
-    # every candidate's sub-spans (word offsets in its text), in candidate order
-    span_words = [t.split() for t in cands.texts]
-    subs = [sub_spans(words, item_rare[int(i)]) for words, i in zip(span_words, q.tolist(), strict=True)]
-    sub_text = [" ".join(words[a:b]) for words, ss in zip(span_words, subs, strict=True) for a, b in ss]
-    sub_start = np.concatenate([[0], np.cumsum([len(ss) for ss in subs])]).astype(np.int64)
+    view_total = [sum(vr.values()) for vr in view_rare]
+
+    def shares(words: set[str], v0: int, v1: int) -> list[float]:  # each view's total summed once
+        return [kept_share(view_rare[v], words, view_total[v]) for v in range(v0, v1)]
+
     row_of = np.searchsorted(items, q)
-    sub_words = [_canonical_set(t.split()) for t in sub_text]
-    kept = []
-    for j in range(len(q)):
+    span_words = [t.split() for t in cands.texts]
+    subs, sub_text, kept = [], [], []
+    live = np.ones(len(q), bool)
+    for j, (words, i) in enumerate(zip(span_words, q.tolist(), strict=True)):
         r = int(row_of[j])
-        kept.append(np.array([[kept_share(view_rare[v], sub_words[s]) for v in range(view_start[r],
-                                                                                  view_start[r + 1])]
-                              for s in range(int(sub_start[j]), int(sub_start[j + 1]))]))
+        v0, v1 = view_start[r], view_start[r + 1]
+        whole = shares(_canonical_set(words), v0, v1)
+        if floor is not None and not reaches(np.array(whole), floor).any():
+            ss, rows = [(0, len(words))], [whole]
+            live[j] = False
+        else:
+            ss = sub_spans(words, item_rare[i])  # the whole span first
+            rows = [whole] + [shares(_canonical_set(words[a:b]), v0, v1) for a, b in ss[1:]]
+        subs.append(ss)
+        sub_text.extend(" ".join(words[a:b]) for a, b in ss)
+        kept.append(np.array(rows))
+    sub_start = np.concatenate([[0], np.cumsum([len(ss) for ss in subs])]).astype(np.int64)
     return {"view_text": view_text, "view_start": view_start, "row_of": row_of, "span_words": span_words,
-            "subs": subs, "sub_text": sub_text, "sub_start": sub_start, "kept": kept}
+            "subs": subs, "sub_text": sub_text, "sub_start": sub_start, "kept": kept, "live": live}
 
 
 def _pair_scores(pairs: dict[str, Any], model: object, masks: list[np.ndarray] | None = None
@@ -233,7 +282,7 @@ def verify(queries: Sequence[str], rare: RareWordTable, cands: Candidates, model
     """The best candidate span of each item of ``queries`` (the table's items, by number): per
     candidate, each of its sub-spans against each of the item's views, the best ``semantic_score``.
     A model with a ``prefilter`` (``prefilter.py``) scores every pair with it first, and only the
-    pairs past its bar with the model itself."""
+    pairs past its bar (and able to reach the model's ``floor``) with the model itself."""
     from tcqa_data.decontam.semantic.prefilter import pairs_past_bar
 
     out = SemanticMatches.empty(len(queries))
@@ -241,14 +290,18 @@ def verify(queries: Sequence[str], rare: RareWordTable, cands: Candidates, model
     if not len(cands):
         return out
     q = cands.cols["query"]
-    pairs = _candidate_pairs(queries, cands, scheme)
     stage1 = getattr(model, "prefilter", None)
+    floor = getattr(model, "floor", None) if stage1 is not None else None
+    pairs = _candidate_pairs(queries, cands, scheme, floor)
     if stage1 is None:
         scored, embedded = _pair_scores(pairs, model)
         by_model = np.ones(len(q), bool)
     else:  # the model scores the pairs past the static model's bar; an item with none keeps stage 1's
-        screened, _ = _pair_scores(pairs, stage1)
+        live = [np.full(k.shape, bool(x)) for k, x in zip(pairs["kept"], pairs["live"], strict=True)]
+        screened, _ = _pair_scores(pairs, stage1, live)
         masks = pairs_past_bar([cos for _, cos in screened], pairs["kept"])
+        if floor is not None:
+            masks = [m & reaches(k, floor) for m, k in zip(masks, pairs["kept"], strict=True)]
         second, embedded = _pair_scores(pairs, model, masks)
         item_verified = np.zeros(len(queries), bool)
         item_verified[q[[bool(m.any()) for m in masks]]] = True
@@ -259,12 +312,15 @@ def verify(queries: Sequence[str], rare: RareWordTable, cands: Candidates, model
     best = np.full(len(q), -np.inf)
     best_at: list[tuple[int, float, float]] = [(0, 0.0, 0.0)] * len(q)  # (sub-span, cosine, kept)
     for j, (score, cos) in enumerate(scored):
+        kept = pairs["kept"][j]
         k = int(np.argmax(score))  # the first best (sub-span, view): row-major
         s, v = divmod(k, score.shape[1])
         best[j] = score[s, v]
-        best_at[j] = (s, float(cos[s, v]), float(pairs["kept"][j][s, v]))
-    # per item, the best candidate (ties: the candidates' own order)
-    order = np.lexsort((np.arange(len(q)), -np.round(best, 6), q))
+        # a candidate no model scored (not live): its whole span, with its best kept share
+        best_at[j] = ((s, float(cos[s, v]), float(kept[s, v])) if best[j] > -np.inf
+                      else (0, np.nan, float(kept.max())))
+    # per item, the best candidate (then the most kept, then the candidates' own order)
+    order = np.lexsort((np.arange(len(q)), -np.array([b[2] for b in best_at]), -np.round(best, 6), q))
     first = np.ones(len(order), bool)
     first[1:] = q[order][1:] != q[order][:-1]
     counts = np.bincount(q, minlength=len(queries))
@@ -275,13 +331,51 @@ def verify(queries: Sequence[str], rare: RareWordTable, cands: Candidates, model
         i = int(q[j])
         s, cos_j, kept_j = best_at[j]
         a, b = subs[j][s]
-        out.score[i] = round(float(best[j]), 6)  # the same printed value from any batch split
-        out.cosine[i] = round(cos_j, 6)
+        if best[j] > -np.inf:  # the same printed values from any batch split
+            out.score[i], out.cosine[i] = round(float(best[j]), 6), round(cos_j, 6)
+            out.model[i] = names[0] if by_model[j] else names[1]
         out.kept[i] = round(kept_j, 6)
-        out.model[i] = names[0] if by_model[j] else names[1]
         out.docs[i] = int(cands.cols["doc"][j])
         start = int(cands.cols["start"][j])
         out.spans[i] = [start + a, start + b]
         out.windows[i] = " ".join(span_words[j][a:b])
         out.shared_words[i] = rare.shared_words(queries[i], out.windows[i], scheme)
     return out
+
+
+class SemanticVerifier:
+    """The items of a table (``queries``, ``rare``) and their candidates, verified on demand: each
+    item once per model, an item asked with ``skip`` not at all (module doc)."""
+
+    def __init__(self, queries: Sequence[str], rare: RareWordTable, cands: Candidates, scheme: str) -> None:
+        self.queries, self.rare, self.cands, self.scheme = list(queries), rare, cands, scheme
+        self.number = {x: i for i, x in enumerate(self.queries)}
+        self._model: object = None
+        self._found = SemanticMatches.empty(0)
+        self._done = np.zeros(0, bool)
+
+    def matches(self, queries: Sequence[str], model: object, skip: Sequence[bool] | None = None
+                ) -> SemanticMatches:
+        """``SemanticMatches`` of ``queries`` (items of the table); ``skip``: per query, whether it
+        needs no score (its evidence is empty, its candidates counted)."""
+        q = self.cands.cols["query"]
+        if model is not self._model:
+            self._model = model
+            self._found = SemanticMatches.empty(len(self.queries))
+            self._found.candidates = np.bincount(q, minlength=len(self.queries)).astype(np.int64)
+            self._found.stats = {"windows": self.cands.windows, "windows_passed": self.cands.passed,
+                                 "pairs_scored": 0, "texts_embedded": 0}
+            self._done = np.zeros(len(self.queries), bool)
+        rows = np.array([self.number[x] for x in queries], np.int64)
+        want = rows if skip is None else rows[~np.asarray(skip, bool)]
+        todo = np.zeros(len(self.queries), bool)
+        todo[want] = True
+        todo &= ~self._done
+        if todo.any():
+            found = verify(self.queries, self.rare, self.cands.take(todo[q]), model, self.scheme)
+            self._found.put(np.flatnonzero(todo), found)
+            for k, v in found.stats.items():
+                if k.startswith(("pairs_", "texts_")):
+                    self._found.stats[k] = self._found.stats.get(k, 0) + v
+            self._done |= todo
+        return self._found.take(rows)

@@ -78,11 +78,12 @@ class EmbeddingModel:
         self.model = model
         self.device = str(model.device)  # type: ignore[attr-defined]
         self.prefilter: object | None = None  # the first verification stage (prefilter.py), if any
+        self.floor: float | None = None  # with it: pairs that cannot score this are not embedded
 
     def manifest(self) -> dict[str, object]:
         out = {"name": self.name, "weights_sha256": self.digest, "device": self.device.split(":")[0]}
         if self.prefilter is not None:
-            out["prefilter"] = self.prefilter.manifest()  # type: ignore[attr-defined]
+            out["prefilter"] = {**self.prefilter.manifest(), "floor": self.floor}  # type: ignore[attr-defined]
         return out
 
     def encode(self, texts: Sequence[str], batch_size: int = BATCH) -> np.ndarray:
@@ -122,17 +123,21 @@ class EmbeddingModel:
 
 
 def load_embedding_model(name: str | None = None, *, expected_sha256: str | None = None,
-                         device: str | None = None, prefilter: bool = False) -> EmbeddingModel:
+                         device: str | None = None, prefilter: bool = False, floor: float | None = None
+                         ) -> EmbeddingModel:
     """The model ``name`` (None or ``DEFAULT_MODEL``: the bundled default, its digest pinned), a
     model folder, or a hub id (loaded from the local cache when offline). ``expected_sha256``: the
     folder's weights file must have it. ``prefilter``: the default model screens candidates with
     the static model first (``prefilter.py``; its bar is calibrated against the default model, so
-    other models run alone). One-line ConfigError when it cannot be loaded."""
+    other models run alone). ``floor``: with the prefilter, the lowest score the run's rule reads
+    (``prefilter.prefilter_floor``): a pair that cannot reach it is not embedded (``matches``). One-line
+    ConfigError when it cannot be loaded."""
     model = _load_embedding_model(name, expected_sha256=expected_sha256, device=device)
     if prefilter and model.name == DEFAULT_MODEL:
         from tcqa_data.decontam.semantic.prefilter import load_static_model
 
         model.prefilter = load_static_model()
+        model.floor = floor
     return model
 
 

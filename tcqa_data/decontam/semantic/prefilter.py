@@ -21,11 +21,16 @@ the transformer's, the same as without the prefilter, and a rule ``semantic>=T``
 ``T >= SAFE_FROM`` flags the same items. Below ``SAFE_FROM`` a score is the best of the pairs that
 passed, so at most the transformer's own. A rule with a lower semantic threshold, or a judge (it
 reads pairs from 0.5), runs without the prefilter (``load_embedding_model(..., prefilter=False)``,
-decided by the pipeline: ``prefilter_safe``). An item with no pair past the bar keeps its stage-1
-evidence (best span, window, shared words) and its static cosine, kept share and
-``combined_score`` of them, which is below 0.58 (< ``SAFE_FROM``: screening < 0.48 and
-``combined = screening + 0.1 x (cosine - kept)`` with ``KEPT_WEIGHT`` 0.4); ``SemanticMatches.model`` (the
-``semantic_model`` column) names the model that gave each item's scores.
+decided by the pipeline: ``prefilter_safe``, ``model_for_rule``). With the prefilter, the
+transformer also skips the pairs that cannot reach the rule's lowest threshold (its ``floor``),
+whatever their cosine (``matches.reaches``): at the shipped 0.8, those that keep under half the
+particulars; their stage-1 score is below the floor too, for the same reason. So every score at or
+above the floor is the transformer's, and the flags are the same. An item with no pair past the
+bar (or able to reach the floor) keeps its stage-1 evidence (best span, window, shared words)
+and its static cosine, kept share and ``combined_score`` of them, which is below the floor or
+0.58 (< ``SAFE_FROM``: screening < 0.48 and ``combined = screening + 0.1 x (cosine - kept)`` with
+``KEPT_WEIGHT`` 0.4); ``SemanticMatches.model`` (the ``semantic_model`` column) names the model
+that gave each item's scores.
 
 The static model is WordLlama ``l2_supercat`` 256-d (MIT; token embeddings of Llama 2's vocabulary
 trained for sentence similarity), whose wheel ``wordllama`` ships the weights
@@ -153,6 +158,16 @@ def prefilter_safe(semantic_thresholds: Iterable[float], judge: bool) -> bool:
     """Whether a run may screen with the prefilter: every ``semantic>=T`` term of its rule has
     ``T >= SAFE_FROM`` and no judge reads its pairs (the judge's floor is lower)."""
     return not judge and min(semantic_thresholds, default=1.0) >= SAFE_FROM
+
+
+def model_for_rule(name: str | None, semantic_thresholds: Sequence[float], judge: bool) -> object:
+    """The embedding model ``name`` as a run whose rule has these ``semantic>=T`` thresholds uses
+    it: with the prefilter where ``prefilter_safe``, and then the rule's lowest threshold as the
+    floor below which no pair is embedded (``matches``: its flags are the same)."""
+    from tcqa_data.decontam.semantic.model import load_embedding_model
+
+    safe = prefilter_safe(semantic_thresholds, judge)
+    return load_embedding_model(name, prefilter=safe, floor=min(semantic_thresholds) if safe else None)
 
 
 def pairs_past_bar(cosines: Sequence[np.ndarray], kept: Sequence[np.ndarray]) -> list[np.ndarray]:

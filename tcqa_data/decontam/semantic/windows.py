@@ -68,6 +68,12 @@ class Candidates:
         cols["doc"] = cols["doc"] + base
         return Candidates(cols, list(self.texts), self.windows, self.passed)
 
+    def take(self, mask: np.ndarray) -> Candidates:
+        """The rows ``mask`` marks, in their order (the windows read and passed unchanged)."""
+        rows = np.flatnonzero(mask)
+        return Candidates({c: v[rows] for c, v in self.cols.items()}, [self.texts[i] for i in rows.tolist()],
+                          self.windows, self.passed)
+
     def merged(self, other: Candidates) -> Candidates:
         """Both sets, cut to the best ``TOP_PER_QUERY`` docs per item (module doc)."""
         cols = {c: np.concatenate([self.cols[c], other.cols[c]]) for c in _COLUMNS}

@@ -100,7 +100,7 @@ class StreamEvidence:
         self._hits: StreamHits | None = None
         self._texts: dict[int, str] = {}
         self._queries: list[str] = []
-        self._semantic: Any = None  # SemanticMatches of every table query, once verified
+        self._semantic: Any = None  # the table's SemanticVerifier, once asked
 
     @classmethod
     def open(cls, specs: Sequence[str], cfg: StreamConfig, *, distinct: bool = True) -> StreamEvidence:
@@ -184,17 +184,19 @@ class StreamEvidence:
 
     # ---- semantic tier -------------------------------------------------------------------------
 
-    def semantic_matches(self, queries: Sequence[str], model: Any) -> Any:
-        """``SemanticMatches`` of ``queries`` (given to ``fill``) from the pass's candidates."""
-        from tcqa_data.decontam.semantic import verify
+    def semantic_matches(self, queries: Sequence[str], model: Any, skip: Sequence[bool] | None = None
+                         ) -> Any:
+        """``SemanticMatches`` of ``queries`` (given to ``fill``) from the pass's candidates;
+        ``skip``: queries that need no score (``SemanticVerifier``)."""
+        from tcqa_data.decontam.semantic import SemanticVerifier
 
         table = self.hits.table
         if table.rare is None or self.hits.semantic is None:
             raise RuntimeError("the corpus pass collected no semantic candidates (StreamConfig.semantic)")
         if self._semantic is None:
-            self._semantic = verify(self._queries, table.rare, self.hits.semantic, model, self.normalization)
-        number = {q: i for i, q in enumerate(self._queries)}
-        return self._semantic.take([number[q] for q in queries])
+            self._semantic = SemanticVerifier(self._queries, table.rare, self.hits.semantic,
+                                              self.normalization)
+        return self._semantic.matches(queries, model, skip)
 
     # ---- MinHash: refused (module doc) ---------------------------------------------------------
 

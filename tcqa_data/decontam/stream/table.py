@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tcqa_data.decontam.core.arrays import sorted_unique
+from tcqa_data.decontam.core.arrays import key_slots, slot_lookup, sorted_unique
 from tcqa_data.decontam.ngrams.index import DEFAULT_PROVENANCE
 from tcqa_data.decontam.ngrams.runs import sort_pairs
 from tcqa_data.decontam.semantic.rarewords import RareWordTable
@@ -146,8 +146,7 @@ class BenchmarkTable:
 
     def lookup(self, hashes: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Per hash: its row in ``keys[n]`` (a valid row; meaningful where found) and whether it is
-        there. Compiled: an open-addressing table of the keys (``hash_slots``; 1.6 M query
-        n-grams in 0.06 CPU-s where the presence filter and binary search took 0.46); else the
+        there. Compiled: an open-addressing table of the keys (``core.arrays.key_slots``); else the
         presence filter and ``np.searchsorted``."""
         from tcqa_data.decontam.core import kernel
 
@@ -156,13 +155,8 @@ class BenchmarkTable:
         if not len(keys) or not kernel.enabled():
             return _sorted_lookup(keys, self.filters[n], 64, hashes)
         if n not in self._slots:
-            bits = (2 * len(keys)).bit_length()  # at most half full
-            self._slots[n] = (*kernel.kernels()["hash_slots"](keys, bits), bits)
-        slot_keys, slot_rows, bits = self._slots[n]
-        rows = np.zeros(len(hashes), np.int64)
-        found = np.zeros(len(hashes), bool)
-        kernel.kernels()["hash_slot_lookup"](slot_keys, slot_rows, bits, hashes, rows, found)
-        return rows, found
+            self._slots[n] = key_slots(keys)
+        return slot_lookup(self._slots[n], hashes)
 
     def anchor_lookup(self, hashes32: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``lookup`` for anchor hashes (upper 32 bits)."""

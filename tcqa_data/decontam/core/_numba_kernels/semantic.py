@@ -28,10 +28,8 @@ def window_groups(v, doc, pos, doc_len, post_start, post_query, weight, query_to
     n = len(v)
     nq = len(query_total)
     seen = np.full(len(weight), -1, dtype=np.int64)  # per word: the window that saw it last
-    qstamp = np.full(nq, -1, dtype=np.int64)  # per item: the window that touched it last
-    acc_w = np.zeros(nq, dtype=np.int64)
-    acc_s = np.zeros(nq, dtype=np.int64)
-    acc_p = np.zeros(nq, dtype=np.int64)
+    acc = np.zeros((nq, 4), dtype=np.int64)  # per item, in one cache line: the window that touched
+    acc[:, 0] = -1  # it last, then its shared weight, word count and position sum
     touched = np.empty(nq, dtype=np.int64)
     cap = 1024
     o_q = np.empty(cap, dtype=np.int64)
@@ -67,23 +65,24 @@ def window_groups(v, doc, pos, doc_len, post_start, post_query, weight, query_to
                     p = pos[hi]
                     for j in range(post_start[r], post_start[r + 1]):
                         q = post_query[j]
-                        if qstamp[q] != stamp:
-                            qstamp[q] = stamp
-                            acc_w[q] = 0
-                            acc_s[q] = 0
-                            acc_p[q] = 0
+                        if acc[q, 0] != stamp:
+                            acc[q, 0] = stamp
+                            acc[q, 1] = wt
+                            acc[q, 2] = 1
+                            acc[q, 3] = p
                             touched[ntouched] = q
                             ntouched += 1
-                        acc_w[q] += wt
-                        acc_s[q] += 1
-                        acc_p[q] += p
+                        else:
+                            acc[q, 1] += wt
+                            acc[q, 2] += 1
+                            acc[q, 3] += p
                 hi += 1
             for t in range(ntouched):
                 q = touched[t]
-                s = acc_s[q]
+                s = acc[q, 2]
                 if s < 2:  # most items a window touches share one word with it
                     continue
-                if acc_w[q] * 100 >= min(query_total[q], share_cap) * min_share_pct and \
+                if acc[q, 1] * 100 >= min(query_total[q], share_cap) * min_share_pct and \
                         s >= min(min_shared, query_rare[q]):
                     if k == len(o_q):
                         o_q = _grow(o_q, k + 1)
@@ -95,9 +94,9 @@ def window_groups(v, doc, pos, doc_len, post_start, post_query, weight, query_to
                     o_q[k] = q
                     o_d[k] = d
                     o_w[k] = w
-                    o_wt[k] = acc_w[q]
+                    o_wt[k] = acc[q, 1]
                     o_s[k] = s
-                    o_c[k] = acc_p[q] // s
+                    o_c[k] = acc[q, 3] // s
                     k += 1
             stamp += 1
         a = b
