@@ -27,6 +27,34 @@ def sorted_unique(values: np.ndarray, *, in_place: bool = False) -> np.ndarray:
     return out[new]
 
 
+FILTER_BITS = 24  # a presence filter: 16 MB
+
+
+def presence_filter(keys: np.ndarray, bits: int) -> np.ndarray:
+    """One bool per value of the top ``FILTER_BITS`` of ``bits``-bit keys: whether a key has it."""
+    out = np.zeros(1 << FILTER_BITS, dtype=bool)
+    out[(keys >> np.uint64(bits - FILTER_BITS)).astype(np.int64)] = True
+    return out
+
+
+def sorted_lookup(keys: np.ndarray, hashes: np.ndarray, presence: np.ndarray | None = None, bits: int = 64
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Per hash: its row among sorted distinct ``bits``-bit ``keys`` (0 where not found) and whether
+    it is there, by binary search (only of the hashes ``presence_filter`` passes, given one): the
+    path without compiled kernels (``key_slots``)."""
+    rows = np.zeros(len(hashes), np.int64)
+    found = np.zeros(len(hashes), bool)
+    if not len(keys):
+        return rows, found
+    maybe = (np.flatnonzero(presence[hashes >> np.uint64(bits - FILTER_BITS)]) if presence is not None
+             else np.arange(len(hashes)))
+    i = np.searchsorted(keys, hashes[maybe])
+    np.minimum(i, len(keys) - 1, out=i)
+    rows[maybe] = i
+    found[maybe] = keys[i] == hashes[maybe]
+    return rows, found
+
+
 def key_slots(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     """An open-addressing table (at most half full) of distinct uint64 ``keys`` for ``slot_lookup``:
     compiled kernels (``kernel.enabled()``); 1.6 M n-grams looked up in 0.06 CPU-s where a

@@ -25,12 +25,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tcqa_data.decontam.core.arrays import key_slots, slot_lookup, sorted_unique
+from tcqa_data.decontam.core.arrays import (
+    FILTER_BITS,
+    key_slots,
+    presence_filter,
+    slot_lookup,
+    sorted_lookup,
+    sorted_unique,
+)
 from tcqa_data.decontam.ngrams.index import DEFAULT_PROVENANCE
 from tcqa_data.decontam.ngrams.runs import sort_pairs
 from tcqa_data.decontam.semantic.rarewords import RareWordTable
-
-FILTER_BITS = 24  # the presence filter: 16 MB per n-gram size
 
 
 @dataclass(frozen=True)
@@ -100,13 +105,13 @@ class BenchmarkTable:
             first = np.ones(len(flat), dtype=bool)
             first[1:] = flat[1:] != flat[:-1]
             self.keys[n] = flat[first]
-            self.filters[n] = _presence(self.keys[n], 64)
+            self.filters[n] = presence_filter(self.keys[n], 64)
             self.holder_start[n] = np.append(np.flatnonzero(first), len(flat)).astype(np.int64)
             self.holders[n] = owner.astype(np.int64)
         # anchors compare the upper 32 bits of a 4-gram hash, as the text store's tables do
         self.anchor_keys = (sorted_unique(np.asarray(by_n[ANCHOR_K][0], dtype=np.uint64) >> np.uint64(32))
                             if cfg.anchors else np.empty(0, np.uint64))
-        self.anchor_filter = _presence(self.anchor_keys, 32)
+        self.anchor_filter = presence_filter(self.anchor_keys, 32)
         self.rare = (RareWordTable.build(queries, cfg.normalization, cfg.seed, groups) if cfg.semantic
                      else None)
 
@@ -118,10 +123,10 @@ class BenchmarkTable:
         table = cls.__new__(cls)
         table.cfg, table.num_queries, table._slots = cfg, 0, {}
         table.keys = {n: np.asarray(k, dtype=np.uint64) for n, k in keys.items()}
-        table.filters = {n: _presence(k, 64) for n, k in table.keys.items()}
+        table.filters = {n: presence_filter(k, 64) for n, k in table.keys.items()}
         table.holder_start, table.holders = {}, {}
         table.anchor_keys = np.asarray(anchor_keys, dtype=np.uint64)
-        table.anchor_filter = _presence(table.anchor_keys, 32)
+        table.anchor_filter = presence_filter(table.anchor_keys, 32)
         table.rare = rare
         return table
 
@@ -153,14 +158,14 @@ class BenchmarkTable:
         hashes = np.asarray(hashes, dtype=np.uint64)
         keys = self.keys[n]
         if not len(keys) or not kernel.enabled():
-            return _sorted_lookup(keys, self.filters[n], 64, hashes)
+            return sorted_lookup(keys, hashes, self.filters[n], 64)
         if n not in self._slots:
             self._slots[n] = key_slots(keys)
         return slot_lookup(self._slots[n], hashes)
 
     def anchor_lookup(self, hashes32: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``lookup`` for anchor hashes (upper 32 bits)."""
-        return _sorted_lookup(self.anchor_keys, self.anchor_filter, 32, np.asarray(hashes32, dtype=np.uint64))
+        return sorted_lookup(self.anchor_keys, np.asarray(hashes32, dtype=np.uint64), self.anchor_filter, 32)
 
     def queries_of(self, n: int, rows: np.ndarray) -> np.ndarray:
         """The distinct queries holding any of the n-gram rows ``rows`` of ``keys[n]``, ascending."""
@@ -169,24 +174,3 @@ class BenchmarkTable:
             return np.empty(0, np.int64)
         take = np.concatenate([np.arange(a, b) for a, b in zip(start.tolist(), stop.tolist(), strict=True)])
         return np.unique(self.holders[n][take])
-
-
-def _presence(keys: np.ndarray, bits: int) -> np.ndarray:
-    """One bool per value of the top ``FILTER_BITS`` of ``bits``-bit keys: whether a key has it."""
-    out = np.zeros(1 << FILTER_BITS, dtype=bool)
-    out[(keys >> np.uint64(bits - FILTER_BITS)).astype(np.int64)] = True
-    return out
-
-
-def _sorted_lookup(keys: np.ndarray, presence: np.ndarray, bits: int, hashes: np.ndarray
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    rows = np.zeros(len(hashes), np.int64)
-    found = np.zeros(len(hashes), bool)
-    if not len(keys):
-        return rows, found
-    maybe = np.flatnonzero(presence[hashes >> np.uint64(bits - FILTER_BITS)])
-    i = np.searchsorted(keys, hashes[maybe])
-    np.minimum(i, len(keys) - 1, out=i)
-    rows[maybe] = i
-    found[maybe] = keys[i] == hashes[maybe]
-    return rows, found
