@@ -19,6 +19,16 @@ SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 if "NLTK_DATA" not in os.environ and (SHARED_DATA / "nltk_data").is_dir():
     os.environ["NLTK_DATA"] = str(SHARED_DATA / "nltk_data")
 
+# Under pytest-xdist each worker's torch gets its share of the cores: two workers on two cores
+# with two threads each spend the extra threads spinning (set before any test imports torch)
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    os.environ.setdefault("OMP_NUM_THREADS",
+                          str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
+
+# the environment variable naming the folder where eval_fixtures.fine_tuned_tiny_model keeps the
+# run's models (the trained_model_cache fixture sets it)
+TRAINED_MODEL_CACHE = "TCQA_TEST_TRAINED_MODELS"
+
 # A test module that starts Ray (a private instance, or `--engine ray` starting its own)
 STARTS_RAY = re.compile(r"\bprivate_ray\b|\bRayEngine\b|^\s*import ray\b|\bray\.init\(", re.M)
 RAY_GROUP = "the modules that start Ray"
@@ -94,6 +104,16 @@ def shared_file(relative: str) -> Path:
             pytest.fail(f"{reason}; CI=true, so missing data fails the run ({path})", pytrace=False)
         pytest.skip(reason)
     return path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def trained_model_cache(tmp_path_factory) -> Path:
+    """Where ``eval_fixtures.fine_tuned_tiny_model`` keeps the models it trains: under the run's
+    temporary root, shared by its xdist workers (two modules train the same model)."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "trained_models"
+    os.environ[TRAINED_MODEL_CACHE] = str(folder)
+    return folder
 
 
 @pytest.fixture(scope="session")

@@ -13,10 +13,12 @@ import csv
 import functools
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from conftest import TRAINED_MODEL_CACHE
 
 from tcqa_data import FORMAT_VERSION, __version__
 from tcqa_data.io_utils import write_json_atomic, write_parquet_atomic, write_text_atomic
@@ -155,7 +157,26 @@ def training_batch(tok, texts: list[str]):
 
 def fine_tuned_tiny_model(folder: Path, texts: list[str], steps: int = 25) -> Path:
     """A 2-layer random Llama (SmolLM2 tokenizer) trained for a few full-batch steps on ``texts``
-    (each as it stands, no prefix token): a model that saw exactly those texts."""
+    (each as it stands, no prefix token): a model that saw exactly those texts. Written to
+    ``folder``, or, where the session names a cache (``TRAINED_MODEL_CACHE``, conftest), trained
+    once per (texts, steps) for all of the run's workers and the cached folder returned."""
+    cache = os.environ.get(TRAINED_MODEL_CACHE)
+    if not cache:
+        return _train_tiny_model(folder, texts, steps)
+    import fcntl
+    import hashlib
+
+    key = hashlib.sha256(json.dumps([sorted(texts), steps]).encode()).hexdigest()[:16]
+    target = Path(cache) / key
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with (target.parent / f"{key}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another worker training the same model: wait for it
+        if not target.is_dir():
+            _train_tiny_model(target.parent / f"{key}.partial", texts, steps).rename(target)
+    return target
+
+
+def _train_tiny_model(folder: Path, texts: list[str], steps: int) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -166,11 +187,16 @@ def fine_tuned_tiny_model(folder: Path, texts: list[str], steps: int = 25) -> Pa
                       bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                       pad_token_id=tok.pad_token_id, tie_word_embeddings=True)
     model = LlamaForCausalLM(cfg)
-    ids, mask, labels = training_batch(tok, texts)
+    ids, mask, labels = training_batch(tok, sorted(texts))
+    # the causal-LM loss (each token predicted at the position before it, padding ignored), with
+    # the 49k-way output layer run on the real tokens only: a quarter of the batch is padding
+    target = labels[:, 1:]
+    real = target != -100
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     model.train()
     for _ in range(steps):
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        hidden = model.model(input_ids=ids, attention_mask=mask).last_hidden_state[:, :-1]
+        loss = torch.nn.functional.cross_entropy(model.lm_head(hidden[real]), target[real])
         opt.zero_grad()
         loss.backward()
         opt.step()
