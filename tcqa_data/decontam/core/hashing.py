@@ -272,16 +272,18 @@ def _hash_parts_compiled(arr: np.ndarray, doc_start: np.ndarray, ns: Sequence[in
 
 
 def hash_normalized_present(arr: np.ndarray, doc_start: np.ndarray, seed: int,
-                            presence: Mapping[int, tuple[np.ndarray, int, np.ndarray, int]]
+                            presence: Mapping[int, tuple[np.ndarray, int, np.ndarray, int]],
+                            tokens: tuple[np.ndarray, np.ndarray] | None = None
                             ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """``hash_normalized`` keeping, per n, only the hashes that pass two bit filters: ``presence``
     maps n -> (high bits, shift, low bits, mask); bit ``v & 7`` of byte ``v >> 3`` of ``high`` is
     set for the values ``v = hash >> shift``, of ``low`` for ``v = hash & mask``, worth looking up
     (``stream.table``). The compiled kernels only; the same hashes and docs as ``hash_normalized``
-    for those kept, in the same order, with no array of every n-gram."""
+    for those kept, in the same order, with no array of every n-gram. ``tokens``: as in
+    ``hash_normalized``."""
     salt_tok, salt_ng = _salts(seed)
     k = kernel.kernels()
-    tok, doc_tok = _tokens_compiled(k, arr, doc_start, salt_tok)
+    tok, doc_tok = tokens if tokens is not None else _tokens_compiled(k, arr, doc_start, salt_tok)
     inv = np.uint64(_P2.inv)
     out = {}
     for n, (high, shift, low, mask) in presence.items():

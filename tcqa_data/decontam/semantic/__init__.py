@@ -42,7 +42,7 @@ def verifier_from_texts(queries: Sequence[str], num_docs: int, texts: Callable[[
     cands = Candidates()
     for lo in range(0, num_docs, TEXT_BATCH):
         arr, doc_start = normalized_buffer(texts(list(range(lo, min(num_docs, lo + TEXT_BATCH)))), scheme)
-        cands = cands.merged(scan_windows(rare, arr, doc_start, seed, lo))
+        cands = scan_windows(rare, arr, doc_start, seed, lo, into=cands)
     return SemanticVerifier(queries, rare, cands, scheme)
 
 

@@ -122,10 +122,36 @@ def _top(c: Candidates) -> Candidates:
                       c.windows, c.passed)
 
 
-def _token_bytes(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Start and end byte of every token of a normalized buffer (runs of non-space bytes)."""
-    edge = np.diff((arr != 32).view(np.int8))
-    return np.flatnonzero(edge == 1) + 1, np.flatnonzero(edge == -1) + 1
+def _fourth_best(c: Candidates, num_items: int) -> np.ndarray:
+    """Per item, the least weight among its kept docs when it has ``TOP_PER_QUERY`` of them (a
+    later doc must weigh at least this to enter), else -1."""
+    out = np.full(num_items, -1, np.int64)
+    q = c.cols["query"]
+    full = np.bincount(q, minlength=num_items) >= TOP_PER_QUERY
+    least = np.full(num_items, np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(least, q, c.cols["weight"])
+    out[full] = least[full]
+    return out
+
+
+def _span_texts(arr: np.ndarray, doc_start: np.ndarray, doc_len: np.ndarray, doc: np.ndarray,
+                start: np.ndarray, end: np.ndarray) -> list[str]:
+    """The text of words ``[start, end)`` of each batch-local ``doc`` of a normalized buffer (its
+    tokens: the runs of non-space bytes), reading only those docs."""
+    raw = arr.tobytes() if not isinstance(arr, bytes | bytearray) else bytes(arr)
+    out = [""] * len(doc)
+    order = np.argsort(doc, kind="stable")
+    docs, first = np.unique(doc[order], return_index=True)
+    for d, rows in zip(docs.tolist(), np.split(order, first[1:]), strict=True):
+        a, b = int(doc_start[d]), int(doc_start[d + 1])  # the doc and its space, after a space
+        edge = np.diff((np.frombuffer(raw, np.uint8, b - a + 1, a - 1) != 32).view(np.int8))
+        tok_start, tok_end = np.flatnonzero(edge == 1) + a, np.flatnonzero(edge == -1) + a
+        if len(tok_start) != doc_len[d]:  # the kernels' tokens are the buffer's runs of non-space bytes
+            raise RuntimeError(f"semantic windows: {len(tok_start)} tokens in a doc of the buffer, "
+                               f"{doc_len[d]} hashed")
+        for i in rows.tolist():
+            out[i] = raw[tok_start[start[i]]:tok_end[end[i] - 1]].decode("utf-8", "replace")
+    return out
 
 
 def _needs(rare: RareWordTable) -> tuple[np.ndarray, np.ndarray]:
@@ -200,17 +226,22 @@ def _window_groups(rare: RareWordTable, v: np.ndarray, doc: np.ndarray, pos: np.
 
 
 def scan_windows(rare: RareWordTable, arr: np.ndarray, doc_start: np.ndarray, seed: int,
-                 doc_base: int = 0) -> Candidates:
-    """The candidate spans of one normalized batch (module doc); docs numbered from ``doc_base``."""
+                 doc_base: int = 0, tokens: tuple[np.ndarray, np.ndarray] | None = None,
+                 into: Candidates | None = None) -> Candidates:
+    """The candidate spans of one normalized batch, merged into ``into`` (the candidates of the
+    docs before it; module doc); docs numbered from ``doc_base``; ``tokens``: the batch's
+    ``normalized_tokens``, where the n-gram pass has them. A group weighing less than an item's
+    fourth best so far cannot enter its top, and only the spans that enter are decoded."""
     from tcqa_data.decontam.core.hashing import hash_normalized
 
+    into = into if into is not None else Candidates()
     ndocs = len(doc_start) - 1
-    h, tok_doc = hash_normalized(arr, doc_start, [1], seed)[1]
+    h, tok_doc = hash_normalized(arr, doc_start, [1], seed, tokens)[1]
     tok_doc = np.asarray(tok_doc, np.int64)
     doc_first = np.searchsorted(tok_doc, np.arange(ndocs + 1))  # each doc's first token (+ the end)
     doc_len = np.diff(doc_first)
-    out = Candidates()
-    out.windows = int(np.maximum(1, -(-(doc_len - WINDOW_WORDS) // WINDOW_STRIDE) + 1)[doc_len > 0].sum())
+    windows = int(np.maximum(1, -(-(doc_len - WINDOW_WORDS) // WINDOW_STRIDE) + 1)[doc_len > 0].sum())
+    out = Candidates(into.cols, into.texts, into.windows + windows, into.passed)
     rows, found = rare.lookup(np.asarray(h, np.uint64))
     tok = np.flatnonzero(found)
     if not len(tok) or not rare.num_queries:
@@ -219,24 +250,21 @@ def scan_windows(rare: RareWordTable, arr: np.ndarray, doc_start: np.ndarray, se
     doc = tok_doc[tok]
     pos = tok - doc_first[doc]
     gq, gdoc, gwin, weight, shared, centre = _window_groups(rare, v, doc, pos, doc_len)
-    out.passed = len(gq)
-    if not out.passed:
+    out.passed += len(gq)
+    can_enter = weight >= _fourth_best(into, rare.num_queries)[gq]
+    if not can_enter.any():
         return out
+    gq, gdoc, gwin, weight, shared, centre = (x[can_enter] for x in (gq, gdoc, gwin, weight, shared, centre))
     span = np.clip((rare.query_words[gq] * SPAN_SCALE).astype(np.int64), SPAN_MIN_WORDS, SPAN_MAX_WORDS)
     start = np.clip(centre - span // 2, 0, None)
     end = np.minimum(start + span, doc_len[gdoc])
     start = np.maximum(np.minimum(start, end - span), 0)
-    cand = Candidates({"query": gq, "doc": gdoc, "window": gwin, "weight": weight,
-                       "shared": shared, "start": start, "end": end}, [""] * out.passed,
-                      out.windows, out.passed)
-    cand = _top(cand)
-    tb_start, tb_end = _token_bytes(arr)
-    if len(tb_start) != len(h):  # the kernels' tokens are the buffer's runs of non-space bytes
-        raise RuntimeError(f"semantic windows: {len(tb_start)} tokens in the buffer, {len(h)} hashed")
-    raw = arr.tobytes() if not isinstance(arr, bytes | bytearray) else bytes(arr)
-    first_tok = doc_first[cand.cols["doc"]]
-    lo = tb_start[first_tok + cand.cols["start"]]
-    hi = tb_end[first_tok + cand.cols["end"] - 1]
-    cand.texts = [raw[a:b].decode("utf-8", "replace") for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
-    cand.cols["doc"] = cand.cols["doc"] + doc_base
-    return cand
+    batch = Candidates({"query": gq, "doc": gdoc + doc_base, "window": gwin, "weight": weight,
+                        "shared": shared, "start": start, "end": end}, [""] * len(gq))
+    out = out.merged(batch)  # into's docs come before the batch's: its texts are kept
+    new = np.flatnonzero(out.cols["doc"] >= doc_base)
+    texts = _span_texts(arr, doc_start, doc_len, out.cols["doc"][new] - doc_base, out.cols["start"][new],
+                        out.cols["end"][new])
+    for i, text in zip(new.tolist(), texts, strict=True):
+        out.texts[i] = text
+    return out

@@ -136,20 +136,23 @@ class _ShardScan:
 
     def add(self, by_n: dict[int, tuple[np.ndarray, np.ndarray]], ndocs: int,
             name: Callable[[np.ndarray], list[tuple[str, int]]],
-            buffer: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+            buffer: tuple[np.ndarray, np.ndarray] | None = None,
+            tokens: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         """One batch: ``by_n`` n -> (hashes, batch-local doc) from the kernels; ``name(local docs)``
         gives the (ref, line/row) of the batch's docs that matched; ``buffer``: the batch's
-        normalized buffer and doc starts, read for the semantic tier's candidate windows."""
+        normalized buffer and doc starts, read for the semantic tier's candidate windows
+        (``tokens``: its token hashes, where the caller has them)."""
         base = self.out.num_docs
         matched: list[np.ndarray] = []
         if self.out.semantic is not None and buffer is not None:
             from tcqa_data.decontam.semantic.windows import scan_windows
 
             assert self.table.rare is not None
-            found = scan_windows(self.table.rare, buffer[0], buffer[1], self.table.cfg.seed, base)
-            self.out.semantic = self.out.semantic.merged(found)
-            if len(found):  # a candidate doc is named too: its ref goes in the evidence
-                matched.append(np.unique(found.cols["doc"] - base))
+            sem = self.out.semantic = scan_windows(self.table.rare, buffer[0], buffer[1], self.table.cfg.seed,
+                                                   base, tokens, into=self.out.semantic)
+            entered = sem.cols["doc"][sem.cols["doc"] >= base]
+            if len(entered):  # a candidate doc is named too: its ref goes in the evidence
+                matched.append(np.unique(entered - base))
         lookups: list[tuple[str, Any, Callable]] = [(str(n), by_n[n], lambda h, n=n: self.table.lookup(h, n))
                                                     for n in self.table.cfg.ngram_sizes]
         if self.table.cfg.anchors:
@@ -189,7 +192,13 @@ def scan_shard(table: BenchmarkTable, shard: InputShard, progress: Callable[[int
                ) -> ShardHits:
     """Stream one input shard against ``table``: its hits, doc numbers local to the shard;
     ``progress(chars, docs)`` after each batch."""
-    from tcqa_data.decontam.core.hashing import hash_normalized, hash_normalized_present, normalized_buffer
+    from tcqa_data.decontam.core import kernel
+    from tcqa_data.decontam.core.hashing import (
+        hash_normalized,
+        hash_normalized_present,
+        normalized_buffer,
+        normalized_tokens,
+    )
     from tcqa_data.decontam.textstore.anchors import ANCHOR_K
 
     cfg = table.cfg
@@ -208,9 +217,11 @@ def scan_shard(table: BenchmarkTable, shard: InputShard, progress: Callable[[int
             def name(local: np.ndarray, rows: np.ndarray = b.rows) -> list[tuple[str, int]]:
                 return [(f"{inp.path}:{r}", r) for r in rows[local].tolist()]
 
-            by_n = (hash_normalized_present(b.data, b.doc_start, cfg.seed, present) if present is not None
-                    else hash_normalized(b.data, b.doc_start, ns, cfg.seed))
-            scan.add(by_n, len(b.rows), name, (b.data, b.doc_start))
+            # the candidate windows hash the same tokens: tokenized once for both
+            tokens = normalized_tokens(b.data, b.doc_start, cfg.seed) if table.rare is not None else None
+            by_n = (hash_normalized_present(b.data, b.doc_start, cfg.seed, present, tokens)
+                    if present is not None else hash_normalized(b.data, b.doc_start, ns, cfg.seed, tokens))
+            scan.add(by_n, len(b.rows), name, (b.data, b.doc_start), tokens)
             scan.out.chars += b.chars
             if progress is not None:
                 progress(b.chars, len(b.rows))
@@ -223,7 +234,8 @@ def scan_shard(table: BenchmarkTable, shard: InputShard, progress: Callable[[int
             return [(batch[i].ref, batch[i].row) for i in local.tolist()]
 
         buffer = normalized_buffer([d.text for d in batch], cfg.normalization)
-        scan.add(hash_normalized(*buffer, ns, cfg.seed), len(batch), name_docs, buffer)
+        tokens = normalized_tokens(*buffer, cfg.seed) if table.rare is not None and kernel.enabled() else None
+        scan.add(hash_normalized(*buffer, ns, cfg.seed, tokens), len(batch), name_docs, buffer, tokens)
         chars = sum(len(d.text) for d in batch)
         scan.out.chars += chars
         if progress is not None:
