@@ -97,3 +97,30 @@ def test_compiled_kernel_over_cores_equals_the_numpy_path(items, wiki_sample, tm
 
     with_core = _segments(table.rare).item_core[compiled.cols["query"]] >= 0
     assert with_core.sum() > 20, json.dumps({"candidates": len(compiled), "with_core": int(with_core.sum())})
+
+
+def test_batches_merged_into_the_running_candidates_equal_one_pass(items, wiki_sample):
+    """The same 300 docs five times, as five batches each merged into the candidates so far, keep
+    what one pass over all 1,500 docs keeps, texts and counts; by the fifth every item with a
+    candidate has four docs it ties with (a later doc loses a tie), so that batch adds nothing."""
+    from tcqa_data.decontam.core.hashing import normalized_buffer
+    from tcqa_data.decontam.semantic.windows import TOP_PER_QUERY, scan_windows
+
+    queries, groups = items
+    rare = RareWordTable.build(queries, "janitor", 0, groups)
+    with wiki_sample.open() as src:
+        texts = [json.loads(line)["text"] for line in islice(src, 300)]
+    copies = TOP_PER_QUERY + 1
+    one = scan_windows(rare, *normalized_buffer(texts * copies, "janitor"), 0)
+    arr, doc_start = normalized_buffer(texts, "janitor")
+    batched = before = None
+    for k in range(copies):
+        before = batched
+        batched = scan_windows(rare, arr, doc_start, 0, doc_base=k * len(texts), into=batched)
+    assert len(one) > 10
+    for c in one.cols:
+        assert (batched.cols[c] == one.cols[c]).all(), c
+        assert (batched.cols[c] == before.cols[c]).all(), c
+    assert batched.texts == one.texts
+    assert (batched.windows, batched.passed) == (one.windows, one.passed) == \
+        (copies * before.windows // (copies - 1), copies * before.passed // (copies - 1))

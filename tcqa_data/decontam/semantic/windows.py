@@ -140,6 +140,8 @@ def _span_texts(arr: np.ndarray, doc_start: np.ndarray, doc_len: np.ndarray, doc
     tokens: the runs of non-space bytes), reading only those docs."""
     raw = arr.tobytes() if not isinstance(arr, bytes | bytearray) else bytes(arr)
     out = [""] * len(doc)
+    if not len(doc):
+        return out
     order = np.argsort(doc, kind="stable")
     docs, first = np.unique(doc[order], return_index=True)
     for d, rows in zip(docs.tolist(), np.split(order, first[1:]), strict=True):
