@@ -5,9 +5,11 @@ Shared by the stages that run one (``eval/``: the model evaluated; ``decontam/se
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -156,33 +158,42 @@ def resolve_max_length(config: Any, tokenizer: Any) -> int:
     return DEFAULT_MAX_LENGTH
 
 
+@contextlib.contextmanager
+def transformers_bars_off(off: bool = True) -> Iterator[None]:
+    """transformers' own progress bars off while loading (``off``), as they were after: they write
+    carriage-return bars into logs and under ``--quiet``. The GGUF dequantize loop uses plain tqdm,
+    which transformers' switch does not reach."""
+    import transformers
+
+    if not off:
+        yield
+        return
+    bars_were_on = transformers.utils.logging.is_progress_bar_enabled()
+    gguf_utils = sys.modules.get("transformers.modeling_gguf_pytorch_utils")
+    if gguf_utils is None:
+        import transformers.modeling_gguf_pytorch_utils as gguf_utils
+    gguf_tqdm = getattr(gguf_utils, "tqdm", None)
+    transformers.utils.logging.disable_progress_bar()
+    if gguf_tqdm is not None:
+        gguf_utils.tqdm = functools.partial(gguf_tqdm, disable=True)
+    try:
+        yield
+    finally:
+        if bars_were_on:
+            transformers.utils.logging.enable_progress_bar()
+        if gguf_tqdm is not None:
+            gguf_utils.tqdm = gguf_tqdm
+
+
 def load_model(model: str, *, gguf_file: str | None = None, device: str = "auto", dtype: str = "auto",
                trust_remote_code: bool = False, max_length: int | None = None,
                show_progress: bool = True) -> LoadedModel:
     """Load ``model`` (hub id, local folder, a ``.gguf`` file / ``gguf_file`` in a folder, or a
     ``PACKAGED_MODELS`` short name). ``show_progress=False`` turns transformers' own bars off
-    (they write carriage-return bars into logs)."""
-    import transformers
-
-    bars_were_on = transformers.utils.logging.is_progress_bar_enabled()
-    # The GGUF dequantize loop uses plain tqdm, which the switch above does not reach.
-    gguf_utils = sys.modules.get("transformers.modeling_gguf_pytorch_utils")
-    if gguf_utils is None and not show_progress:
-        import transformers.modeling_gguf_pytorch_utils as gguf_utils
-    gguf_tqdm = getattr(gguf_utils, "tqdm", None)
-    if not show_progress:
-        transformers.utils.logging.disable_progress_bar()
-        if gguf_tqdm is not None:
-            gguf_utils.tqdm = functools.partial(gguf_tqdm, disable=True)
-    try:
+    (``transformers_bars_off``)."""
+    with transformers_bars_off(not show_progress):
         return _load_model(model, gguf_file=gguf_file, device=device, dtype=dtype,
                            trust_remote_code=trust_remote_code, max_length=max_length)
-    finally:
-        if not show_progress:
-            if bars_were_on:
-                transformers.utils.logging.enable_progress_bar()
-            if gguf_tqdm is not None:
-                gguf_utils.tqdm = gguf_tqdm
 
 
 def _resolve(model: str, gguf_file: str | None) -> tuple[str | None, str, str, str | None]:

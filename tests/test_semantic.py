@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -65,6 +67,19 @@ def test_model_is_the_pinned_minilm_and_orders_similarity():
     sims = e @ e.T
     # the model card's own example: eating / bread 0.7553, eating / riding far lower
     assert abs(sims[0, 1] - 0.7553) < 0.01 and sims[0, 2] < 0.4
+
+
+def test_loading_the_model_writes_no_progress_bar():
+    """transformers' weight-loading bar (carriage returns into logs, and under --quiet) is off
+    while the model loads, and as it was after."""
+    code = ("import transformers\n"
+            "from tcqa_data.decontam.semantic.model import load_embedding_model\n"
+            "load_embedding_model()\n"
+            "print(transformers.utils.logging.is_progress_bar_enabled())\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         check=True)
+    assert "Loading weights" not in run.stderr and "\r" not in run.stderr, run.stderr
+    assert run.stdout.strip() == "True"
 
 
 def test_a_wrong_weights_file_is_refused_in_one_line(tmp_path):

@@ -168,8 +168,11 @@ def _load_embedding_model(name: str | None, *, expected_sha256: str | None, devi
     key = (str(folder) if folder is not None else name, digest, device)
     if key in _LOADED:  # one load per process for the same weights (a run's splits, tests)
         return EmbeddingModel(name, folder, digest, _LOADED[key])
+    from tcqa_data.causal_lm import transformers_bars_off
+
     try:
-        model = SentenceTransformer(key[0], device=device, trust_remote_code=False)
+        with transformers_bars_off():  # a bar for a 90 MB load, into logs and under --quiet
+            model = SentenceTransformer(key[0], device=device, trust_remote_code=False)
     except Exception as e:  # noqa: BLE001 - any load failure is one line naming the model
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConfigError(f"embedding model {name!r} cannot be loaded ({first}); give a "
