@@ -21,7 +21,7 @@ The windows are scored by a compiled kernel (``_numba_kernels/semantic.py``: one
 rare-word hits, per window its distinct words and the segments holding them, a core that items
 share counted once for all of them: ``cores.py``); the numpy fallback expands every (hit, item)
 pair and sorts them, with the same result. On the 206 MB wiki sample x10 against 12,068 items
-the pass with candidate windows costs ~6.8 CPU-s against the n-gram pass's 1.4 (11.6 with a
+the pass with candidate windows costs ~5.1 CPU-s against the n-gram pass's 1.5 (11.6 with a
 counter per item; numpy: ~150).
 """
 
