@@ -124,3 +124,21 @@ def test_batches_merged_into_the_running_candidates_equal_one_pass(items, wiki_s
     assert batched.texts == one.texts
     assert (batched.windows, batched.passed) == (one.windows, one.passed) == \
         (copies * before.windows // (copies - 1), copies * before.passed // (copies - 1))
+
+
+def test_english_zipf_equals_wordfreq_on_every_benchmark_word(items, wiki_sample):
+    """The table's fast read of wordfreq equals ``wordfreq.zipf_frequency`` on every distinct word
+    of the items and of 300 wiki articles, and on words its fast path does not take."""
+    from wordfreq import zipf_frequency
+
+    from tcqa_data.decontam.core.normalize import tokenize
+    from tcqa_data.decontam.semantic.rarewords import english_zipf
+
+    queries, _ = items
+    with wiki_sample.open() as src:
+        texts = queries + [json.loads(line)["text"] for line in islice(src, 300)]
+    words = {w for t in texts for w in tokenize(t, "janitor")}
+    words |= {"zzqxv", "1990", "3", "café", "naïve", "x", "qwertyuiopasdf", "the", "ʼs"}
+    fast = [w for w in words if w.isascii() and w.isalpha() and w.islower()]
+    assert len(fast) > 10_000
+    assert [english_zipf(w) for w in sorted(words)] == [zipf_frequency(w, "en") for w in sorted(words)]

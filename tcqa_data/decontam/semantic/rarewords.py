@@ -18,6 +18,7 @@ each (CSR), and per item its total rare weight, rare word count and length in wo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -36,13 +37,35 @@ NUMBER_WORDS = {w: str(i) for i, w in enumerate(
     "seventeen eighteen nineteen twenty".split())}
 
 
+@lru_cache(maxsize=1)
+def _english_frequencies() -> dict[str, float]:
+    from wordfreq import get_frequency_dict
+
+    return get_frequency_dict("en", "best")
+
+
+def english_zipf(word: str) -> float:
+    """``wordfreq.zipf_frequency(word, "en")``. A word of ASCII lowercase letters is its own one
+    token, so its frequency is read from wordfreq's table and rounded as wordfreq rounds it (3
+    significant digits, then hundredths of a Zipf unit), at a tenth of the cost of wordfreq's
+    tokenizer (the table's ~28,000 words were 1.5 CPU-s of every semantic run); any other word goes
+    through ``zipf_frequency`` itself. ``tests/test_semantic_cores.py`` holds the two equal."""
+    if word.isascii() and word.isalpha() and word.islower():
+        freq = _english_frequencies().get(word)
+        if freq is None:
+            return 0.0  # wordfreq's minimum: once per billion words or less
+        freq = round(freq, math.floor(-math.log(freq, 10)) + 3)
+        return round(math.log(freq, 10) + 9, 2)
+    from wordfreq import zipf_frequency
+
+    return zipf_frequency(word, "en")
+
+
 @lru_cache(maxsize=1 << 18)
 def word_weight(word: str) -> int:
     """Integer weight of a normalized word as a particular (0: a common word, not one): its rarity,
     and at least ``NUMBER_WEIGHT`` for a number."""
-    from wordfreq import zipf_frequency
-
-    zipf = zipf_frequency(word, "en")
+    zipf = english_zipf(word)
     rarity = int(round((ZIPF_CEILING - zipf) * WEIGHT_SCALE)) if zipf < RARE_MAX_ZIPF else 0
     return max(rarity, NUMBER_WEIGHT) if word.isdigit() else rarity
 
@@ -108,6 +131,8 @@ class RareWordTable:
                     holders.setdefault(w, []).append(q)
         group = list(groups) if groups is not None else [0] * len(queries)
         for w, qs in list(holders.items()):
+            if len(qs) <= MAX_HOLDERS:  # no task can hold it more often
+                continue
             per_group = Counter(group[q] for q in qs)
             holders[w] = [q for q in qs if per_group[group[q]] <= MAX_HOLDERS]
         words = sorted(w for w, qs in holders.items() if qs)

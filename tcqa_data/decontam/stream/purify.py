@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 import numpy as np
 
@@ -104,31 +104,42 @@ def _char_spans(text: str, word_spans: WordSpans, scheme: str) -> list[tuple[int
     return out
 
 
+class DocCut(NamedTuple):
+    """What purify does to one contaminated doc: the pieces kept, the char spans removed, the
+    action ("kept", "cut", "dropped"), its n-gram matches and the spans cut for other evidence."""
+
+    pieces: list[str]
+    removed: list[tuple[int, int]]
+    action: str
+    ngram_matches: int
+    span_cuts: int
+
+
 def _cut(text: str, cfg: PurifyConfig, is_dirty: Callable[[np.ndarray, int], np.ndarray],
-         word_spans: WordSpans = ()) -> tuple[list[str], list[tuple[int, int]], str, int, int]:
-    """(pieces, removed spans, action, n-gram matches, span cuts) of one contaminated doc."""
+         word_spans: WordSpans = ()) -> DocCut:
+    """What purify does to one contaminated doc (``DocCut``)."""
     if cfg.mode == "drop":
-        return [], [(0, len(text))], "dropped", 0, 0
+        return DocCut([], [(0, len(text))], "dropped", 0, 0)
     matches = sorted(m for size in (cfg.n, *cfg.whole_sizes)
                      for m in janitor_matches(text, size, cfg.seed, lambda h, s=size: is_dirty(h, s),
                                               cfg.janitor_exact))
     if not matches and not word_spans:
-        return [text], [], "kept", 0, 0
+        return DocCut([text], [], "kept", 0, 0)
     keep = (janitor_pieces(text, matches, cfg.window, cfg.minimum_slice, cfg.too_dirty_cutoff) if matches
             else [(0, len(text))])
     cuts = 0
     if word_spans and (keep or not matches):  # a doc Janitor dropped stays dropped
         keep, cuts = cut_spans(len(text), keep, _char_spans(text, word_spans, cfg.normalization),
                                len(matches), cfg.window, cfg.minimum_slice, cfg.too_dirty_cutoff)
-    return ([text[a:b] for a, b in keep], removed_spans(len(text), keep), "cut" if keep else "dropped",
-            len(matches), cuts)
+    return DocCut([text[a:b] for a, b in keep], removed_spans(len(text), keep), "cut" if keep else "dropped",
+                  len(matches), cuts)
 
 
-def _removal(row: int, text: str, cut: tuple[list[str], list[tuple[int, int]], str, int, int]) -> Removal:
-    pieces, spans, action, matches, cuts = cut
+def _removal(row: int, text: str, cut: DocCut) -> Removal:
     removed = len(text.encode("utf-8", "surrogatepass")) - sum(len(p.encode("utf-8", "surrogatepass"))
-                                                               for p in pieces)
-    return Removal(row, action, len(pieces) if action != "kept" else 1, spans, removed, matches, cuts)
+                                                               for p in cut.pieces)
+    return Removal(row, cut.action, len(cut.pieces) if cut.action != "kept" else 1, cut.removed, removed,
+                   cut.ngram_matches, cut.span_cuts)
 
 
 @contextmanager
@@ -184,11 +195,10 @@ def purify_input(inp: CorpusInput, dest: Path, rows: dict[int, str], cfg: Purify
             text = field_value(record, cfg.text_field)[1]
             cut = _cut(text, cfg, is_dirty, word_spans.get(line, ()))
             out.append(_removal(line, text, cut))
-            pieces, action = cut[0], cut[2]
-            if action == "kept":
+            if cut.action == "kept":
                 w.write(raw)
                 continue
-            for k, piece in enumerate(pieces):
+            for k, piece in enumerate(cut.pieces):
                 rec = {**with_field(record, cfg.text_field, piece), REF_FIELD: ref, PIECE_FIELD: k}
                 w.write(json.dumps(rec, ensure_ascii=False).encode("utf-8", "surrogatepass") + b"\n")
     return out
@@ -246,12 +256,11 @@ def _purify_rows(table: Any, first: int, rows: dict[int, str], cfg: PurifyConfig
             continue
         cut = _cut(text, cfg, is_dirty, word_spans.get(first + i, ()))
         out.append(_removal(first + i, text, cut))
-        pieces, action = cut[0], cut[2]
-        for k, piece in enumerate(pieces):
+        for k, piece in enumerate(cut.pieces):
             take.append(i)
             new_text.append(piece)
-            refs.append(None if action == "kept" else ref)
-            piece_no.append(None if action == "kept" else k)
+            refs.append(None if cut.action == "kept" else ref)
+            piece_no.append(None if cut.action == "kept" else k)
     result = table.take(pa.array(take, type=pa.int64()))
     col = result.schema.get_field_index(cfg.text_field)
     text_type = result.schema.field(col)
