@@ -230,3 +230,27 @@ def test_a_tokenizer_without_a_chat_template_gets_a_plain_prompt(tiny_model):
     p = plain.probabilities(pairs)
     np.testing.assert_allclose(p, plain.probabilities(pairs[::-1], batch_size=1)[::-1], atol=1e-5)
     assert ((p > 0) & (p < 1)).all()
+
+
+def test_purify_takes_every_window_the_threshold_reaches_not_the_best_alone(devset, tmp_path):
+    """A rephrased item's doc again, under another id, later in the corpus: decontaminate's evidence
+    names one window (the first copy's), and purify drops both copies, and nothing else more."""
+    from tcqa_data.prep.purify import purify
+
+    common = dict(data_files=devset["data"], quiet=True, rule="semantic", mode="drop")
+    purify([devset["corpus"]], [devset["task"]], tmp_path / "once", **common)
+    dropped = {r["doc_ref"] for r in pq.read_table(tmp_path / "once" / "removal_log.parquet").to_pylist()}
+    name = Path(devset["corpus"]).name
+    lines = Path(devset["corpus"]).read_text(encoding="utf-8").splitlines()
+    row = next(k for k, line in enumerate(lines, 1)
+               if json.loads(line)["id"].startswith("inj-") and f"{name}:{k}" in dropped)
+    copy = {**json.loads(lines[row - 1]), "id": "the-copy"}
+    corpus = tmp_path / "in" / name  # the same name: the same doc refs
+    corpus.parent.mkdir()
+    corpus.write_text("\n".join([*lines, json.dumps(copy)]) + "\n", encoding="utf-8")
+    report = purify([str(corpus)], [devset["task"]], tmp_path / "twice", **common)
+    again = {r["doc_ref"] for r in pq.read_table(tmp_path / "twice" / "removal_log.parquet").to_pylist()}
+    assert again == dropped | {f"{corpus.name}:{len(lines) + 1}"}
+    assert report["semantic"]["docs_dropped"] == report["semantic"]["docs_matched"] == len(again)
+    written = [json.loads(line)["id"] for line in (tmp_path / "twice" / corpus.name).read_text().splitlines()]
+    assert "the-copy" not in written and copy["id"] != json.loads(lines[row - 1])["id"]

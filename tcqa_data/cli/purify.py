@@ -34,7 +34,8 @@ def purify_cmd(
         help="A folder of your own lm-eval task YAMLs (lm-eval's --include_path); repeatable."),
     rule: str = typer.Option(DEFAULT_RULE, "--rule",
                              help="Benchmark docs that count (as decontaminate; a semantic term drops "
-                                  "the doc of a flagged item's best window, or excises the window)."),
+                                  "the docs of a flagged item's windows at its threshold, or excises "
+                                  "the windows)."),
     ngram: int = typer.Option(13, "--ngram", min=1, help="N-gram size (Janitor: 13)."),
     window: int = typer.Option(200, "--window", min=0,
                                help="Chars cut on each side of a match (Janitor: 200)."),

@@ -129,10 +129,11 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
     and with ``janitor_exact=False``; the default, ``janitor_exact``, cuts exactly ``Janitor.clean_python``'s
     pieces (13-grams only, its windows: ``decontam/stream/excise.py``). ``lm_eval_include``,
     ``lm_eval_include_defaults``, ``allow_task_code``: as ``decontaminate``. A semantic rule term
-    takes, for each benchmark doc a semantic clause flags, the corpus doc of its best window: drops
-    it (``drop``) or cuts the window's span from it with Janitor's margin and piece rules besides
-    any n-gram cuts (``excise``: a rephrasing shares no n-gram to cut); ``embedding_model`` as
-    ``decontaminate``'s."""
+    takes, for each benchmark doc a semantic clause flags, the corpus docs of its best window and
+    of every other candidate window scoring at least the rule's least semantic threshold: drops
+    them (``drop``) or cuts the windows' spans from them with Janitor's margin and piece rules
+    besides any n-gram cuts (``excise``: a rephrasing shares no n-gram to cut); ``embedding_model``
+    as ``decontaminate``'s."""
     if isinstance(tasks, str):
         tasks = [t.strip() for t in tasks.split(",") if t.strip()]
     if not tasks:
@@ -290,18 +291,21 @@ def _contamination(evidence: StreamEvidence, parsed: Rule, benchmarks: list[tupl
         start, holders = table.holder_start[size], table.holders[size]
         for r, o in zip(pair_rows[keep].tolist(), pair_docs[keep].tolist(), strict=True):
             matched[o].update(q for q in holders[start[r]:start[r + 1]].tolist() if dirty_query[q])
-    # a rephrased item: the corpus doc of its best window (the one the semantic term scored)
+    # a rephrased item: the corpus doc of its best window (the one the semantic term scored), and
+    # of each other window of it that a semantic term's threshold reaches (a weaker copy elsewhere)
     semantic_docs: set[int] = set()
     word_spans: dict[int, set[tuple[int, int]]] = defaultdict(set)
     if by_semantic:
+        least = min(t.threshold for t in parsed.terms if t.name == "semantic")
         sem_q = sorted(by_semantic)
         sm = evidence.semantic_matches([queries[q] for q in sem_q], semantic_model)
-        for q, o, span in zip(sem_q, sm.docs.tolist(), sm.spans, strict=True):
-            if o >= 0:
-                matched[o].add(q)
-                semantic_docs.add(o)
-                if span is not None:
-                    word_spans[o].add((int(span[0]), int(span[1])))
+        for q, o, span, others in zip(sem_q, sm.docs.tolist(), sm.spans, sm.others, strict=True):
+            windows = ([(o, span)] if o >= 0 else []) + [(d, sp) for d, sp, score in others if score >= least]
+            for doc, sp in windows:
+                matched[doc].add(q)
+                semantic_docs.add(doc)
+                if sp is not None:
+                    word_spans[doc].add((int(sp[0]), int(sp[1])))
     per_input: dict[int, dict[int, int]] = defaultdict(dict)
     for o in matched:
         inp_no, row = hits.where[o]

@@ -61,7 +61,9 @@ TIGHT_MARGIN = 1  # words kept either side of the run from the first to the last
 @dataclass
 class SemanticMatches:
     """Per item: the best span's cosine, doc, span, window text, shared rare words, candidates
-    scored, and its ``semantic_score`` and kept rare-word share (NaN: no candidate)."""
+    scored, and its ``semantic_score`` and kept rare-word share (NaN: no candidate); ``others``:
+    its other candidates a model scored, each (doc, span, ``semantic_score``), best first (purify
+    takes every window a flag's threshold reaches, not the best alone)."""
 
     cosine: np.ndarray
     docs: np.ndarray
@@ -73,18 +75,19 @@ class SemanticMatches:
     score: np.ndarray = field(default_factory=lambda: np.empty(0))
     kept: np.ndarray = field(default_factory=lambda: np.empty(0))
     model: list[str | None] = field(default_factory=list)  # the model that gave the item's scores
+    others: list[list[tuple[int, list[int], float]]] = field(default_factory=list)
 
     @classmethod
     def empty(cls, k: int) -> SemanticMatches:
         return cls(np.full(k, np.nan), np.full(k, -1, np.int64), [None] * k, [None] * k,
                    [[] for _ in range(k)], np.zeros(k, np.int64), {}, np.full(k, np.nan), np.full(k, np.nan),
-                   [None] * k)
+                   [None] * k, [[] for _ in range(k)])
 
     def put(self, rows: np.ndarray, other: SemanticMatches) -> None:
         """Copy ``other``'s entries at ``rows`` (the same numbering) into these."""
         for name in ("cosine", "docs", "score", "kept", "candidates"):
             getattr(self, name)[rows] = getattr(other, name)[rows]
-        for name in ("spans", "windows", "shared_words", "model"):
+        for name in ("spans", "windows", "shared_words", "model", "others"):
             mine, theirs = getattr(self, name), getattr(other, name)
             for i in rows.tolist():
                 mine[i] = theirs[i]
@@ -94,7 +97,8 @@ class SemanticMatches:
         return SemanticMatches(self.cosine[idx], self.docs[idx], [self.spans[i] for i in idx.tolist()],
                                [self.windows[i] for i in idx.tolist()],
                                [self.shared_words[i] for i in idx.tolist()], self.candidates[idx], self.stats,
-                               self.score[idx], self.kept[idx], [self.model[i] for i in idx.tolist()])
+                               self.score[idx], self.kept[idx], [self.model[i] for i in idx.tolist()],
+                               [self.others[i] for i in idx.tolist()])
 
 
 def _encode_distinct(model: object, texts: Sequence[str]) -> np.ndarray:
@@ -327,6 +331,12 @@ def verify(queries: Sequence[str], rare: RareWordTable, cands: Candidates, model
     out.candidates = counts.astype(np.int64)
     names = (getattr(model, "name", None), getattr(stage1, "name", None))
     span_words, subs = pairs["span_words"], pairs["subs"]
+    for j in order[~first].tolist():  # the others, best first: where a copy weaker than the best is
+        if best[j] > -np.inf:
+            a, b = subs[j][best_at[j][0]]
+            start = int(cands.cols["start"][j])
+            out.others[int(q[j])].append((int(cands.cols["doc"][j]), [start + a, start + b],
+                                          round(float(best[j]), 6)))
     for j in order[first].tolist():
         i = int(q[j])
         s, cos_j, kept_j = best_at[j]
