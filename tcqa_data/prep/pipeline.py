@@ -263,8 +263,7 @@ def decontaminate(
     if parsed_rule.uses_semantic:  # a model that cannot load is refused before anything is written
         from tcqa_data.decontam.semantic.prefilter import model_for_rule
 
-        semantic_model = model_for_rule(embedding_model, [t.threshold for t in parsed_rule.terms
-                                                          if t.name == "semantic"], judge is not None)
+        semantic_model = model_for_rule(embedding_model, parsed_rule.semantic_thresholds, judge is not None)
         if judge is not None:
             from tcqa_data.decontam.semantic.judge import load_judge
 

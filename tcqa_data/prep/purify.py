@@ -153,8 +153,7 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
         from tcqa_data.decontam.semantic.prefilter import model_for_rule
 
         # refused before anything is written
-        semantic_model = model_for_rule(embedding_model, [t.threshold for t in parsed.terms
-                                                          if t.name == "semantic"], judge=False)
+        semantic_model = model_for_rule(embedding_model, parsed.semantic_thresholds, judge=False)
     evidence = StreamEvidence.open(list(corpus), StreamConfig(
         ngram_sizes=(ngram,), anchors=parsed.uses_alignment, semantic=parsed.uses_semantic,
         keep_pairs=True, text_field=text_field,
@@ -296,7 +295,7 @@ def _contamination(evidence: StreamEvidence, parsed: Rule, benchmarks: list[tupl
     semantic_docs: set[int] = set()
     word_spans: dict[int, set[tuple[int, int]]] = defaultdict(set)
     if by_semantic:
-        least = min(t.threshold for t in parsed.terms if t.name == "semantic")
+        least = min(parsed.semantic_thresholds)
         sem_q = sorted(by_semantic)
         sm = evidence.semantic_matches([queries[q] for q in sem_q], semantic_model)
         for q, o, span, others in zip(sem_q, sm.docs.tolist(), sm.spans, sm.others, strict=True):

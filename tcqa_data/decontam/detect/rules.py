@@ -185,6 +185,12 @@ class Rule:
         return any(t.uses_semantic for t in self.terms)
 
     @property
+    def semantic_thresholds(self) -> list[float]:
+        """The thresholds of the rule's ``semantic>=T`` terms (the embedding model's floor is the
+        least; purify takes every window reaching it)."""
+        return [t.threshold for t in self.terms if t.name == "semantic"]
+
+    @property
     def uses_judge(self) -> bool:
         return any(t.uses_judge for t in self.terms)
 

@@ -331,12 +331,14 @@ def verify(queries: Sequence[str], rare: RareWordTable, cands: Candidates, model
     out.candidates = counts.astype(np.int64)
     names = (getattr(model, "name", None), getattr(stage1, "name", None))
     span_words, subs = pairs["span_words"], pairs["subs"]
+
+    def span(j: int) -> list[int]:  # candidate j's best sub-span, in words of its doc
+        a, b = subs[j][best_at[j][0]]
+        return [int(cands.cols["start"][j]) + a, int(cands.cols["start"][j]) + b]
+
     for j in order[~first].tolist():  # the others, best first: where a copy weaker than the best is
         if best[j] > -np.inf:
-            a, b = subs[j][best_at[j][0]]
-            start = int(cands.cols["start"][j])
-            out.others[int(q[j])].append((int(cands.cols["doc"][j]), [start + a, start + b],
-                                          round(float(best[j]), 6)))
+            out.others[int(q[j])].append((int(cands.cols["doc"][j]), span(j), round(float(best[j]), 6)))
     for j in order[first].tolist():
         i = int(q[j])
         s, cos_j, kept_j = best_at[j]
@@ -346,8 +348,7 @@ def verify(queries: Sequence[str], rare: RareWordTable, cands: Candidates, model
             out.model[i] = names[0] if by_model[j] else names[1]
         out.kept[i] = round(kept_j, 6)
         out.docs[i] = int(cands.cols["doc"][j])
-        start = int(cands.cols["start"][j])
-        out.spans[i] = [start + a, start + b]
+        out.spans[i] = span(j)
         out.windows[i] = " ".join(span_words[j][a:b])
         out.shared_words[i] = rare.shared_words(queries[i], out.windows[i], scheme)
     return out
