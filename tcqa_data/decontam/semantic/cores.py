@@ -30,13 +30,16 @@ class CoreSegments:
     """Segments: item ``q``'s residual is segment ``q``; core ``c`` is segment ``num_items + c``.
     ``seg_start``/``seg_post``: each word's segments (CSR over the table's words);
     ``item_core``: each item's core segment (-1: none); ``core_items_start``/``core_items``: each
-    core's items; ``core_need_weight``/``core_need_words``: the least need of a core's items."""
+    core's items; ``need_weight``/``need_words``: each item's need, as the window test reads it;
+    ``core_need_weight``/``core_need_words``: the least need of a core's items."""
 
     seg_start: np.ndarray
     seg_post: np.ndarray
     item_core: np.ndarray
     core_items_start: np.ndarray
     core_items: np.ndarray
+    need_weight: np.ndarray
+    need_words: np.ndarray
     core_need_weight: np.ndarray
     core_need_words: np.ndarray
 
@@ -63,8 +66,8 @@ def _clusters(rare: RareWordTable, word: np.ndarray) -> np.ndarray:
 
 
 def core_segments(rare: RareWordTable, need_weight: np.ndarray, need_words: np.ndarray) -> CoreSegments:
-    """The table's words as segments (module doc); ``need_weight``/``need_words``: each item's
-    need, as the window test reads it."""
+    """The table's words as segments (module doc), with each item's ``need_weight`` and
+    ``need_words``."""
     nq, nw = rare.num_queries, len(rare.weight)
     word = np.repeat(np.arange(nw, dtype=np.int64), np.diff(rare.post_start))
     label = _clusters(rare, word) if len(word) else np.arange(nq, dtype=np.int64)
@@ -94,4 +97,4 @@ def core_segments(rare: RareWordTable, need_weight: np.ndarray, need_words: np.n
     np.minimum.at(core_need_words, core, need_words[held])
     return CoreSegments(seg_start, (pairs % span).astype(np.int64), item_core.astype(np.int64),
                         core_items_start, held[np.argsort(core, kind="stable")].astype(np.int64),
-                        core_need_weight, core_need_words)
+                        need_weight, need_words, core_need_weight, core_need_words)

@@ -168,7 +168,8 @@ def _passes(rare: RareWordTable, gq: np.ndarray, weight: np.ndarray, shared: np.
     return (weight * 100 >= need_weight[gq]) & (shared >= need_words[gq])
 
 
-# each table's segments, built once per process (the table's arrays do not change)
+# each table's segments and its items' needs, built once per process (the table's arrays do not
+# change), not per batch
 _SEGMENTS: weakref.WeakKeyDictionary[RareWordTable, CoreSegments] = weakref.WeakKeyDictionary()
 
 
@@ -191,7 +192,7 @@ def _window_groups(rare: RareWordTable, v: np.ndarray, doc: np.ndarray, pos: np.
         return kernel.kernels()["window_groups"](
             v, doc, pos, doc_len, seg.seg_start, seg.seg_post, rare.weight, seg.item_core,
             seg.core_items_start, seg.core_items, seg.core_need_weight, seg.core_need_words,
-            *_needs(rare), WINDOW_WORDS, WINDOW_STRIDE)
+            seg.need_weight, seg.need_words, WINDOW_WORDS, WINDOW_STRIDE)
     # every (hit, item holding the word)
     cnt = rare.post_start[v + 1] - rare.post_start[v]
     hit = np.repeat(np.arange(len(v)), cnt)
