@@ -69,6 +69,35 @@ def test_model_is_the_pinned_minilm_and_orders_similarity():
     assert abs(sims[0, 1] - 0.7553) < 0.01 and sims[0, 2] < 0.4
 
 
+def test_batches_on_cores_give_the_bytes_of_the_models_own_encode(wiki_sample):
+    """On a CPU, batches run apart, one core each, several at once; each text's embedding is what
+    sentence-transformers' own ``encode`` gives for that batch, byte for byte, whatever the number
+    of cores, and torch's thread setting is as it was after."""
+    import torch
+
+    from tcqa_data.decontam.semantic.model import load_embedding_model
+
+    m = load_embedding_model(device="cpu")
+    with wiki_sample.open() as fh:
+        words = " ".join(json.loads(next(fh))["text"] for _ in range(40)).split()
+    # windows of 5 to 150 words: batches of other lengths, a last batch short of 16
+    texts = [" ".join(words[i * 97:i * 97 + 5 + (i * 37) % 146]) for i in range(53)]
+    before = torch.get_num_threads()
+    for cores in (1, 3):
+        torch.set_num_threads(cores)
+        try:
+            ours = m.encode(texts)
+            assert torch.get_num_threads() == cores
+        finally:
+            torch.set_num_threads(before)
+        order = sorted(range(len(texts)), key=lambda i: (len(texts[i]), texts[i]))
+        for lo in range(0, len(order), 16):
+            rows = order[lo:lo + 16]
+            own = m.model.encode([texts[i] for i in rows], batch_size=16, convert_to_numpy=True,
+                                 normalize_embeddings=True, show_progress_bar=False)
+            np.testing.assert_array_equal(ours[rows], own)
+
+
 def test_loading_the_model_writes_no_progress_bar():
     """transformers' weight-loading bar (carriage returns into logs, and under --quiet) is off
     while the model loads, and as it was after."""
