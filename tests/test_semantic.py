@@ -69,6 +69,32 @@ def test_model_is_the_pinned_minilm_and_orders_similarity():
     assert abs(sims[0, 1] - 0.7553) < 0.01 and sims[0, 2] < 0.4
 
 
+def test_loading_the_model_frees_garbage_and_leaves_the_collector_as_it_was():
+    """The model's objects are kept out of the collector's later passes (frozen), but garbage made
+    before the load is freed, not frozen with them, and the collector is on or off as before."""
+    import gc
+    import weakref
+
+    from tcqa_data.decontam.semantic.model import load_embedding_model
+
+    class Node:
+        pass
+
+    for on in (True, False):
+        (gc.enable if on else gc.disable)()
+        try:
+            cycle = Node()
+            cycle.me = cycle
+            ref = weakref.ref(cycle)
+            del cycle
+            frozen = gc.get_freeze_count()
+            load_embedding_model()
+            assert ref() is None and gc.isenabled() == on
+            assert gc.get_freeze_count() > frozen
+        finally:
+            gc.enable()
+
+
 def test_batches_on_cores_give_the_bytes_of_the_models_own_encode(wiki_sample):
     """On a CPU, batches run apart, one core each, several at once; each text's embedding is what
     sentence-transformers' own ``encode`` gives for that batch, byte for byte, whatever the number
@@ -283,6 +309,35 @@ def test_candidates_are_the_same_for_any_cut_into_shards(devset):
     for c in one.cols:
         assert (one.cols[c] == many.cols[c]).all(), c
     assert one.texts == many.texts
+
+
+def test_merging_batch_by_batch_keeps_what_ranking_them_all_at_once_keeps():
+    """Candidates merged batch by batch (only a batch's items ranked again) equal the top docs of
+    all the batches ranked at once: the same rows in the same order, each with its own text, with
+    ties of weight, items in no batch or every batch, and a doc in two batches."""
+    from tcqa_data.decontam.semantic.windows import _COLUMNS, TOP_PER_QUERY, Candidates, _top
+
+    rng = np.random.default_rng(0)
+    batches = []
+    for b in range(40):
+        n = int(rng.integers(0, 60))
+        q = np.where(rng.random(n) < 0.3, 0, rng.integers(1, 30, n))  # item 0 in nearly every batch
+        cols = {"query": q, "doc": b * 5 + rng.integers(0, 6, n), "window": rng.integers(0, 4, n),
+                "weight": rng.integers(1, 5, n), "shared": rng.integers(2, 6, n), "start": rng.integers(0, 9, n),
+                "end": rng.integers(9, 30, n)}
+        texts = [f"batch {b} row {i}" for i in range(n)]
+        batches.append(Candidates({c: np.asarray(v, np.int64) for c, v in cols.items()}, texts, 7, n))
+    running = Candidates()
+    for batch in batches:
+        running = running.merged(batch)
+    at_once = _top(Candidates({c: np.concatenate([b.cols[c] for b in batches]) for c in _COLUMNS},
+                              [t for b in batches for t in b.texts], 7 * len(batches),
+                              sum(len(b) for b in batches)))
+    assert len(at_once) > 60 and np.bincount(at_once.cols["query"]).max() == TOP_PER_QUERY
+    for c in _COLUMNS:
+        np.testing.assert_array_equal(running.cols[c], at_once.cols[c], err_msg=c)
+    assert running.texts == at_once.texts
+    assert (running.windows, running.passed) == (at_once.windows, at_once.passed)
 
 
 def test_compiled_candidate_windows_equal_the_numpy_path(devset, monkeypatch):

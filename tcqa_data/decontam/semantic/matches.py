@@ -119,22 +119,22 @@ def item_views(query: str, scheme: str) -> list[str]:
     again, and each is a long text to embed (a SQuAD item had four such views of ~130 words)."""
     from tcqa_data.decontam.core.normalize import tokenize
 
-    def norm(text: str) -> str:
-        return " ".join(tokenize(text, scheme))
-
-    lines = [ln for ln in query.split("\n") if tokenize(ln, scheme)]
-    views = [norm(query)]
-    views += [norm(ln) for ln in lines if len(tokenize(ln, scheme)) >= VIEW_MIN_WORDS]
+    lines = [(ln, toks) for ln in query.split("\n") if (toks := tokenize(ln, scheme))]
+    views = [tokenize(query, scheme)]  # each view's tokens, each line's tokenized once
+    views += [toks for _, toks in lines if len(toks) >= VIEW_MIN_WORDS]
     if 2 < len(lines) <= VIEW_MAX_LINES:
-        views += [norm(lines[0] + " " + ln) for ln in lines[1:]]
-    out: list[str] = []
+        views += [tokenize(lines[0][0] + " " + ln, scheme) for ln, _ in lines[1:]]
+    out: dict[str, None] = {}
     seen: list[set[str]] = []
-    for view in dict.fromkeys(v for v in views if v):
-        words = set(view.split())
+    for toks in views:
+        view = " ".join(toks)
+        if not view or view in out:
+            continue
+        words = set(toks)
         if not any(len(words ^ k) <= VIEW_SAME_SHARE * max(len(words), len(k)) for k in seen):
-            out.append(view)
+            out[view] = None
             seen.append(words)
-    return out
+    return list(out)
 
 
 def _canonical(words: Sequence[str]) -> Iterator[str]:

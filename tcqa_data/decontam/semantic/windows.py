@@ -79,10 +79,25 @@ class Candidates:
                           self.windows, self.passed)
 
     def merged(self, other: Candidates) -> Candidates:
-        """Both sets, cut to the best ``TOP_PER_QUERY`` docs per item (module doc)."""
-        cols = {c: np.concatenate([self.cols[c], other.cols[c]]) for c in _COLUMNS}
-        return _top(Candidates(cols, self.texts + other.texts, self.windows + other.windows,
-                               self.passed + other.passed))
+        """Both sets, cut to the best ``TOP_PER_QUERY`` docs per item (module doc), in ``_top``'s
+        order, as ``_top`` of both would give. These rows are in that order (every ``Candidates``
+        that is not a batch's own comes from ``_top``), so only the items of ``other`` are ranked
+        again: the stream merges each batch into all the candidates so far, and ranking them all
+        took two sorts of ~30,000 rows a batch (0.55 of 3.4 CPU-s of a 206 MB pass)."""
+        windows, passed = self.windows + other.windows, self.passed + other.passed
+        touched = np.isin(self.cols["query"], other.cols["query"])
+        if not len(other) or touched.all():
+            cols = {c: np.concatenate([self.cols[c], other.cols[c]]) for c in _COLUMNS}
+            return _top(Candidates(cols, self.texts + other.texts, windows, passed))
+        again = self.take(touched)
+        again = _top(Candidates({c: np.concatenate([again.cols[c], other.cols[c]]) for c in _COLUMNS},
+                                again.texts + other.texts))
+        kept = np.flatnonzero(~touched)
+        # no item is in both parts, and each is in _top's order: a stable sort by item merges them
+        order = np.argsort(np.concatenate([self.cols["query"][kept], again.cols["query"]]), kind="stable")
+        cols = {c: np.concatenate([self.cols[c][kept], again.cols[c]])[order] for c in _COLUMNS}
+        texts = [self.texts[i] for i in kept.tolist()] + again.texts
+        return Candidates(cols, [texts[i] for i in order.tolist()], windows, passed)
 
     def save(self, folder: Path) -> dict[str, Any]:
         from tcqa_data.io_utils import write_npy_atomic
