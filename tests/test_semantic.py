@@ -323,8 +323,8 @@ def test_merging_batch_by_batch_keeps_what_ranking_them_all_at_once_keeps():
         n = int(rng.integers(0, 60))
         q = np.where(rng.random(n) < 0.3, 0, rng.integers(1, 30, n))  # item 0 in nearly every batch
         cols = {"query": q, "doc": b * 5 + rng.integers(0, 6, n), "window": rng.integers(0, 4, n),
-                "weight": rng.integers(1, 5, n), "shared": rng.integers(2, 6, n), "start": rng.integers(0, 9, n),
-                "end": rng.integers(9, 30, n)}
+                "weight": rng.integers(1, 5, n), "shared": rng.integers(2, 6, n),
+                "start": rng.integers(0, 9, n), "end": rng.integers(9, 30, n)}
         texts = [f"batch {b} row {i}" for i in range(n)]
         batches.append(Candidates({c: np.asarray(v, np.int64) for c, v in cols.items()}, texts, 7, n))
     running = Candidates()
