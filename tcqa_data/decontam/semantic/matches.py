@@ -148,10 +148,6 @@ def _rare_weights(words: Sequence[str]) -> dict[str, int]:
     return {w: v for w, v in weights if v}
 
 
-def _canonical_set(words: Sequence[str]) -> set[str]:
-    return set(_canonical(words))
-
-
 def sub_spans(words: Sequence[str], rare: dict[str, int]) -> list[tuple[int, int]]:
     """The candidate span itself; per length of ``SUB_SPAN_WORDS`` shorter than it, the sub-span of
     that length that holds the most of the item's particulars' weight (first such); and the run
@@ -182,15 +178,28 @@ def kept_share(view_rare: dict[str, int], span_words: set[str], total: int | Non
     return kept / max(total, KEPT_MIN_WEIGHT) if total else 0.0
 
 
-def combined_score(cosine: np.ndarray, kept: np.ndarray) -> np.ndarray:
-    """``semantic_score``: ``(1 - KEPT_WEIGHT) * cosine + KEPT_WEIGHT * kept`` (module doc)."""
+def combined_score(cosine: Any, kept: Any) -> Any:
+    """``semantic_score``: ``(1 - KEPT_WEIGHT) * cosine + KEPT_WEIGHT * kept`` (module doc), of
+    arrays or numbers."""
     return (1.0 - KEPT_WEIGHT) * cosine + KEPT_WEIGHT * kept
 
 
-def reaches(kept: np.ndarray, floor: float) -> np.ndarray:
-    """Which pairs of these kept shares can score ``floor`` or more: with a cosine of 1, the most
-    a cosine can be (module doc)."""
-    return combined_score(np.ones_like(kept), kept) >= floor - 1e-9
+def reaches(kept: Any, floor: float) -> Any:
+    """Which pairs of these kept shares (an array, or one number) can score ``floor`` or more:
+    with a cosine of 1, the most a cosine can be (module doc)."""
+    return combined_score(1.0, kept) >= floor - 1e-9
+
+
+def _particular_forms(rare: dict[str, int]) -> frozenset[str]:
+    """The words a text may hold an item's particulars (canonical forms) as: each, and each number
+    word of a particular number."""
+    return frozenset(rare) | {w for w, digits in NUMBER_WORDS.items() if digits in rare}
+
+
+def _held(words: Sequence[str], forms: frozenset[str]) -> set[str]:
+    """The item's particulars that ``words`` hold, canonical (the only words a kept share reads),
+    without the canonical set of every word of the span."""
+    return set(_canonical(forms.intersection(words)))
 
 
 def _candidate_pairs(queries: Sequence[str], cands: Candidates, scheme: str, floor: float | None = None
@@ -220,21 +229,23 @@ def _candidate_pairs(queries: Sequence[str], cands: Candidates, scheme: str, flo
         return [kept_share(view_rare[v], words, view_total[v]) for v in range(v0, v1)]
 
     row_of = np.searchsorted(items, q)
+    forms = {i: _particular_forms(w) for i, w in item_rare.items()}
     span_words = [t.split() for t in cands.texts]
     subs, sub_text, kept = [], [], []
     live = np.ones(len(q), bool)
     for j, (words, i) in enumerate(zip(span_words, q.tolist(), strict=True)):
         r = int(row_of[j])
         v0, v1 = view_start[r], view_start[r + 1]
-        whole = shares(_canonical_set(words), v0, v1)
-        if floor is not None and not reaches(np.array(whole), floor).any():
+        whole = shares(_held(words, forms[i]), v0, v1)
+        if floor is not None and not reaches(max(whole), floor):  # the best view decides
             ss, rows = [(0, len(words))], [whole]
             live[j] = False
+            sub_text.append("")  # no model embeds it
         else:
             ss = sub_spans(words, item_rare[i])  # the whole span first
-            rows = [whole] + [shares(_canonical_set(words[a:b]), v0, v1) for a, b in ss[1:]]
+            rows = [whole] + [shares(_held(words[a:b], forms[i]), v0, v1) for a, b in ss[1:]]
+            sub_text.extend(" ".join(words[a:b]) for a, b in ss)
         subs.append(ss)
-        sub_text.extend(" ".join(words[a:b]) for a, b in ss)
         kept.append(np.array(rows))
     sub_start = np.concatenate([[0], np.cumsum([len(ss) for ss in subs])]).astype(np.int64)
     return {"view_text": view_text, "view_start": view_start, "row_of": row_of, "span_words": span_words,
@@ -251,7 +262,11 @@ def _pair_scores(pairs: dict[str, Any], model: object, masks: list[np.ndarray] |
     n = len(row_of)
     need_view = np.zeros(len(pairs["view_text"]), bool)
     need_sub = np.zeros(len(pairs["sub_text"]), bool)
+    # the candidates with a pair to score (past a prefilter: a few)
+    scored = [True] * n if masks is None else [bool(m.any()) for m in masks]
     for j in range(n):
+        if not scored[j]:
+            continue
         r = int(row_of[j])
         v0, v1, s0, s1 = view_start[r], view_start[r + 1], int(sub_start[j]), int(sub_start[j + 1])
         if masks is None:
@@ -273,6 +288,9 @@ def _pair_scores(pairs: dict[str, Any], model: object, masks: list[np.ndarray] |
     for j in range(n):
         r = int(row_of[j])
         v0, v1, s0, s1 = view_start[r], view_start[r + 1], int(sub_start[j]), int(sub_start[j + 1])
+        if not scored[j]:  # its sub-spans were not embedded (zeros): every pair -inf
+            out.append((np.full((s1 - s0, v1 - v0), -np.inf), np.zeros((s1 - s0, v1 - v0), np.float32)))
+            continue
         cos = emb_subs[s0:s1] @ emb_views[v0:v1].T  # sub-spans x views
         score = combined_score(cos, pairs["kept"][j])
         if masks is not None:
