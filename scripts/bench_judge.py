@@ -47,8 +47,7 @@ def roc_auc(score: np.ndarray, positive: np.ndarray) -> float:
 def main() -> None:
     import pyarrow.parquet as pq
 
-    from tcqa_data.prep.pipeline import decontaminate
-    from tcqa_data.prep.task_jobs import parse_data_files
+    from tcqa_data import decontaminate
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", default="/tmp/bench_judge")
@@ -64,8 +63,7 @@ def main() -> None:
     tasks, files = zip(*(mmlu_task(work, s) for s in subjects), strict=True)
     out = work / "prep"
     t0, c0 = time.perf_counter(), time.process_time()
-    decontaminate(None, list(tasks), out, corpus=[str(corpus)], quiet=True,
-                  data_files=parse_data_files(list(files), list(tasks)),
+    decontaminate(None, out=out, tasks=list(tasks), corpus=[str(corpus)], quiet=True, data_files=list(files),
                   rule="semantic>=0.5&judge", judge=args.judge, judge_top=args.judge_top)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     manifest = json.loads((out / "prep_manifest.json").read_text())

@@ -145,10 +145,9 @@ def pr_curve(score: np.ndarray, positive: np.ndarray, negative: np.ndarray, ship
 def recall(args: argparse.Namespace) -> None:
     import pyarrow.parquet as pq
 
+    from tcqa_data import decontaminate
     from tcqa_data.decontam.detect.rules import DEFAULT_SEMANTIC, Rule
     from tcqa_data.decontam.semantic.prefilter import SAFE_FROM
-    from tcqa_data.prep.pipeline import decontaminate
-    from tcqa_data.prep.task_jobs import parse_data_files
 
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -172,11 +171,11 @@ def recall(args: argparse.Namespace) -> None:
     if not (args.reuse and (out / "prep_manifest.json").is_file()):
         decontaminate(
             None,
-            list(tasks),
-            out,
+            out=out,
+            tasks=list(tasks),
             corpus=[str(corpus)],
             quiet=True,
-            data_files=parse_data_files(list(files), list(tasks)),
+            data_files=list(files),
             labels=str(labels),
             # semantic>=0.0 scores every item with the transformer alone; with --prefilter the
             # lowest threshold the prefilter keeps exact (scores below it may be stage 1's)
