@@ -208,7 +208,8 @@ def _candidate_pairs(queries: Sequence[str], cands: Candidates, scheme: str, flo
     particulars), each candidate's sub-spans (word offsets and text) and, per candidate, the kept
     share of the particulars of each (sub-span, view) pair. ``floor``: a candidate whose whole span
     keeps too few of any view's particulars to reach it (``reaches``; a sub-span keeps no more than
-    its span) is not ``live``: its kept shares are its whole span's, and no model embeds it."""
+    its span) is not ``live``: its kept shares are its whole span's, no model embeds it, and its
+    sub-span text is empty."""
     q = cands.cols["query"]
     items = np.unique(q)
     view_text: list[str] = []
