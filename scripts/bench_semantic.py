@@ -265,11 +265,54 @@ def recall(args: argparse.Namespace) -> None:
             f"{s}: rephrased recall any-ngram|semantic {rules['any-ngram|semantic'][g & reph].mean():.3f}, "
             f"FP {rules['any-ngram|semantic'][g & neg].mean():.3f}"
         )
+    print_ceiling(items, texts, rules["any-ngram|semantic"], subjects, args.embedding_model)
     if args.scores:
         write_scores(Path(args.scores), items, cols, neg, texts, args)
     curve = work / "semantic_pr_curve.png"
     pr_curve(score, reph, neg, DEFAULT_SEMANTIC, curve, "semantic_score, rephrased vs negatives")
     print(f"\nprecision/recall curve: {curve} (points: {curve.with_suffix('.csv')})")
+
+
+def ceiling_scores(queries: list[str], injected: list[str], model_name: str | None) -> np.ndarray:
+    """Each item's ``semantic_score`` against its injected text itself, as if the candidate pass
+    had found that text's exact span: what the score can give the item at best (its views, the
+    text's sub-spans, the kept share of its particulars), with the transformer alone."""
+    from tcqa_data.decontam.core.normalize import tokenize
+    from tcqa_data.decontam.semantic.matches import verify
+    from tcqa_data.decontam.semantic.model import load_embedding_model
+    from tcqa_data.decontam.semantic.rarewords import RareWordTable
+    from tcqa_data.decontam.semantic.windows import Candidates
+
+    spans = [" ".join(tokenize(t, "janitor")) for t in injected]
+    n = len(queries)
+    cols = {"query": np.arange(n, dtype=np.int64), "doc": np.arange(n, dtype=np.int64),
+            "window": np.zeros(n, np.int64), "weight": np.zeros(n, np.int64), "shared": np.zeros(n, np.int64),
+            "start": np.zeros(n, np.int64), "end": np.array([len(s.split()) for s in spans], np.int64)}
+    rare = RareWordTable.build(queries, "janitor", 0)
+    found = verify(queries, rare, Candidates(cols, spans), load_embedding_model(model_name), "janitor")
+    return np.nan_to_num(found.score, nan=-1.0)
+
+
+def print_ceiling(items: list, texts: dict, flagged: np.ndarray, subjects: tuple[str, ...],
+                  model_name: str | None) -> None:
+    """Per subject, the rephrasings whose ceiling (``ceiling_scores``) reaches the shipped threshold,
+    and the share of those the run flagged: what the rephrasings' own text allows, against what
+    the candidate pass and the scoring of corpus windows found."""
+    from tcqa_data.decontam.detect.rules import DEFAULT_SEMANTIC
+
+    reph = [k for k, it in enumerate(items) if it.injected == "rephrased"]
+    top = ceiling_scores([items[k].query for k in reph],
+                         [texts[(items[k].subject, items[k].index)] for k in reph], model_name)
+    print(f"\n## ceiling: each rephrasing scored against its item directly (>= {DEFAULT_SEMANTIC} reachable)")
+    for s in subjects:
+        mine = np.array([items[k].subject == s for k in reph])
+        if not mine.any():
+            continue
+        reach = mine & (top >= DEFAULT_SEMANTIC)
+        hit = flagged[np.array(reph)][reach]
+        print(f"{s}: rephrasings the score can flag {int(reach.sum())}/{int(mine.sum())} "
+              f"({reach.sum() / mine.sum():.2f}; median ceiling {np.median(top[mine]):.2f}); of those the "
+              f"run flagged {int(hit.sum())} ({hit.mean() if len(hit) else float('nan'):.2f})")
 
 
 def write_scores(path: Path, items: list, cols: dict, neg: np.ndarray, texts: dict,

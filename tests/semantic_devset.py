@@ -161,12 +161,20 @@ def write_corpus(wiki: Path, items: list[Item], texts: dict, out: Path, copies: 
 
 def english_devset(folder: Path, wiki_sample: Path, root: Path, subject: str, wiki_docs: int) -> dict:
     """One subject's English injections (rephrased items as their own docs, spliced, re-wrapped;
-    no translations) into the first ``wiki_docs`` wiki articles, with its task YAML and local data
-    file: ``corpus`` (a path string), ``task``, ``data`` (``data_files``), ``injected`` (per item)."""
+    no translations) into the first ``wiki_docs`` wiki articles (``injected_devset``)."""
+    return injected_devset(folder, wiki_sample, root, subject, wiki_docs, "rephrased")
+
+
+def injected_devset(folder: Path, wiki_sample: Path, root: Path, subject: str, wiki_docs: int, how: str
+                    ) -> dict:
+    """One subject's injections of one kind (``how``: "rephrased" or "translated"; the items of the
+    other kind are left out of the task) into the first ``wiki_docs`` wiki articles, with its task
+    YAML and local data file (of the subject's first 100 items): ``corpus`` (a path string),
+    ``task``, ``data`` (``data_files``), ``injected`` (per item)."""
     import numpy as np
 
     items, texts = load_items(folder, (subject,))
-    items = [it for it in items if it.injected != "translated"]  # English only here
+    items = [it for it in items if it.injected in (how, None) and it.index < 100]
     wiki = root / "wiki.jsonl"
     with open(wiki_sample, encoding="utf-8") as fh:
         wiki.write_text("".join(fh.readline() for _ in range(wiki_docs)), encoding="utf-8")

@@ -197,7 +197,8 @@ def test_rephrased_items_flagged_in_stream_and_index_mode_alike(devset, stream_o
     again.write_text(Path(devset["task"]).read_text().replace(f"task: {task}\n", f"task: {again.stem}\n"))
     reads = []
     read_texts = semantic.verifier_from_texts
-    monkeypatch.setattr(semantic, "verifier_from_texts", lambda *a: reads.append(1) or read_texts(*a))
+    monkeypatch.setattr(semantic, "verifier_from_texts",
+                        lambda *a, **k: reads.append(1) or read_texts(*a, **k))
     decontaminate(index, [devset["task"], str(again)], tmp_path / "idx",
                   **{**args, "data_files": {**devset["data"], again.stem: devset["data"][task]}})
     assert len(reads) == 1

@@ -99,7 +99,9 @@ def decontaminate_cmd(
         None, "--embedding-model",
         help=f"With a semantic rule term: the sentence-transformers model (name, folder or hub id) that "
              f"scores candidate windows (default: {DEFAULT_MODEL}, installed with the semantic extra, its "
-             f"weights sha256 pinned). A bare 'semantic' term means semantic>={DEFAULT_SEMANTIC}."),
+             f"weights sha256 pinned). A multilingual model (use-multilingual-v3, bundled) also reads corpus "
+             f"text in other scripts, for translated items. A bare 'semantic' term means "
+             f"semantic>={DEFAULT_SEMANTIC}."),
     judge: Optional[str] = typer.Option(  # noqa: UP045
         None, "--judge",
         help="With a semantic rule term: a causal LM (folder, .gguf file, hub id, or smollm2-135m-gguf) "

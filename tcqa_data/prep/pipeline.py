@@ -286,6 +286,11 @@ def decontaminate(
                         max_corpus_freq=max_corpus_freq, group_policy=group_policy, quiet=quiet,
                         short_min_words=short_min_words)
     run.semantic_model, run.judge = semantic_model, judge_model
+    if stream and semantic_model is not None:
+        from tcqa_data.decontam.semantic.foreign import is_multilingual
+
+        if is_multilingual(semantic_model):  # the pass reads text in other scripts too (translations)
+            run.evidence.translation_model = semantic_model
     jobs = task_jobs(tasks, data_files, splits, group_by=group_by, lm_eval_include=lm_eval_include,
                      lm_eval_include_defaults=lm_eval_include_defaults, allow_task_code=allow_task_code)
     check_prep_names(jobs)  # before the (stream) pass: refused before any work
@@ -651,5 +656,5 @@ SEMANTIC_COLUMN_TYPES = {
     "semantic_score": pa.float64(), "semantic_cosine": pa.float64(), "semantic_kept": pa.float64(),
     "semantic_doc_ref": pa.string(), "semantic_span": pa.list_(pa.int64()),
     "semantic_window": pa.string(), "semantic_shared_words": pa.list_(pa.string()),
-    "semantic_candidates": pa.int64(), "semantic_model": pa.string(),
+    "semantic_candidates": pa.int64(), "semantic_model": pa.string(), "semantic_source": pa.string(),
     "semantic_judge": pa.bool_(), "semantic_judge_probability": pa.float64()}  # with --judge

@@ -172,6 +172,7 @@ def _semantic_pairs(c: dict[str, list], config: dict[str, Any]) -> list[dict[str
                     "corpus_ref": c["semantic_doc_ref"][i], "corpus_span_words": c["semantic_span"][i],
                     "corpus_window": window, "window_marks": w_spans,
                     "shared_words": c["semantic_shared_words"][i],
+                    "source": c["semantic_source"][i] if "semantic_source" in c else None,
                     **({"judge": c["semantic_judge"][i],
                         "judge_probability": c["semantic_judge_probability"][i]}
                        if "semantic_judge" in c else {})})
@@ -416,14 +417,16 @@ def build_document(rep: dict[str, Any]) -> list[Block]:
         blocks += [Heading(2, f"Semantic tier: best item / corpus window pairs (by score: "
                               f"{1 - KEPT_WEIGHT:g} x cosine + {KEPT_WEIGHT:g} x kept share of the item's "
                               "particulars, rare words and numbers; shared ones highlighted; the window as "
-                              "normalized text)"),
+                              "normalized text; for a window in another script, kept is how much nearer it "
+                              "is to this item than to any other)"),
                    Table(["doc", "score", "cosine", "kept", *judged[:1], "flagged", "benchmark item",
                           "corpus window"],
                          [[str(t["doc_id"]), _fmt(t["score"]), _fmt(t["cosine"]), _fmt(t["kept"]),
                            *_judge_cell(t)[:len(judged)],
                            "yes" if t["doc_dirty"] else "no",
                            highlight(t["query"], t["query_marks"]),
-                           [f"{t['corpus_ref']} words {'-'.join(map(str, t['corpus_span_words']))}: ",
+                           [f"{t['corpus_ref']} words {'-'.join(map(str, t['corpus_span_words']))}"
+                            f"{' (another script)' if t.get('source') == 'foreign-script' else ''}: ",
                             *highlight(t["corpus_window"], t["window_marks"])]]
                           for t in rep["semantic_pairs"]],
                          align=["r", "r", "r", "r", *judged[1:], "l", "l", "l"])

@@ -290,17 +290,21 @@ class IndexEvidence:
         no score); the text store read once per run for the planned items (``plan_semantic``), else
         once per call."""
         from tcqa_data.decontam.semantic import verifier_from_texts
+        from tcqa_data.decontam.semantic.foreign import is_multilingual
 
+        foreign = model if is_multilingual(model) else None  # text in other scripts read too
         if not self.has_text:
             raise RuntimeError("the index has no text store (built with --text-store none): the semantic "
                                "tier reads corpus text")
         planned = self._semantic_queries
         if planned is None or not set(queries) <= set(planned):
             return verifier_from_texts(queries, int(self.ngrams.num_docs()), self.store.texts,
-                                       self.normalization, self.hash_seed).matches(queries, model, skip)
+                                       self.normalization, self.hash_seed,
+                                       foreign_model=foreign).matches(queries, model, skip)
         if self._semantic is None:
             self._semantic = verifier_from_texts(planned, int(self.ngrams.num_docs()), self.store.texts,
-                                                 self.normalization, self.hash_seed, self._semantic_groups)
+                                                 self.normalization, self.hash_seed, self._semantic_groups,
+                                                 foreign_model=foreign)
         return self._semantic.matches(queries, model, skip)
 
     def whole_hits(self, queries: Sequence[str], m: int) -> NgramHits:

@@ -15,7 +15,10 @@ from an evidence source (``evidence.py``; an opened index: ``IndexEvidence``):
   the corpus span most like the query among its rare-word candidates (``semantic_score``: its cosine
   and the share of the query's rare-word weight it keeps, ``semantic_cosine``, ``semantic_kept``),
   that span's doc, word span and normalized text, the rare words it shares with the query, the
-  candidates scored.
+  candidates scored, and where the span came from (``semantic_source``: ``rare-words``, or
+  ``foreign-script`` for text in another script read by a multilingual model, whose
+  ``semantic_kept`` is then how much nearer the span is to this item than to any other of its
+  task: ``semantic/foreign.py``).
   With a judge (``--judge``), its verdict on the top pairs and the probability it gave "same item".
 
 A query shorter than ``n`` words has no n-gram: ``testable`` is False and n-gram rules cannot
@@ -329,7 +332,8 @@ def _score_unique(docs: Sequence[QueryDoc], evidence: EvidenceSource, n: int, *,
 
 
 SEMANTIC_COLUMNS = ("semantic_score", "semantic_cosine", "semantic_kept", "semantic_doc_ref", "semantic_span",
-                    "semantic_window", "semantic_shared_words", "semantic_candidates", "semantic_model")
+                    "semantic_window", "semantic_shared_words", "semantic_candidates", "semantic_model",
+                    "semantic_source")
 
 
 def semantic_columns(queries: Sequence[str], evidence: EvidenceSource, model: Any,
@@ -349,7 +353,8 @@ def semantic_columns(queries: Sequence[str], evidence: EvidenceSource, model: An
             "semantic_kept": floats(sm.kept),
             "semantic_doc_ref": refs, "semantic_span": list(sm.spans), "semantic_window": list(sm.windows),
             "semantic_shared_words": [list(w) for w in sm.shared_words],
-            "semantic_candidates": sm.candidates.tolist(), "semantic_model": list(sm.model)}
+            "semantic_candidates": sm.candidates.tolist(), "semantic_model": list(sm.model),
+            "semantic_source": list(sm.source)}
 
 
 def _whole_hits(docs: Sequence[QueryDoc], all_tokens: list[list[str]], evidence: EvidenceSource, n: int,

@@ -8,7 +8,10 @@ more than the corpus pass. So the tier works in two steps, both from the benchma
    becomes a candidate for an item when it shares enough of that item's rare-word weight (a small
    share of windows pass; only the best few docs per item are kept);
 2. verification (``model.py``, ``matches.py``): a sentence-embedding model scores each candidate
-   span against its item (cosine), batched, on the GPU when there is one.
+   span against its item (cosine), batched, on the GPU when there is one;
+3. with a multilingual model, translations (``foreign.py``): a translation keeps no English rare
+   word, so the pass also embeds the corpus's runs of text in another script, each a candidate
+   for the item of each task it is nearest, scored by how much nearer.
 
 The result answers an evidence source's ``semantic_matches`` (``detect/evidence.py``): a stream
 pass fills the candidates as it reads each batch (``stream/scan.py``), an index reads its text
@@ -33,16 +36,24 @@ __all__ = ["DEFAULT_MODEL", "DEFAULT_THRESHOLD", "Candidates", "EmbeddingModel",
 
 
 def verifier_from_texts(queries: Sequence[str], num_docs: int, texts: Callable[[Sequence[int]], list[str]],
-                        scheme: str, seed: int, groups: Sequence[int] | None = None) -> SemanticVerifier:
+                        scheme: str, seed: int, groups: Sequence[int] | None = None,
+                        foreign_model: EmbeddingModel | None = None) -> SemanticVerifier:
     """A ``SemanticVerifier`` of ``queries`` against corpus docs ``0..num_docs-1`` read by ``texts``
-    (an index's text store), in batches of ``TEXT_BATCH`` docs; ``groups``: each query's task."""
+    (an index's text store), in batches of ``TEXT_BATCH`` docs; ``groups``: each query's task;
+    ``foreign_model``: a multilingual model, with which text in other scripts is read too
+    (``foreign.py``)."""
     from tcqa_data.decontam.core.hashing import normalized_buffer
+    from tcqa_data.decontam.semantic.foreign import ForeignItems, scan_foreign
 
     rare = RareWordTable.build(queries, scheme, seed, groups)
+    if foreign_model is not None:
+        rare.foreign = ForeignItems.build(queries, groups, foreign_model, scheme)
     cands = Candidates()
     for lo in range(0, num_docs, TEXT_BATCH):
         arr, doc_start = normalized_buffer(texts(list(range(lo, min(num_docs, lo + TEXT_BATCH)))), scheme)
         cands = scan_windows(rare, arr, doc_start, seed, lo, into=cands)
+        if rare.foreign is not None:
+            cands = scan_foreign(rare.foreign, arr, doc_start, lo, cands)
     return SemanticVerifier(queries, rare, cands, scheme)
 
 

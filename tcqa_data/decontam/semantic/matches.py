@@ -76,18 +76,21 @@ class SemanticMatches:
     kept: np.ndarray = field(default_factory=lambda: np.empty(0))
     model: list[str | None] = field(default_factory=list)  # the model that gave the item's scores
     others: list[list[tuple[int, list[int], float]]] = field(default_factory=list)
+    # where the best span came from: "rare-words" (the candidate windows) or "foreign-script"
+    # (``foreign.py``: text in another script); None: no candidate
+    source: list[str | None] = field(default_factory=list)
 
     @classmethod
     def empty(cls, k: int) -> SemanticMatches:
         return cls(np.full(k, np.nan), np.full(k, -1, np.int64), [None] * k, [None] * k,
                    [[] for _ in range(k)], np.zeros(k, np.int64), {}, np.full(k, np.nan), np.full(k, np.nan),
-                   [None] * k, [[] for _ in range(k)])
+                   [None] * k, [[] for _ in range(k)], [None] * k)
 
     def put(self, rows: np.ndarray, other: SemanticMatches) -> None:
         """Copy ``other``'s entries at ``rows`` (the same numbering) into these."""
         for name in ("cosine", "docs", "score", "kept", "candidates"):
             getattr(self, name)[rows] = getattr(other, name)[rows]
-        for name in ("spans", "windows", "shared_words", "model", "others"):
+        for name in ("spans", "windows", "shared_words", "model", "others", "source"):
             mine, theirs = getattr(self, name), getattr(other, name)
             for i in rows.tolist():
                 mine[i] = theirs[i]
@@ -98,7 +101,7 @@ class SemanticMatches:
                                [self.windows[i] for i in idx.tolist()],
                                [self.shared_words[i] for i in idx.tolist()], self.candidates[idx], self.stats,
                                self.score[idx], self.kept[idx], [self.model[i] for i in idx.tolist()],
-                               [self.others[i] for i in idx.tolist()])
+                               [self.others[i] for i in idx.tolist()], [self.source[i] for i in idx.tolist()])
 
 
 def _encode_distinct(model: object, texts: Sequence[str]) -> np.ndarray:
@@ -366,6 +369,7 @@ def verify(queries: Sequence[str], rare: RareWordTable, cands: Candidates, model
             out.score[i], out.cosine[i] = round(float(best[j]), 6), round(cos_j, 6)
             out.model[i] = names[0] if by_model[j] else names[1]
         out.kept[i] = round(kept_j, 6)
+        out.source[i] = "rare-words"
         out.docs[i] = int(cands.cols["doc"][j])
         out.spans[i] = span(j)
         out.windows[i] = " ".join(span_words[j][a:b])
@@ -379,6 +383,11 @@ class SemanticVerifier:
 
     def __init__(self, queries: Sequence[str], rare: RareWordTable, cands: Candidates, scheme: str) -> None:
         self.queries, self.rare, self.cands, self.scheme = list(queries), rare, cands, scheme
+        self.foreign: Candidates | None = None  # foreign-script spans (``foreign.py``), by item
+        if rare.foreign is not None:
+            from tcqa_data.decontam.semantic.foreign import foreign_rows
+
+            self.cands, self.foreign = foreign_rows(cands, len(self.queries))
         self.number = {x: i for i, x in enumerate(self.queries)}
         self._model: object = None
         self._found = SemanticMatches.empty(0)
@@ -393,6 +402,8 @@ class SemanticVerifier:
             self._model = model
             self._found = SemanticMatches.empty(len(self.queries))
             self._found.candidates = np.bincount(q, minlength=len(self.queries)).astype(np.int64)
+            if self.foreign is not None:
+                self._found.candidates += np.bincount(self.foreign.cols["query"], minlength=len(self.queries))
             self._found.stats = {"windows": self.cands.windows, "windows_passed": self.cands.passed,
                                  "pairs_scored": 0, "texts_embedded": 0}
             self._done = np.zeros(len(self.queries), bool)
@@ -403,9 +414,37 @@ class SemanticVerifier:
         todo &= ~self._done
         if todo.any():
             found = verify(self.queries, self.rare, self.cands.take(todo[q]), model, self.scheme)
+            if self.foreign is not None:
+                found = self._with_foreign(found, todo, model)
             self._found.put(np.flatnonzero(todo), found)
             for k, v in found.stats.items():
                 if k.startswith(("pairs_", "texts_")):
                     self._found.stats[k] = self._found.stats.get(k, 0) + v
             self._done |= todo
         return self._found.take(rows)
+
+    def _with_foreign(self, found: SemanticMatches, todo: np.ndarray, model: object) -> SemanticMatches:
+        """``found`` (the rare-word candidates' best) with each ``todo`` item's foreign spans
+        scored too (``foreign.foreign_matches``): an item's best pair is the better of the two, the
+        rest its ``others``, best first."""
+        from tcqa_data.decontam.semantic.foreign import foreign_matches
+
+        assert self.foreign is not None
+        fq = self.foreign.cols["query"]
+        other = foreign_matches(self.queries, self.foreign.take(todo[fq]), model, self.rare.foreign)
+        mine, theirs = np.nan_to_num(found.score, nan=-np.inf), np.nan_to_num(other.score, nan=-np.inf)
+        both = np.flatnonzero(todo & np.isfinite(theirs))
+        better = both[theirs[both] > mine[both]]
+        for i in both.tolist():  # every pair but the best is an other, best first
+            pairs = found.others[i] + other.others[i]
+            loser = other if i in set(better.tolist()) else found
+            if np.isfinite(loser.score[i]):
+                pairs.append((int(loser.docs[i]), list(loser.spans[i] or []), float(loser.score[i])))
+            found.others[i] = sorted(pairs, key=lambda p: -p[2])
+        others = list(found.others)
+        found.put(better, other)
+        found.others = others
+        found.candidates = found.candidates + other.candidates
+        for k, v in other.stats.items():
+            found.stats[k] = found.stats.get(k, 0) + v
+        return found

@@ -109,6 +109,7 @@ class RareWordTable:
         for name in self.ARRAYS:
             setattr(self, name, np.asarray(arrays[name]))
         self.words = words  # each key's word (the builder's table only: shared words in reports)
+        self.foreign: Any = None  # the items for the foreign-span check (foreign.ForeignItems), if any
         self._known: frozenset[str] | None = None
         self._slots: tuple[np.ndarray, np.ndarray, int] | None = None  # lookup's table, once built
 
@@ -187,11 +188,16 @@ class RareWordTable:
         folder.mkdir(parents=True, exist_ok=True)
         for name in self.ARRAYS:
             write_npy_atomic(folder / f"rare.{name}.npy", getattr(self, name))
+        if self.foreign is not None:
+            self.foreign.save(folder)
 
     @classmethod
     def load(cls, folder: Path) -> RareWordTable:
+        from tcqa_data.decontam.semantic.foreign import ForeignItems
         from tcqa_data.io_utils import load_npy
 
         arrays: dict[str, Any] = {name: np.array(load_npy(folder / f"rare.{name}.npy", None))
                                   for name in cls.ARRAYS}
-        return cls(arrays)
+        table = cls(arrays)
+        table.foreign = ForeignItems.load(folder)
+        return table

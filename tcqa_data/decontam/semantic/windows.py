@@ -139,12 +139,15 @@ def _top(c: Candidates) -> Candidates:
 
 def _fourth_best(c: Candidates, num_items: int) -> np.ndarray:
     """Per item, the least weight among its kept docs when it has ``TOP_PER_QUERY`` of them (a
-    later doc must weigh at least this to enter), else -1."""
-    out = np.full(num_items, -1, np.int64)
+    later doc must weigh at least this to enter), else -1 (rows past ``num_items``, a foreign
+    span's (``foreign.py``), are not an item's)."""
     q = c.cols["query"]
-    full = np.bincount(q, minlength=num_items) >= TOP_PER_QUERY
+    q_rare = q[q < num_items]
+    weight = c.cols["weight"][q < num_items]
+    out = np.full(num_items, -1, np.int64)
+    full = np.bincount(q_rare, minlength=num_items) >= TOP_PER_QUERY
     least = np.full(num_items, np.iinfo(np.int64).max, np.int64)
-    np.minimum.at(least, q, c.cols["weight"])
+    np.minimum.at(least, q_rare, weight)
     out[full] = least[full]
     return out
 

@@ -101,6 +101,9 @@ class StreamEvidence:
         self._texts: dict[int, str] = {}
         self._queries: list[str] = []
         self._semantic: Any = None  # the table's SemanticVerifier, once asked
+        # with a multilingual embedding model (``semantic.foreign``): the pass also reads text in
+        # other scripts, against the items embedded by this model
+        self.translation_model: Any = None
 
     @classmethod
     def open(cls, specs: Sequence[str], cfg: StreamConfig, *, distinct: bool = True) -> StreamEvidence:
@@ -133,6 +136,11 @@ class StreamEvidence:
         self.cfg = dataclasses.replace(self.cfg, ngram_sizes=tuple(sorted(set(ngram_sizes))))
         self.ngram_sizes = sorted(self.cfg.ngram_sizes)
         table = BenchmarkTable(queries, self.cfg, whole, groups)
+        if table.rare is not None and self.translation_model is not None:
+            from tcqa_data.decontam.semantic.foreign import ForeignItems
+
+            table.rare.foreign = ForeignItems.build(queries, groups, self.translation_model,
+                                                    self.normalization)
         self._queries = list(queries)
         self._hits = scan_corpus(table, self.inputs, progress, workers=workers, shard_bytes=shard_bytes,
                                  engine=engine, work_dir=work_dir)

@@ -150,6 +150,11 @@ class _ShardScan:
             assert self.table.rare is not None
             sem = self.out.semantic = scan_windows(self.table.rare, buffer[0], buffer[1], self.table.cfg.seed,
                                                    base, tokens, into=self.out.semantic)
+            if self.table.rare.foreign is not None:  # a multilingual model: text in other scripts too
+                from tcqa_data.decontam.semantic.foreign import scan_foreign
+
+                sem = scan_foreign(self.table.rare.foreign, buffer[0], buffer[1], base, sem)
+                self.out.semantic = sem
             entered = sem.cols["doc"][sem.cols["doc"] >= base]
             if len(entered):  # a candidate doc is named too: its ref goes in the evidence
                 matched.append(np.unique(entered - base))
