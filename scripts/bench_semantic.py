@@ -192,7 +192,7 @@ def recall(args: argparse.Namespace) -> None:
         for r in pq.read_table(out / task_name(s) / "test" / "contamination.parquet").to_pylist():
             for k in ("ngram_hits", "testable", "aligned_share", "aligned_field_share", "semantic_score",
                       "semantic_cosine", "semantic_kept", "semantic_shared_words", "semantic_window",
-                      "semantic_doc_ref", "query", "semantic_model"):
+                      "semantic_doc_ref", "query", "semantic_model", "semantic_source"):
                 cols[k].append(r.get(k))
     by_model = {m: cols["semantic_model"].count(m) for m in dict.fromkeys(cols["semantic_model"]) if m}
     print(f"items scored by each model: {by_model}")
@@ -259,11 +259,18 @@ def recall(args: argparse.Namespace) -> None:
             continue
         shares = " | ".join(f"{f[g].mean():.2f}" for f in rules.values())
         print(f"| {name} | {int(g.sum())} | {shares} |")
+    transl = np.array([it.injected == "translated" for it in items])
+    foreign = np.array([s == "foreign-script" for s in cols["semantic_source"]])
     for s in subjects:
         g = subj == s
+        chosen = rules["any-ngram|semantic"]
+        by_foreign = chosen & foreign
         print(
-            f"{s}: rephrased recall any-ngram|semantic {rules['any-ngram|semantic'][g & reph].mean():.3f}, "
-            f"FP {rules['any-ngram|semantic'][g & neg].mean():.3f}"
+            f"{s}: rephrased recall any-ngram|semantic {chosen[g & reph].mean():.3f}, "
+            f"FP {chosen[g & neg].mean():.3f}"
+            + (f"; translated recall {chosen[g & transl].mean():.3f} ({int(by_foreign[g & transl].sum())} by "
+               f"a span in another script); negatives flagged by one {int(by_foreign[g & neg].sum())}"
+               if (g & transl).any() else "")
         )
     print_ceiling(items, texts, rules["any-ngram|semantic"], subjects, args.embedding_model)
     if args.scores:
@@ -327,6 +334,7 @@ def write_scores(path: Path, items: list, cols: dict, neg: np.ndarray, texts: di
             "negative_checked": bool(neg[k]), "ngram_hits": cols["ngram_hits"][k],
             "semantic_score": cols["semantic_score"][k], "semantic_cosine": cols["semantic_cosine"][k],
             "semantic_kept": cols["semantic_kept"][k], "shared_words": cols["semantic_shared_words"][k],
+            "semantic_source": cols["semantic_source"][k],
             "query": it.query, "injected_text": texts.get((it.subject, it.index)),
             "best_window": cols["semantic_window"][k], "best_window_doc": cols["semantic_doc_ref"][k],
         })

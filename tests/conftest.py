@@ -94,6 +94,17 @@ def private_ray(env: dict[str, str] | None = None) -> Iterator[object]:
         ray.shutdown()
 
 
+def assert_same_folder(one: Path, other: Path) -> None:
+    """``one`` and ``other`` hold the same files, byte for byte."""
+    def files(root: Path) -> list[Path]:
+        return sorted(p.relative_to(root) for p in root.rglob("*") if p.is_file())
+
+    names = files(one)
+    assert names == files(other)
+    for f in names:
+        assert (one / f).read_bytes() == (other / f).read_bytes(), f
+
+
 def shared_file(relative: str) -> Path:
     """Path to a file under ../shared/data, or skip the test with the reason; with ``CI=true`` the
     test fails instead (CI has the data: a run without it must not pass on skips)."""

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from conftest import private_ray, shared_file
+from conftest import assert_same_folder, private_ray, shared_file
 from semantic_devset import english_devset
 
 from tcqa_data.decontam.detect.rules import DEFAULT_SEMANTIC, Rule
@@ -274,14 +274,7 @@ def test_ray_gives_the_bytes_of_one_local_pass(devset, stream_out, tmp_path):
     with private_ray():
         decontaminate(None, [devset["task"]], tmp_path / "ray", engine="ray", data_files=devset["data"],
                       quiet=True, rule="any-ngram|semantic", corpus=[str(devset["corpus"])])
-
-    def files(root: Path) -> list[Path]:
-        return sorted(p.relative_to(root) for p in root.rglob("*") if p.is_file())
-
-    local = files(stream_out)
-    assert local == files(tmp_path / "ray")
-    for f in local:
-        assert (stream_out / f).read_bytes() == (tmp_path / "ray" / f).read_bytes(), f
+    assert_same_folder(stream_out, tmp_path / "ray")
 
 
 def test_any_ngram_alone_loads_no_model_and_keeps_its_columns(devset, tmp_path):

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from conftest import shared_file
+from conftest import assert_same_folder, private_ray, shared_file
 from semantic_devset import injected_devset
 
 from tcqa_data.decontam.core.hashing import normalized_buffer
@@ -157,18 +157,10 @@ def test_foreign_candidates_are_the_same_for_any_cut_into_shards(devset):
 def test_ray_gives_the_bytes_of_one_local_pass(devset, stream_out, tmp_path):
     """Ray tasks load the multilingual model themselves (by name, its digest checked) and give the
     local pass's PREP_DIR byte for byte."""
-    from conftest import private_ray
-
     with private_ray():
         decontaminate(None, [devset["task"]], tmp_path / "ray", engine="ray", data_files=devset["data"],
                       quiet=True, rule="any-ngram|semantic", corpus=[devset["corpus"]], embedding_model=MODEL)
-    def files(root: Path) -> list[Path]:
-        return sorted(p.relative_to(root) for p in root.rglob("*") if p.is_file())
-
-    local = files(stream_out)
-    assert local == files(tmp_path / "ray")
-    for f in local:
-        assert (stream_out / f).read_bytes() == (tmp_path / "ray" / f).read_bytes(), f
+    assert_same_folder(stream_out, tmp_path / "ray")
 
 
 def test_purify_cuts_the_flagged_translations_out(devset, stream_out, tmp_path):

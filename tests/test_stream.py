@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import private_ray
+from conftest import assert_same_folder, private_ray
 
 from tcqa_data.errors import ConfigError
 from tcqa_data.prep.pipeline import decontaminate
@@ -169,12 +169,7 @@ def test_workers_and_shards_give_the_same_hits(corpus, bench, tmp_path):
                 corpus=[str(corpus[0])])
     decontaminate(None, ["squad_completion"], tmp_path / "w1", **args)
     decontaminate(None, ["squad_completion"], tmp_path / "w2", workers=2, **args)
-    def files(root: Path) -> list[Path]:
-        return sorted(p.relative_to(root) for p in root.rglob("*") if p.is_file())
-
-    assert files(tmp_path / "w1") == files(tmp_path / "w2")
-    for f in files(tmp_path / "w1"):
-        assert (tmp_path / "w1" / f).read_bytes() == (tmp_path / "w2" / f).read_bytes(), f
+    assert_same_folder(tmp_path / "w1", tmp_path / "w2")
 
 
 def test_short_items_are_matched_whole_in_stream_mode(corpus, bench, index, tmp_path):
@@ -226,13 +221,7 @@ def test_ray_gives_the_bytes_of_one_local_pass(corpus, bench, tmp_path):
                     corpus=[str(corpus[0])])
         decontaminate(None, ["squad_completion"], tmp_path / "local", **args)
         decontaminate(None, ["squad_completion"], tmp_path / "ray", engine="ray", **args)
-    def files(root: Path) -> list[Path]:
-        return sorted(p.relative_to(root) for p in root.rglob("*") if p.is_file())
-
-    local = files(tmp_path / "local")
-    assert local == files(tmp_path / "ray")
-    for f in local:
-        assert (tmp_path / "local" / f).read_bytes() == (tmp_path / "ray" / f).read_bytes(), f
+    assert_same_folder(tmp_path / "local", tmp_path / "ray")
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tcqa-stream-")]
 
 

@@ -53,6 +53,9 @@ FOREIGN_GAP = 3
 FOREIGN_MAX_CHARS = 600
 MARGIN_FULL = 0.05  # a span this much nearer its item than any other is fully distinct
 _LEAD = 0xCD  # every letter from U+0370 on is encoded from a lead byte >= 0xCD (U+0340)
+# U+2000..U+2FFF (dashes, quotes, arrows, math): common in English text, no script's letters
+# (but Coptic, Glagolitic and Tifinagh, left out)
+_PUNCTUATION_LEAD = 0xE2
 _MULTILINGUAL_NAMES = ("multilingual", "labse")
 
 
@@ -144,7 +147,8 @@ def foreign_spans(arr: np.ndarray, doc_start: np.ndarray) -> list[tuple[int, int
     """The foreign spans (module doc) of a normalized batch (``hash_normalized``'s layout): per span
     its batch-local doc, word span ``[start, end)`` and text, in doc then word order."""
     raw = arr.tobytes() if not isinstance(arr, bytes | bytearray) else bytes(arr)
-    high = np.flatnonzero(np.frombuffer(raw, np.uint8) >= _LEAD)
+    byte = np.frombuffer(raw, np.uint8)
+    high = np.flatnonzero((byte >= _LEAD) & (byte != _PUNCTUATION_LEAD))
     if not len(high):
         return []
     starts = np.asarray(doc_start, np.int64)
