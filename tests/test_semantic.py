@@ -305,6 +305,31 @@ def test_candidates_are_the_same_for_any_cut_into_shards(devset):
     assert one.texts == many.texts
 
 
+def test_the_object_storage_task_brings_the_candidates_back(devset):
+    """Inputs in object storage on an engine go to tasks that get the table's keys, not a folder
+    (``scan_shard_keys_task``): the items' rare-word table goes with them, and each shard's
+    candidates come back as a local scan of that shard finds them (before, none: the task had no
+    table and the run found no rephrasing, silently)."""
+    from tcqa_data.decontam.readers import resolve_inputs
+    from tcqa_data.decontam.readers.inputs import split_input
+    from tcqa_data.decontam.stream.scan import _cfg_dict, scan_shard, scan_shard_keys_task
+    from tcqa_data.decontam.stream.table import BenchmarkTable, StreamConfig
+
+    data = devset["data"][Path(devset["task"]).stem]["test"]
+    queries = sorted({json.loads(line)["question"] for line in data.read_text().split("\n") if line})
+    table = BenchmarkTable(queries, StreamConfig(semantic=True))
+    inp, = resolve_inputs([str(devset["corpus"])])
+    shard = split_input(inp, 1 << 20)[1]
+    local = scan_shard(table, shard).semantic
+    remote = scan_shard_keys_task(_cfg_dict(table.cfg), table.keys, table.anchor_keys, table.rare, inp.path,
+                                  inp.format, inp.size, [shard.index, shard.kind, shard.start, shard.end,
+                                                         shard.first_line]).semantic
+    assert local is not None and remote is not None and len(local) > 0
+    for c in local.cols:
+        assert (local.cols[c] == remote.cols[c]).all(), c
+    assert local.texts == remote.texts
+
+
 def test_merging_batch_by_batch_keeps_what_ranking_them_all_at_once_keeps():
     """Candidates merged batch by batch (only a batch's items ranked again) equal the top docs of
     all the batches ranked at once: the same rows in the same order, each with its own text, with

@@ -343,7 +343,7 @@ def scan_corpus(table: BenchmarkTable, inputs: Sequence[CorpusInput],
 
         parts = run_tasks(scan_shard_keys_task, calls, desc="stream", engine=engine, on_done=arrived,
                           shared={"cfg": _cfg_dict(table.cfg), "keys": table.keys,
-                                  "anchor_keys": table.anchor_keys})
+                                  "anchor_keys": table.anchor_keys, "rare": table.rare})
         for (k, _), part in zip(shards, parts, strict=True):
             merge.add(part, k)
         return merge.finish()
@@ -394,12 +394,15 @@ def scan_shard_task(work: str, cfg: dict[str, Any], index: int, path: str, forma
     return part.save(folder / f"shard{index:05d}")
 
 
-def scan_shard_keys_task(cfg: dict[str, Any], keys: dict[int, np.ndarray], anchor_keys: np.ndarray, path: str,
-                         format: str, size: int, shard: list) -> ShardHits:
-    """``scan_shard`` as an engine task given the table's keys; returns the shard's hits (the path
-    of ``scan_corpus`` for inputs in object storage: nothing written on any node)."""
+def scan_shard_keys_task(cfg: dict[str, Any], keys: dict[int, np.ndarray], anchor_keys: np.ndarray,
+                         rare: RareWordTable | None, path: str, format: str, size: int, shard: list
+                         ) -> ShardHits:
+    """``scan_shard`` as an engine task given the table's keys (and, with ``cfg.semantic``, the
+    items' rare-word table: the semantic tier's candidates come back with the hits); returns the
+    shard's hits (the path of ``scan_corpus`` for inputs in object storage: nothing written on any
+    node)."""
     config = StreamConfig(**{**cfg, "ngram_sizes": tuple(cfg["ngram_sizes"])})
-    table = BenchmarkTable.from_keys(config, keys, anchor_keys)
+    table = BenchmarkTable.from_keys(config, keys, anchor_keys, rare)
     return scan_shard(table, InputShard(CorpusInput(path, format, size), *shard))
 
 
