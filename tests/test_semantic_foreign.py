@@ -118,6 +118,7 @@ def test_translated_items_flagged_in_stream_and_index_mode_alike(devset, stream_
             assert r["semantic_doc_ref"].startswith("corpus.jsonl:")
     manifest = json.loads((stream_out / "prep_manifest.json").read_text())
     assert manifest["semantic"]["model"]["name"] == MODEL
+    assert manifest["semantic"]["foreign_script"]["pairs_kept"] >= inj.sum()
     assert "(another script)" in (stream_out / task / "test" / "report.html").read_text()
     index = tmp_path / "index"
     build_index([devset["corpus"]], index, ngram_sizes=(13,), minhash=False, text_store="auto", quiet=True,

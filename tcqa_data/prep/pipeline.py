@@ -339,7 +339,7 @@ def _semantic_config(run: _Run) -> dict[str, Any]:
     """What the manifest and reports say of the semantic tier: the model and its weights digest,
     the shipped threshold, and (stream) how many corpus windows became candidates."""
     from tcqa_data.decontam.detect.rules import DEFAULT_SEMANTIC
-    from tcqa_data.decontam.semantic import matches, windows
+    from tcqa_data.decontam.semantic import foreign, matches, windows
 
     out: dict[str, Any] = {
         "model": run.semantic_model.manifest(), "default_threshold": DEFAULT_SEMANTIC,
@@ -351,10 +351,19 @@ def _semantic_config(run: _Run) -> dict[str, Any]:
                        "min_share": windows.MIN_SHARE, "top_per_query": windows.TOP_PER_QUERY}}
     if run.judge is not None:
         out["judge"] = run.judge.manifest()
+    if foreign.is_multilingual(run.semantic_model):  # text in other scripts read too (foreign.py)
+        out["foreign_script"] = {
+            "min_letters": foreign.FOREIGN_MIN_LETTERS, "max_latin_words_between": foreign.FOREIGN_GAP,
+            "max_chars": foreign.FOREIGN_MAX_CHARS,
+            "score": f"{1 - matches.KEPT_WEIGHT:g} * cosine + {matches.KEPT_WEIGHT:g} * clip((cosine - the "
+                     f"best cosine with another item of the task) / {foreign.MARGIN_FULL:g}, 0, 1)"}
     found = getattr(getattr(run.evidence, "hits", None), "semantic", None) if run.stream else None
     if found is not None:
         out["candidates"].update({"windows": found.windows, "windows_passed": found.passed,
                                   "pairs_kept": len(found)})
+        if "foreign_script" in out:
+            items = run.evidence.hits.table.rare.num_queries
+            out["foreign_script"]["pairs_kept"] = int((found.cols["query"] >= items).sum())
     return out
 
 
