@@ -57,6 +57,7 @@ _LEAD = 0xCD  # every letter from U+0370 on is encoded from a lead byte >= 0xCD 
 # (but Coptic, Glagolitic and Tifinagh, left out)
 _PUNCTUATION_LEAD = 0xE2
 _MULTILINGUAL_NAMES = ("multilingual", "labse")
+_MODELS: dict[tuple[str, str | None], Any] = {}  # (name, digest) -> the model, in this process
 
 
 def is_multilingual(model: object) -> bool:
@@ -112,10 +113,14 @@ class ForeignItems:
                    np.array(load_npy(folder / "foreign.groups.npy", None)))
 
     def model(self) -> Any:
-        """The run's model, loaded once per process (its digest checked: the driver's weights)."""
+        """The run's model, loaded once per process (its digest checked: the driver's weights; not
+        asked again per batch, since each load call also runs a full garbage collection)."""
         from tcqa_data.decontam.semantic.model import load_embedding_model
 
-        return load_embedding_model(self.model_name, expected_sha256=self.model_digest)
+        key = (self.model_name, self.model_digest)
+        if key not in _MODELS:
+            _MODELS[key] = load_embedding_model(self.model_name, expected_sha256=self.model_digest)
+        return _MODELS[key]
 
     def nearest(self, span_vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per span and task: the nearest item, its cosine, and ``distinct`` (module doc); as flat
