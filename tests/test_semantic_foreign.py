@@ -120,6 +120,11 @@ def test_translated_items_flagged_in_stream_and_index_mode_alike(devset, stream_
     assert manifest["semantic"]["model"]["name"] == MODEL
     assert manifest["semantic"]["foreign_script"]["pairs_kept"] >= inj.sum()
     assert "(another script)" in (stream_out / task / "test" / "report.html").read_text()
+    summary_row = json.loads((stream_out / "summary.json").read_text())["rows"][0]
+    by_source = summary_row["semantic_dirty_docs_by_source"]
+    assert by_source["foreign-script"] == sum(r["semantic_source"] == "foreign-script" for r in rows
+                                              if r["doc_dirty"]) >= flags[inj].sum() - 1
+    assert "semantic: another script" in (stream_out / "summary.md").read_text()
     index = tmp_path / "index"
     build_index([devset["corpus"]], index, ngram_sizes=(13,), minhash=False, text_store="auto", quiet=True,
                 workers=1)

@@ -129,6 +129,8 @@ def split_row(spec: Any, split: str, role: str, declared: bool, ngram: int,
         "dirty_docs_matched_in": {**where, OUTSIDE_FIELDS: outside, NO_MATCH: no_match},
         **({"dirty_docs_by_tier": tier_counts(contamination)}
            if "semantic_score" in contamination.column_names else {}),
+        **({"semantic_dirty_docs_by_source": semantic_source_counts(contamination)}
+           if "semantic_source" in contamination.column_names else {}),
     }
 
 
@@ -145,6 +147,20 @@ def tier_counts(contamination: pa.Table) -> dict[str, int]:
         semantic_clause = [any(t in c for t in SEMANTIC_TERMS) for c in clauses]
         sem, lex = any(semantic_clause), not all(semantic_clause)
         out["both" if sem and lex else "semantic_only" if sem else "lexical_only"] += 1
+    return out
+
+
+def semantic_source_counts(contamination: pa.Table) -> dict[str, int]:
+    """Docs the rule flagged through a semantic clause, by where their best span came from
+    (``semantic_source``): a rare-word candidate window, or text in another script (a translation
+    read by a multilingual model)."""
+    fired = contamination.column("rule_fired").to_pylist()
+    flagged = contamination.column("doc_dirty").to_pylist()
+    source = contamination.column("semantic_source").to_pylist()
+    out = {"rare-words": 0, "foreign-script": 0}
+    for f, d, s in zip(fired, flagged, source, strict=True):
+        if d and s in out and any(any(t in c for t in SEMANTIC_TERMS) for c in f.split("|")):
+            out[s] += 1
     return out
 
 
@@ -268,7 +284,14 @@ def summary_blocks(summary: Mapping[str, Any]) -> list[Block]:
                           for r in tiers], align=["l", "l", "r", "r", "r"]),
                    Paragraph("Docs the rule flagged (before the group policy), by the clauses that fired: "
                              "lexical (n-gram, alignment, MinHash) or semantic (a rephrasing found by the "
-                             "embedding model among rare-word candidate windows).")]
+                             "embedding model among rare-word candidate windows, or, with a multilingual "
+                             "model, a translation in another script).")]
+        if any(r.get("semantic_dirty_docs_by_source", {}).get("foreign-script") for r in tiers):
+            blocks += [Table(["task", "split", "semantic: rare-word windows", "semantic: another script"],
+                             [[r["task"], r["split"], *(str(r["semantic_dirty_docs_by_source"][k])
+                                                        for k in ("rare-words", "foreign-script"))]
+                              for r in tiers if "semantic_dirty_docs_by_source" in r],
+                             align=["l", "l", "r", "r"])]
     return blocks
 
 
