@@ -435,9 +435,10 @@ class SemanticVerifier:
         mine, theirs = np.nan_to_num(found.score, nan=-np.inf), np.nan_to_num(other.score, nan=-np.inf)
         both = np.flatnonzero(todo & np.isfinite(theirs))
         better = both[theirs[both] > mine[both]]
+        won = set(better.tolist())
         for i in both.tolist():  # every pair but the best is an other, best first
             pairs = found.others[i] + other.others[i]
-            loser = other if i in set(better.tolist()) else found
+            loser = other if i in won else found
             if np.isfinite(loser.score[i]):
                 pairs.append((int(loser.docs[i]), list(loser.spans[i] or []), float(loser.score[i])))
             found.others[i] = sorted(pairs, key=lambda p: -p[2])
