@@ -286,11 +286,10 @@ def decontaminate(
                         max_corpus_freq=max_corpus_freq, group_policy=group_policy, quiet=quiet,
                         short_min_words=short_min_words)
     run.semantic_model, run.judge = semantic_model, judge_model
-    if stream and semantic_model is not None:
-        from tcqa_data.decontam.semantic.foreign import is_multilingual
+    if stream:  # a multilingual model: the pass reads text in other scripts too (translations)
+        from tcqa_data.decontam.semantic.foreign import translation_model
 
-        if is_multilingual(semantic_model):  # the pass reads text in other scripts too (translations)
-            run.evidence.translation_model = semantic_model
+        run.evidence.translation_model = translation_model(semantic_model)
     jobs = task_jobs(tasks, data_files, splits, group_by=group_by, lm_eval_include=lm_eval_include,
                      lm_eval_include_defaults=lm_eval_include_defaults, allow_task_code=allow_task_code)
     check_prep_names(jobs)  # before the (stream) pass: refused before any work

@@ -158,11 +158,9 @@ def purify(corpus: Sequence[str], tasks: Sequence[str] | str, out_dir: str | os.
         ngram_sizes=(ngram,), anchors=parsed.uses_alignment, semantic=parsed.uses_semantic,
         keep_pairs=True, text_field=text_field,
         id_field=id_field, on_error=on_error), distinct=False)  # every input is written out
-    if semantic_model is not None:
-        from tcqa_data.decontam.semantic.foreign import is_multilingual
+    from tcqa_data.decontam.semantic.foreign import translation_model
 
-        if is_multilingual(semantic_model):  # translations in other scripts are read too
-            evidence.translation_model = semantic_model
+    evidence.translation_model = translation_model(semantic_model)  # translations in other scripts too
     check_output_outside_inputs(out_dir, corpus, evidence.inputs)
     rels = relative_names([i.path for i in evidence.inputs])
     clash = sorted(set(rels) & {*REPORT_FILES, OWNER_MARKER})

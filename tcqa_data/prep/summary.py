@@ -143,8 +143,7 @@ def tier_counts(contamination: pa.Table) -> dict[str, int]:
     for f, d in zip(fired, flagged, strict=True):
         if not d:
             continue
-        clauses = f.split("|")
-        semantic_clause = [any(t in c for t in SEMANTIC_TERMS) for c in clauses]
+        semantic_clause = [_semantic_clause(c) for c in f.split("|")]
         sem, lex = any(semantic_clause), not all(semantic_clause)
         out["both" if sem and lex else "semantic_only" if sem else "lexical_only"] += 1
     return out
@@ -159,9 +158,14 @@ def semantic_source_counts(contamination: pa.Table) -> dict[str, int]:
     source = contamination.column("semantic_source").to_pylist()
     out = {"rare-words": 0, "foreign-script": 0}
     for f, d, s in zip(fired, flagged, source, strict=True):
-        if d and s in out and any(any(t in c for t in SEMANTIC_TERMS) for c in f.split("|")):
+        if d and s in out and any(_semantic_clause(c) for c in f.split("|")):
             out[s] += 1
     return out
+
+
+def _semantic_clause(clause: str) -> bool:
+    """Whether a fired clause of ``rule_fired`` has a semantic term."""
+    return any(t in clause for t in SEMANTIC_TERMS)
 
 
 def reference_for(rule: Any) -> str:

@@ -290,9 +290,9 @@ class IndexEvidence:
         no score); the text store read once per run for the planned items (``plan_semantic``), else
         once per call."""
         from tcqa_data.decontam.semantic import verifier_from_texts
-        from tcqa_data.decontam.semantic.foreign import is_multilingual
+        from tcqa_data.decontam.semantic.foreign import translation_model
 
-        foreign = model if is_multilingual(model) else None  # text in other scripts read too
+        foreign = translation_model(model)  # a multilingual model reads text in other scripts too
         if not self.has_text:
             raise RuntimeError("the index has no text store (built with --text-store none): the semantic "
                                "tier reads corpus text")

@@ -131,21 +131,34 @@ class ForeignItems:
             idx = np.flatnonzero(self.groups == g)
             sub = cos[:, idx]
             best = np.argmax(sub, axis=1)
-            top = sub[np.arange(len(sub)), best]
-            if len(idx) > 1:
-                masked = sub.copy()
-                masked[np.arange(len(sub)), best] = -np.inf
-                runner = masked.max(axis=1)
-            else:  # a task of one item: nothing to be nearer than (an unrelated text is about 0)
-                runner = np.zeros(len(sub))
             rows.append(np.arange(len(sub)))
             items.append(idx[best])
-            cosine.append(top)
-            distinct.append(np.clip((top - runner) / MARGIN_FULL, 0.0, 1.0))
+            cosine.append(sub[np.arange(len(sub)), best])
+            distinct.append(_distinct(sub, best))
         if not rows:
             empty = np.empty(0)
             return empty.astype(np.int64), empty.astype(np.int64), empty, empty
         return (np.concatenate(rows), np.concatenate(items), np.concatenate(cosine), np.concatenate(distinct))
+
+
+def _distinct(sub: np.ndarray, own: np.ndarray) -> np.ndarray:
+    """``distinct`` (module doc) of each row of ``sub`` (spans x the items of one task) for the item
+    at its column ``own``: how much nearer it is than the row's best other item, over
+    ``MARGIN_FULL``, clipped to [0, 1]."""
+    at = np.arange(len(sub))
+    if sub.shape[1] > 1:
+        others = sub.copy()
+        others[at, own] = -np.inf
+        runner = others.max(axis=1)
+    else:  # a task of one item: nothing to be nearer than (an unrelated text is about 0)
+        runner = np.zeros(len(sub))
+    return np.clip((sub[at, own] - runner) / MARGIN_FULL, 0.0, 1.0)
+
+
+def translation_model(model: Any) -> Any:
+    """``model`` when it is multilingual (``is_multilingual``: a run with it also reads the corpus's
+    text in other scripts), else None."""
+    return model if model is not None and is_multilingual(model) else None
 
 
 def foreign_spans(arr: np.ndarray, doc_start: np.ndarray) -> list[tuple[int, int, int, str]]:
@@ -242,18 +255,11 @@ def foreign_matches(queries: Sequence[str], cands: Candidates, model: Any, items
     for lo in range(0, len(q), 1024):  # rows x items at a time: bounded however many rows
         rows = np.arange(lo, min(lo + 1024, len(q)))
         cos = vectors[rows] @ item_vectors.T
-        own = cos[np.arange(len(rows)), q[rows]]
-        runner = np.zeros(len(rows))
-        for g in np.unique(items.groups[q[rows]]).tolist():
+        cosine[rows] = cos[np.arange(len(rows)), q[rows]]
+        for g in np.unique(items.groups[q[rows]]).tolist():  # each row against its item's task
             mine = np.flatnonzero(items.groups[q[rows]] == g)
             idx = np.flatnonzero(items.groups == g)
-            if len(idx) < 2:
-                continue
-            sub = cos[np.ix_(mine, idx)]
-            sub[np.arange(len(mine)), np.searchsorted(idx, q[rows][mine])] = -np.inf  # not the item itself
-            runner[mine] = np.maximum(sub.max(axis=1), -1.0)
-        cosine[rows] = own
-        distinct[rows] = np.clip((own - runner) / MARGIN_FULL, 0.0, 1.0)
+            distinct[rows[mine]] = _distinct(cos[np.ix_(mine, idx)], np.searchsorted(idx, q[rows][mine]))
     score = np.round(combined_score(cosine, distinct), 6)
     order = np.lexsort((np.arange(len(q)), -score, q))
     first = np.ones(len(order), bool)

@@ -436,15 +436,16 @@ class SemanticVerifier:
         both = np.flatnonzero(todo & np.isfinite(theirs))
         better = both[theirs[both] > mine[both]]
         won = set(better.tolist())
-        for i in both.tolist():  # every pair but the best is an other, best first
+        merged = {}  # every pair but the best is an other, best first
+        for i in both.tolist():
             pairs = found.others[i] + other.others[i]
             loser = other if i in won else found
             if np.isfinite(loser.score[i]):
                 pairs.append((int(loser.docs[i]), list(loser.spans[i] or []), float(loser.score[i])))
-            found.others[i] = sorted(pairs, key=lambda p: -p[2])
-        others = list(found.others)
+            merged[i] = sorted(pairs, key=lambda p: -p[2])
         found.put(better, other)
-        found.others = others
+        for i, pairs in merged.items():
+            found.others[i] = pairs
         found.candidates = found.candidates + other.candidates
         for k, v in other.stats.items():
             found.stats[k] = found.stats.get(k, 0) + v

@@ -141,9 +141,8 @@ def _fourth_best(c: Candidates, num_items: int) -> np.ndarray:
     """Per item, the least weight among its kept docs when it has ``TOP_PER_QUERY`` of them (a
     later doc must weigh at least this to enter), else -1 (rows past ``num_items``, a foreign
     span's (``foreign.py``), are not an item's)."""
-    q = c.cols["query"]
-    q_rare = q[q < num_items]
-    weight = c.cols["weight"][q < num_items]
+    mine = c.cols["query"] < num_items
+    q_rare, weight = c.cols["query"][mine], c.cols["weight"][mine]
     out = np.full(num_items, -1, np.int64)
     full = np.bincount(q_rare, minlength=num_items) >= TOP_PER_QUERY
     least = np.full(num_items, np.iinfo(np.int64).max, np.int64)
