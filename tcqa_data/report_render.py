@@ -1,9 +1,9 @@
-"""One model of a human-readable report, rendered to Markdown and to HTML.
+"""One model of a human-readable report, rendered to Markdown, to HTML and to a terminal's text.
 
 A report is built once as a list of blocks (headings, bullet lists, tables, quotes with highlighted
-spans, figures); ``to_markdown`` and ``to_html`` render the same blocks, so the two files can never
-drift apart. Figures are drawn only for HTML (Markdown says where the plot is), and lazily, so
-rendering Markdown never imports matplotlib.
+spans, figures); ``to_markdown``, ``to_html`` and ``to_text`` render the same blocks, so the files and
+the printed report can never drift apart. Figures are drawn only for HTML (Markdown and text say where
+the plot is), and lazily, so rendering Markdown or text never imports matplotlib.
 
 Inline text is a plain ``str`` or a sequence of ``str`` / ``Code`` / ``Mark`` pieces.
 """
@@ -221,6 +221,61 @@ def _md_lines(blocks: Sequence[Block]) -> list[str]:
             # GitHub and most Markdown viewers fold <details> too; the content stays Markdown
             out += [f"<details><summary>{html.escape(_md_inline(b.summary))}</summary>", ""]
             out += _md_lines(b.blocks) + ["</details>", ""]
+        else:
+            raise TypeError(f"unknown report block {b!r}")
+    return out
+
+
+# ---- plain text (a terminal) --------------------------------------------------------------------
+def to_text(blocks: Sequence[Block]) -> str:
+    """Render ``blocks`` as plain text for a terminal: no Markdown markup or HTML tags, tables with
+    aligned columns, a folded section as its title and its content indented below it."""
+    out = _text_lines(blocks, "")
+    while out and out[-1] == "":
+        out.pop()
+    return "\n".join(out) + "\n"
+
+
+def _text_inline(text: Inline) -> str:
+    out = []
+    for p in _pieces(text):
+        if isinstance(p, Code):
+            out.append(f"`{p.text}`")
+        elif isinstance(p, Link):
+            out.append(f"{p.text} ({p.href})")
+        elif isinstance(p, Mark):
+            out.append(p.text)
+        else:
+            out.append(p)
+    return "".join(out).replace("\n", " ")
+
+
+def _text_lines(blocks: Sequence[Block], indent: str) -> list[str]:
+    out: list[str] = []
+    for b in blocks:
+        if isinstance(b, Heading):
+            out += [indent + "#" * b.level + " " + _text_inline(b.text), ""]
+        elif isinstance(b, Paragraph):
+            out += [indent + _text_inline(b.text), ""]
+        elif isinstance(b, Bullets):
+            out += [f"{indent}- {_text_inline(i)}" for i in b.items] + [""]
+        elif isinstance(b, Table):
+            cells = [[_text_inline(c) for c in row] for row in [b.header, *b.rows]]
+            widths = [max(len(row[j]) for row in cells) for j in range(len(b.header))]
+            align = _align(b)
+            for row in cells:
+                padded = [c.rjust(w) if a == "r" else c.ljust(w)
+                          for c, w, a in zip(row, widths, align, strict=True)]
+                out.append(indent + "  ".join(padded).rstrip())
+            out.append("")
+        elif isinstance(b, Quote):
+            out += [f"{indent}> {_text_inline(b.text)}", ""]
+        elif isinstance(b, Preformatted):
+            out += [indent + line for line in b.text.rstrip("\n").split("\n")] + [""]
+        elif isinstance(b, Figure):
+            out += [f"{indent}(figure: {b.title}, in report.html)", ""]
+        elif isinstance(b, Details):
+            out += [f"{indent}{_text_inline(b.summary)}:", ""] + _text_lines(b.blocks, indent + "  ")
         else:
             raise TypeError(f"unknown report block {b!r}")
     return out

@@ -18,10 +18,10 @@ from tcqa_data.analysis.run import analyze_after_evaluate
 from tcqa_data.deprecation import moved_to_top
 from tcqa_data.eval import metrics as M
 from tcqa_data.eval.models import LoadedModel
-from tcqa_data.eval.results import render_markdown
+from tcqa_data.eval.results import report_blocks
 from tcqa_data.eval.runner import Evaluation
 from tcqa_data.eval.runner import evaluate as evaluate_stage
-from tcqa_data.report_render import Block
+from tcqa_data.report_render import Block, to_text
 
 
 @moved_to_top("evaluate")
@@ -68,6 +68,7 @@ def report_extra(results: dict[str, Any]) -> list[Block]:
 
 
 def render_report(results: dict[str, Any]) -> str:
-    """The combined report as Markdown (report.md's text), from the results ``evaluate`` returned."""
+    """The combined report as plain text for a terminal (report.md's blocks, without Markdown's
+    markup or HTML tags), from the results ``evaluate`` returned."""
     clean = {k: v for k, v in results.items() if not k.startswith("_")}
-    return render_markdown(clean, report_extra(clean))
+    return to_text([*report_blocks(clean), *report_extra(clean)])

@@ -274,7 +274,7 @@ def test_report_opens_with_its_answer_and_links_resolve(prep, eval_dir, analysis
     first_screen = page[:page.index("<details")]
     # the answer before any folded detail: per task its verdict and table, and one plot
     for e in analysis["tasks"].values():
-        assert html.escape(verdict(e["rule"]["table"], e["metrics"][0])) in first_screen
+        assert html.escape(verdict(e["rule"]["table"], e["metrics"])) in first_screen
     assert first_screen.count("<table") == len(analysis["tasks"]) and first_screen.count("<img") == 1
     # relative links to the evaluation and to each prepared split's report, all resolving
     hrefs = re.findall(r"href='([^']+)'", page)

@@ -99,6 +99,20 @@ def test_excise_equals_janitor_clean_python_doc_by_doc(corpus, bench, excised_ex
     assert (out / "purify_report.md").read_text().startswith("# Purified corpus")
 
 
+def test_the_most_copies_table_is_shown_only_where_a_doc_has_more_than_one(excised_exact):
+    from tcqa_data.prep.purify import _markdown
+
+    _, report = excised_exact
+    title = "Benchmark docs with the most corpus copies"
+    top = report["top_benchmark_docs"]
+    assert top
+    ones = {**report, "top_benchmark_docs": [{**d, "corpus_docs": 1} for d in top]}
+    assert title not in _markdown(ones)  # a column of 1s ranks nothing
+    copied = {**report, "top_benchmark_docs": [{**top[0], "corpus_docs": 3}, *ones["top_benchmark_docs"][1:]]}
+    page = _markdown(copied)
+    assert title in page and f"| {top[0]['doc_id']} | 3 |" in page
+
+
 def test_no_janitor_exact_also_cuts_across_punctuation_words(corpus, bench, excised, excised_exact):  # noqa: F811
     """MC-TACO writes " , " between words: Janitor never matches a window across it (a doc it keeps
     whole); --no-janitor-exact cuts there too, and equals Janitor on docs where no match crosses one."""

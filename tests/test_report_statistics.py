@@ -193,3 +193,60 @@ def test_indexing_a_compressed_corpus_never_reports_past_100_percent(tmp_path, c
     lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("[progress] indexing")]
     shares = [int(p) for x in lines for p in re.findall(r"(\d+)%", x)]
     assert shares and max(shares) == 100 and lines[-1].endswith("done"), lines
+
+
+def _metrics_table(diffs: dict[str, tuple], dirty_groups: int = 64, groups: int = 128) -> dict:
+    """A clean / full / dirty table with one entry per metric: clean - full = diffs[metric]
+    (value, low, high), the clean and full values around it."""
+    def m(v, lo=None, hi=None):
+        return {"value": v, "ci95": [lo, hi]}
+    return {"subsets": {"clean": {"groups": groups - dirty_groups, "docs": groups - dirty_groups,
+                                  "metrics": {k: m(0.5 + d[0]) for k, d in diffs.items()}},
+                        "full": {"groups": groups, "docs": groups, "metrics": {k: m(0.5) for k in diffs}},
+                        "dirty": {"groups": dirty_groups, "docs": dirty_groups,
+                                  "metrics": {k: m(0.5 - d[0]) for k, d in diffs.items()}}},
+            "clean_minus_full": {k: m(*d) for k, d in diffs.items()}}
+
+
+def test_the_verdict_names_every_metric_whose_interval_excludes_0_with_its_sign():
+    # the quick start's MC-TACO: official/strict_acc inflated, the other three within chance, and one
+    # metric the dirty groups score lower on
+    table = _metrics_table({"lm_eval/acc": (-0.016, -0.063, 0.031), "lm_eval/f1": (0.053, -0.005, 0.109),
+                            "official/strict_acc": (-0.070, -0.142, -0.008),
+                            "official/f1": (0.05, 0.01, 0.09)})
+    text = verdict(table)
+    assert "Contamination inflates official/strict_acc" in text and "-7.0 [-14.2, -0.8]" in text
+    assert "lower than the clean ones on official/f1" in text and "+5.0 [+1.0, +9.0]" in text
+    effect, _, rest = text.partition("No measurable effect")
+    assert "official/strict_acc" in effect and "official/f1" in effect
+    assert "lm_eval/acc (-1.6 [-6.3, +3.1])" in rest and "lm_eval/f1 (+5.3 [-0.5, +10.9])" in rest
+    assert "official/" not in rest.split(":")[0]  # the metrics that differ are not called "no effect"
+    assert text.endswith("64 of 128 groups (50.0%) are dirty.")
+    # restricted to metrics within chance: no effect is claimed
+    within = verdict(table, ["lm_eval/acc", "lm_eval/f1"])
+    assert within.startswith("No measurable effect") and "inflates" not in within
+    # one metric keeps its one sentence
+    assert verdict(table, ["official/strict_acc"]).startswith("Contamination inflates official/strict_acc")
+
+
+def test_an_auroc_that_prints_as_0_50_is_at_chance_not_below_it():
+    for value in (0.5, 0.497, 0.503):
+        line = plain_line(_agreement(value, [0.4, 0.6]))
+        assert "AUROC 0.50 [0.40, 0.60]" in line and "at chance" in line and "below 0.5" not in line
+    below = plain_line(_agreement(0.494, [0.4, 0.6]))
+    assert "AUROC 0.49" in below and "below 0.5, within chance" in below
+    assert "chance" not in plain_line(_agreement(0.55, [0.45, 0.65]))
+
+
+def test_the_printed_report_is_text_without_markup():
+    from tcqa_data.report_render import Bullets, Code, Details, Heading, Link, Paragraph, Table, to_text
+
+    text = to_text([Heading(2, "mc_taco (test)"), Paragraph(["rule ", Code("any-ngram"), "."]),
+                    Table(["metric", "clean"], [["lm_eval/acc", "56.7"], ["official/strict_acc", "9.4"]]),
+                    Details("findings", [Bullets(["one", "two"]),
+                                         Paragraph(["see ", Link("the report", "analysis/report.html")])])])
+    assert "<" not in text and "|" not in text and "**" not in text
+    lines = text.splitlines()
+    # columns aligned: names padded to the longest, numbers right-aligned under their header
+    assert "metric" + " " * 15 + "clean" in lines and "official/strict_acc" + " " * 4 + "9.4" in lines
+    assert "findings:" in lines and "  - two" in lines and "  see the report (analysis/report.html)" in lines

@@ -243,8 +243,11 @@ def plain_line(agree: dict[str, Any], flag: str = "dirty") -> str:
                 "below 0.5 is no sign of memorization; it usually means the flagged docs differ in kind "
                 "(longer or rarer wording, another field or template that the corpus happens to share), "
                 "or that the corpus holds them in a form the model did not see in the task's layout.")
-    below = " (below 0.5, within chance: the flagged docs are not more familiar)" if a["value"] < 0.5 else ""
-    return f"{head}: no sign that the model memorized the flagged docs more than the others{below}."
+    # worded from the value as printed: 0.497 prints as 0.50, which is at chance, not below 0.5
+    shown = round(a["value"], 2)
+    where = (" (at chance: the flagged docs are no more familiar)" if shown == 0.5 else
+             " (below 0.5, within chance: the flagged docs are not more familiar)" if shown < 0.5 else "")
+    return f"{head}: no sign that the model memorized the flagged docs more than the others{where}."
 
 
 def text_contexts(per_doc: list[dict[str, Any]]) -> dict[str, dict[str, int]]:

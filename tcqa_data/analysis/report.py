@@ -327,7 +327,7 @@ def build_document(analysis: dict[str, Any], at: str | Path | None = None) -> li
     for task, e in tasks.items():
         table = e["rule"]["table"]
         blocks += [Heading(2, f"{task} ({e['split']}): {e['docs']} docs, {e['groups']} groups"),
-                   Paragraph(verdict(table, e["metrics"][0])), Table(*table_rows(table))]
+                   Paragraph(verdict(table, e["metrics"])), Table(*table_rows(table))]
     if tasks:
         tables = {t: e["rule"]["table"] for t, e in tasks.items()}
         rule_title = plot_title(tables, "the rule's split")

@@ -35,6 +35,7 @@ from tcqa_data.analysis.sweep import (
 from tcqa_data.deprecation import moved_to_top
 from tcqa_data.errors import ConfigError, TcqaError
 from tcqa_data.eval import metrics as M
+from tcqa_data.eval.results import verdict
 from tcqa_data.eval.tables import subset_table, task_stats
 from tcqa_data.io_utils import read_json_file
 from tcqa_data.prep.prepared import read_manifest
@@ -254,14 +255,12 @@ def llama2_claim(subsets: list[dict[str, Any]], metric: str) -> str:
 
 
 def conclusions(entry: dict[str, Any]) -> list[str]:
-    """Plain-language findings for the primary metric (the task's first)."""
+    """Plain-language findings: the rule's verdict for every metric, then the sweeps and tests for the
+    primary metric (the task's first)."""
     metric = entry["metrics"][0]
     out = []
     rule = entry["rule"]
-    diff = rule["table"]["clean_minus_full"][metric]
-    sub = rule["table"]["subsets"]
-    out.append(f"Rule `{rule['rule']}`: {sub['dirty']['groups']} of {sub['full']['groups']} groups dirty; "
-               f"{metric} clean - full = {percent_ci(diff, signed=True)} points.")
+    out.append(f"Rule `{rule['rule']}`: {verdict(rule['table'], entry['metrics'])}")
     for name, sw in entry["sweeps"].items():
         for t in sw["rule_thresholds"]:
             if t in sw["thresholds"]:

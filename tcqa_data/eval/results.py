@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,41 +51,105 @@ def metric_names(task: dict[str, Any]) -> list[str]:
     return list(task["subsets"][first]["metrics"])
 
 
-def verdict(task: dict[str, Any], metric: str | None = None) -> str:
-    """One sentence on how much of the score is contamination, worded by what the numbers support:
-    an effect only where the clean - full interval excludes 0, "too few groups" where there is none."""
-    metric = metric or metric_names(task)[0]
+def verdict(task: dict[str, Any], metrics: Sequence[str] | None = None) -> str:
+    """How much of the score is contamination, for every metric (``metrics``: those only), worded by
+    what the numbers support: an effect, with its sign and size, for each metric whose clean - full
+    interval excludes 0 (those first); "no measurable effect" only for those whose interval contains
+    0; "too few groups" where there is no interval."""
+    names = list(metrics) if metrics is not None else metric_names(task)
     subs = task["subsets"]
-    clean = (subs.get("clean") or {}).get("metrics", {}).get(metric) or {}
     if "full" not in subs:  # --clean-only: nothing to compare with
-        return (f"Clean groups only ({subs['clean']['groups']}): {metric} {percent_ci(clean)}; no full or "
-                "dirty score was computed, so this run cannot say how much contamination adds.")
-    full = subs["full"]["metrics"].get(metric) or {}
+        scores = "; ".join(f"{m} {percent_ci(_metric(subs, 'clean', m))}" for m in names)
+        return (f"Clean groups only ({subs['clean']['groups']}): {scores}; no full or dirty score was "
+                "computed, so this run cannot say how much contamination adds.")
     groups, dirty = subs["full"]["groups"], subs["dirty"]["groups"]
     if not dirty:
-        return f"No group of {groups} was found in the corpus: the full score is the clean score, {metric} " \
-               f"{percent_ci(full)}."
+        scores = "; ".join(f"{m} {percent_ci(_metric(subs, 'full', m))}" for m in names)
+        return f"No group of {groups} was found in the corpus: the full score is the clean score, {scores}."
     if not subs["clean"]["groups"]:
         return f"Every group ({groups}) was found in the corpus: there is no clean score to compare with."
-    diff = (task.get("clean_minus_full") or {}).get(metric) or {}
-    c, f = percent(clean.get("value")), percent(full.get("value"))
     part = f"{dirty} of {groups} groups ({share(dirty / groups)}) are dirty"
+    effects = [_effect(task, m) for m in names]
+    if len(effects) == 1:
+        return _one_metric_verdict(effects[0], part)
+    by_kind: dict[str, list[_Effect]] = {}
+    for e in effects:
+        by_kind.setdefault(e.kind, []).append(e)
+    sentences = [_effect_sentence(e) for e in effects if e.kind in ("inflates", "lower")]
+    if by_kind.get("none"):
+        none = by_kind["none"]
+        listed = _and_or([f"{e.metric} ({e.diff})" for e in none], "or")
+        each = "each 95% interval contains" if len(none) > 1 else "the 95% interval contains"
+        sentences.append(f"No measurable effect of contamination on {listed}: clean - full in points, "
+                         f"{each} 0.")
+    if by_kind.get("few"):
+        listed = _and_or([f"{e.metric} ({e.diff} points)" for e in by_kind["few"]], "and")
+        sentences.append(f"Too few groups on one side to tell clean - full from chance for {listed}.")
+    if by_kind.get("missing"):
+        listed = _and_or([e.metric for e in by_kind["missing"]], "and")
+        sentences.append(f"No value on one of the subsets for {listed}.")
+    return " ".join(sentences) + f" {part[0].upper()}{part[1:]}."
+
+
+@dataclass(frozen=True)
+class _Effect:
+    """One metric's clean - full, classified: inflates (interval below 0), lower (above 0), none
+    (contains 0), few (no interval), missing (no value)."""
+    metric: str
+    kind: str
+    clean: str
+    full: str
+    diff: str
+
+
+def _metric(subs: dict[str, Any], subset: str, metric: str) -> dict[str, Any]:
+    return (subs.get(subset) or {}).get("metrics", {}).get(metric) or {}
+
+
+def _effect(task: dict[str, Any], metric: str) -> _Effect:
+    subs = task["subsets"]
+    diff = (task.get("clean_minus_full") or {}).get(metric) or {}
     lo, hi = diff.get("ci95") or [None, None]
-    d = percent_ci(diff, signed=True)
     if diff.get("value") is None:
-        return f"{part}; {metric} has no value on one of the subsets."
-    if lo is None:
-        return (f"{part}: {metric} is {c} on the clean groups and {f} on all, a difference of {d} points; "
-                "too few groups on one side to tell it from chance.")
-    if hi < 0:
-        return (f"Contamination inflates {metric}: {f} on all groups, {c} on the clean ones, "
-                f"clean - full {d} points (95% interval excludes 0); {part}.")
-    if lo > 0:
-        return (f"The dirty groups score lower than the clean ones: {metric} {c} clean vs {f} full, "
-                f"clean - full {d} points (95% interval excludes 0): contamination does not inflate it; "
-                f"{part}.")
-    return (f"No measurable effect of contamination on {metric}: {c} clean vs {f} full, clean - full {d} "
-            f"points (the 95% interval contains 0); {part}.")
+        kind = "missing"
+    elif lo is None:
+        kind = "few"
+    else:
+        kind = "inflates" if hi < 0 else ("lower" if lo > 0 else "none")
+    return _Effect(metric, kind, percent(_metric(subs, "clean", metric).get("value")),
+                   percent(_metric(subs, "full", metric).get("value")), percent_ci(diff, signed=True))
+
+
+def _effect_sentence(e: _Effect) -> str:
+    if e.kind == "inflates":
+        return (f"Contamination inflates {e.metric}: {e.full} on all groups, {e.clean} on the clean ones, "
+                f"clean - full {e.diff} points (95% interval excludes 0).")
+    return (f"The dirty groups score lower than the clean ones on {e.metric}: {e.clean} clean vs {e.full} "
+            f"full, clean - full {e.diff} points (95% interval excludes 0): contamination does not inflate "
+            "it.")
+
+
+def _one_metric_verdict(e: _Effect, part: str) -> str:
+    """The sentence of a task with one metric: the effect and the dirty share in one."""
+    if e.kind == "missing":
+        return f"{part}; {e.metric} has no value on one of the subsets."
+    if e.kind == "few":
+        return (f"{part}: {e.metric} is {e.clean} on the clean groups and {e.full} on all, a difference of "
+                f"{e.diff} points; too few groups on one side to tell it from chance.")
+    if e.kind == "inflates":
+        return (f"Contamination inflates {e.metric}: {e.full} on all groups, {e.clean} on the clean ones, "
+                f"clean - full {e.diff} points (95% interval excludes 0); {part}.")
+    if e.kind == "lower":
+        return (f"The dirty groups score lower than the clean ones: {e.metric} {e.clean} clean vs {e.full} "
+                f"full, clean - full {e.diff} points (95% interval excludes 0): contamination does not "
+                f"inflate it; {part}.")
+    return (f"No measurable effect of contamination on {e.metric}: {e.clean} clean vs {e.full} full, "
+            f"clean - full {e.diff} points (the 95% interval contains 0); {part}.")
+
+
+def _and_or(items: list[str], word: str) -> str:
+    """"a", "a or b", "a, b or c"."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} {word} {items[-1]}"
 
 
 def relative_href(target: str | Path, from_dir: str | Path) -> str:

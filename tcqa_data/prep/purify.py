@@ -441,9 +441,10 @@ def _markdown(report: Mapping[str, Any]) -> str:
         Table(["input", *cols], [[name, *(str(v[c]) for c in cols)] for name, v in report["inputs"].items()]),
         Heading(2, "Per task (a corpus doc matching two tasks counts in both)"),
         Table(["task", *cols], [[name, *(str(v[c]) for c in cols)] for name, v in report["tasks"].items()]),
-        Heading(2, "Benchmark docs with the most corpus copies"),
-        Table(["task", "split", "doc_id", "corpus docs"],
-              [[d["task"], d["split"], str(d["doc_id"]), str(d["corpus_docs"])]
-               for d in report["top_benchmark_docs"]]),
     ]
+    top = report["top_benchmark_docs"]
+    if any(d["corpus_docs"] > 1 for d in top):  # a column of 1s ranks nothing: no table then
+        blocks += [Heading(2, "Benchmark docs with the most corpus copies"),
+                   Table(["task", "split", "doc_id", "corpus docs"],
+                         [[d["task"], d["split"], str(d["doc_id"]), str(d["corpus_docs"])] for d in top])]
     return to_markdown(blocks)
