@@ -121,8 +121,8 @@ def ngram_option(value: str) -> str:
     return value
 
 
-ALLOW_TASK_CODE_HELP = ("Let lm-eval import the Python (!function helpers, class: tasks) that task YAMLs "
-                        "outside the installed lm-eval package name; refused by default, since it runs "
+ALLOW_TASK_CODE_HELP = ("Let task YAMLs from outside the installed lm-eval package import their Python "
+                        "(!function helpers, class: tasks). Off by default: that code would run "
                         "unsandboxed.")
 
 

@@ -7,9 +7,10 @@ from pathlib import Path
 import typer
 
 from tcqa_data.cli import app, comma_list, old_spelling, one_split, prefer
+from tcqa_data.cli.help_format import PanelCommand
 
 
-@app.command("analyze")
+@app.command("analyze", cls=PanelCommand)
 def analyze_cmd(
     prep_dir: Path = typer.Argument(..., help="Folder written by `tcqa-data decontaminate`."),
     results: Path = typer.Option(..., "--results", help="An `evaluate` output folder, or lm-eval 0.4 "

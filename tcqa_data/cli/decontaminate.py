@@ -20,13 +20,14 @@ from tcqa_data.cli import (
     value_of,
     warning,
 )
+from tcqa_data.cli.help_format import PanelCommand
 from tcqa_data.decontam.detect.rules import DEFAULT_RULE, DEFAULT_SEMANTIC, rule_terms_help
 from tcqa_data.decontam.readers.presets import text_field_for
 from tcqa_data.decontam.semantic.judge import JUDGE_FLOOR, JUDGE_TOP
 from tcqa_data.decontam.semantic.model import DEFAULT_MODEL
 
 
-@app.command("decontaminate")
+@app.command("decontaminate", cls=PanelCommand)
 def decontaminate_cmd(
     index_dir: Optional[Path] = typer.Argument(  # noqa: UP045
         None, help="Index folder written by `tcqa-data index-corpus` (or --corpus instead)."),
@@ -35,16 +36,16 @@ def decontaminate_cmd(
         help="Stream mode, no index: corpus files, globs or folders (as index-corpus takes them), read "
              "once against all tasks' n-grams; repeatable."),
     hf_dataset: Optional[str] = typer.Option(  # noqa: UP045
-        None, "--hf-dataset", help="Stream mode: this Hugging Face dataset too (or alone: no --corpus)."),
-    hf_config: Optional[str] = typer.Option(None, "--hf-config", help="Its config name."),  # noqa: UP045
-    hf_split: str = typer.Option("train", "--hf-split", help="Its split."),
+        None, "--hf-dataset", rich_help_panel="Corpus (stream mode, no index)", help="Stream mode: this Hugging Face dataset too (or alone: no --corpus)."),
+    hf_config: Optional[str] = typer.Option(None, "--hf-config", rich_help_panel="Corpus (stream mode, no index)", help="Its config name."),  # noqa: UP045
+    hf_split: str = typer.Option("train", "--hf-split", rich_help_panel="Corpus (stream mode, no index)", help="Its split."),
     text_field: Optional[str] = typer.Option(  # noqa: UP045
-        None, "--text-field", help="With --corpus: the document text field (default: text); a.b: nested."),
+        None, "--text-field", rich_help_panel="Corpus (stream mode, no index)", help="With --corpus: the document text field (default: text); a.b: nested."),
     preset: Optional[CorpusPreset] = typer.Option(  # noqa: UP045
-        None, "--preset", help="With --corpus: a layout's text field: dolma, fineweb, dclm, redpajama-v2."),
+        None, "--preset", rich_help_panel="Corpus (stream mode, no index)", help="With --corpus: a layout's text field: dolma, fineweb, dclm, redpajama-v2."),
     id_field: Optional[str] = typer.Option(  # noqa: UP045
-        None, "--id-field", help="With --corpus: field used as doc ref (default: file:line)."),
-    on_error: OnError = typer.Option("raise", "--on-error",
+        None, "--id-field", rich_help_panel="Corpus (stream mode, no index)", help="With --corpus: field used as doc ref (default: file:line)."),
+    on_error: OnError = typer.Option("raise", "--on-error", rich_help_panel="Corpus (stream mode, no index)",
                                  help="With --corpus: raise: stop at a bad record; skip: count it."),
     tasks: str = typer.Option("mc_taco,squad_completion", "--tasks",
                               help="Comma-separated built-in task names, task YAML paths, or lm-eval "
@@ -54,7 +55,7 @@ def decontaminate_cmd(
         None, "--data-files",
         help="Local data instead of the hub: TASK:SPLIT=PATH (TSV, JSONL or Parquet; for lm-eval tasks "
              "JSONL, Parquet or CSV with the fields the task's YAML reads); repeatable, e.g. "
-             "mc_taco:test=../shared/data/mc_taco/test_9442.tsv"),
+             "mc_taco:test=DATA/mc_taco/test_9442.tsv"),
     splits: Optional[str] = typer.Option(None, "--splits",  # noqa: UP045
                                          help="Comma-separated split names to process (default: all)."),
     rule: str = typer.Option(DEFAULT_RULE, "--rule",
@@ -62,57 +63,57 @@ def decontaminate_cmd(
                                   "'ngram-fraction>=0.5|minhash>=0.8', 'any-ngram|aligned-field>=0.8' or "
                                   f"'any-ngram|semantic' (rephrased items; semantic = "
                                   f"semantic>={DEFAULT_SEMANTIC})."),
-    ngram: str = typer.Option("13", "--ngram", callback=ngram_option,
+    ngram: str = typer.Option("13", "--ngram", rich_help_panel="Matching", callback=ngram_option,
                               help="N-gram size the index holds, or 'auto' (GPT-3: 5th "
                                    "percentile of query length, clamped to 8..13)."),
     max_corpus_freq: Optional[int] = typer.Option(  # noqa: UP045
-        None, "--max-corpus-freq", min=1,
+        None, "--max-corpus-freq", rich_help_panel="Matching", min=1,
         help="Ignore n-grams found in more than K corpus docs (boilerplate)."),
-    group_policy: GroupPolicy = typer.Option("any", "--group-policy",
+    group_policy: GroupPolicy = typer.Option("any", "--group-policy", rich_help_panel="Matching",
                                      help="A group is dirty when any | all | majority of its docs are."),
     normalization: Optional[Normalization] = typer.Option(  # noqa: UP045
-        None, "--normalization",
+        None, "--normalization", rich_help_panel="Matching",
         help="Require the index to use this normalization (janitor | unicode)."),
     lm_eval_include: Optional[list[Path]] = typer.Option(  # noqa: UP045
-        None, "--lm-eval-include",
+        None, "--lm-eval-include", rich_help_panel="Tasks from lm-eval and YAML",
         help="A folder of your own lm-eval task YAMLs (lm-eval's --include_path); repeatable."),
     group_by: Optional[list[str]] = typer.Option(  # noqa: UP045
-        None, "--group-by",
+        None, "--group-by", rich_help_panel="Matching",
         help="Docs of TASK with equal FIELD values form one question group, kept whole in clean and dirty: "
              "TASK:FIELD[,FIELD...]; repeatable (default: each doc is its own group)."),
-    workers: int = typer.Option(1, "--workers", min=1,
+    workers: int = typer.Option(1, "--workers", rich_help_panel="Corpus (stream mode, no index)", min=1,
                                 help="With --corpus: local processes reading its shards."),
-    engine: Engine = typer.Option("local", "--engine",
+    engine: Engine = typer.Option("local", "--engine", rich_help_panel="Corpus (stream mode, no index)",
                                help="local: --workers processes here; ray: Ray tasks."),
     ray_address: Optional[str] = typer.Option(  # noqa: UP045
-        None, "--ray-address", help="With --engine ray: auto, HOST:PORT or ray://HOST:PORT (default local)."),
+        None, "--ray-address", rich_help_panel="Corpus (stream mode, no index)", help="With --engine ray: auto, HOST:PORT or ray://HOST:PORT (default local)."),
     short_min_words: int = typer.Option(
-        8, "--short-min-words", min=0,
+        8, "--short-min-words", rich_help_panel="Matching", min=0,
         help="A query of this many words up to n-1 is matched whole (index: from its text store, "
              ">= 6; 0: off, such queries untestable)."),
     source_name: Optional[str] = typer.Option(  # noqa: UP045
-        None, "--source-name",
+        None, "--source-name", rich_help_panel="Reports",
         help="The corpus as contamination_report.csv names it (CONDA's Contaminated Source), e.g. a hub "
              "id such as allenai/c4 (default: its hub dataset or file names)."),
-    allow_task_code: bool = typer.Option(False, "--allow-task-code", help=ALLOW_TASK_CODE_HELP),
+    allow_task_code: bool = typer.Option(False, "--allow-task-code", rich_help_panel="Tasks from lm-eval and YAML", help=ALLOW_TASK_CODE_HELP),
     embedding_model: Optional[str] = typer.Option(  # noqa: UP045
-        None, "--embedding-model",
+        None, "--embedding-model", rich_help_panel="Semantic tier (rephrased items)",
         help=f"With a semantic rule term: the sentence-transformers model (name, folder or hub id) that "
              f"scores candidate windows (default: {DEFAULT_MODEL}, installed with the semantic extra, its "
              f"weights sha256 pinned). A multilingual model (use-multilingual-v3, bundled) also reads corpus "
              f"text in other scripts, for translated items. A bare 'semantic' term means "
              f"semantic>={DEFAULT_SEMANTIC}."),
     judge: Optional[str] = typer.Option(  # noqa: UP045
-        None, "--judge",
+        None, "--judge", rich_help_panel="Semantic tier (rephrased items)",
         help="With a semantic rule term: a causal LM (folder, .gguf file, hub id, or smollm2-135m-gguf) "
              "asked whether each top item/window pair is the same item, rephrased or translated; its "
              "verdict is the rule term 'judge', e.g. 'any-ngram|semantic&judge' (& binds tighter than |). "
              "Default: no judge."),
     judge_top: int = typer.Option(
-        JUDGE_TOP, "--judge-top", min=1,
+        JUDGE_TOP, "--judge-top", rich_help_panel="Semantic tier (rephrased items)", min=1,
         help=f"With --judge: pairs judged per split, highest cosine first (not under {JUDGE_FLOOR})."),
     labels: Optional[Path] = typer.Option(  # noqa: UP045
-        None, "--labels",
+        None, "--labels", rich_help_panel="Reports",
         help="Ground truth (CSV, JSONL or Parquet: task, doc_id or group_id, contaminated, optional split): "
              "each labelled split's report measures the rule, its terms and a precision/recall curve per "
              "score against it. Flags and splits do not change."),

@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from tcqa_data.cli import CorpusPreset, Engine, Normalization, OnError, app, choices, value_of, warning
+from tcqa_data.cli.help_format import PanelCommand
 from tcqa_data.decontam.readers.presets import text_field_for
 from tcqa_data.errors import ConfigError
 
@@ -25,7 +26,7 @@ def _parse_ngrams(value: str) -> list[int]:
 
 TextStore = choices("TextStore", "auto", "copy", "none")  # index-corpus --text-store
 
-@app.command("index-corpus")
+@app.command("index-corpus", cls=PanelCommand)
 def index_corpus(
     corpus: list[str] = typer.Argument(None, help="Corpus files, globs or folders (.jsonl[.gz|.zst], "
                                                   ".parquet, .txt)."),
@@ -35,44 +36,44 @@ def index_corpus(
     demo: bool = typer.Option(False, "--demo",
                               help="Also index the demo corpus shipped with tcqa-data (162 English "
                                    "Wikipedia articles, 2.7 MB: tcqa_data/data/demo/README.md)."),
-    ngram: str = typer.Option("13", "--ngram", help="N-gram size(s), e.g. 13 or 8,13."),
-    normalization: Normalization = typer.Option("janitor", "--normalization",
+    ngram: str = typer.Option("13", "--ngram", rich_help_panel="Index contents", help="N-gram size(s), e.g. 13 or 8,13."),
+    normalization: Normalization = typer.Option("janitor", "--normalization", rich_help_panel="Index contents",
                                       help="janitor (exactly lm-eval's Janitor) or unicode."),
     text_field: Optional[str] = typer.Option(  # noqa: UP045
-        None, "--text-field", help="Field holding the document text (default: text); a.b: nested."),
+        None, "--text-field", rich_help_panel="Corpus layout", help="Field holding the document text (default: text); a.b: nested."),
     preset: Optional[CorpusPreset] = typer.Option(  # noqa: UP045
-        None, "--preset", help="A corpus layout's text field: dolma, fineweb, dclm, redpajama-v2."),
-    id_field: str = typer.Option(None, "--id-field", help="Field used as doc ref (default: file:line)."),
-    hf_dataset: str = typer.Option(None, "--hf-dataset", help="Stream a Hugging Face dataset instead."),
-    hf_config: str = typer.Option(None, "--hf-config", help="Its config name."),
-    hf_split: str = typer.Option("train", "--hf-split", help="Its split."),
-    workers: int = typer.Option(None, "--workers", min=1,
+        None, "--preset", rich_help_panel="Corpus layout", help="A corpus layout's text field: dolma, fineweb, dclm, redpajama-v2."),
+    id_field: str = typer.Option(None, "--id-field", rich_help_panel="Corpus layout", help="Field used as doc ref (default: file:line)."),
+    hf_dataset: str = typer.Option(None, "--hf-dataset", rich_help_panel="Corpus layout", help="Stream a Hugging Face dataset instead."),
+    hf_config: str = typer.Option(None, "--hf-config", rich_help_panel="Corpus layout", help="Its config name."),
+    hf_split: str = typer.Option("train", "--hf-split", rich_help_panel="Corpus layout", help="Its split."),
+    workers: int = typer.Option(None, "--workers", rich_help_panel="Parallelism and reruns", min=1,
                                 help="Local worker processes (default: all cores)."),
-    append: bool = typer.Option(False, "--append", help="Add new inputs to an existing index."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing index."),
-    on_error: OnError = typer.Option("raise", "--on-error",
+    append: bool = typer.Option(False, "--append", rich_help_panel="Parallelism and reruns", help="Add new inputs to an existing index."),
+    overwrite: bool = typer.Option(False, "--overwrite", rich_help_panel="Parallelism and reruns", help="Replace an existing index."),
+    on_error: OnError = typer.Option("raise", "--on-error", rich_help_panel="Corpus layout",
                                      help="raise: stop at a bad record; skip: count it."),
-    no_minhash: bool = typer.Option(False, "--no-minhash", help="Build only the n-gram index."),
-    num_perm: int = typer.Option(128, "--num-perm", min=1, help="MinHash permutations."),
-    provenance: int = typer.Option(2, "--provenance", min=1,
+    no_minhash: bool = typer.Option(False, "--no-minhash", rich_help_panel="Index contents", help="Build only the n-gram index."),
+    num_perm: int = typer.Option(128, "--num-perm", rich_help_panel="Index contents", min=1, help="MinHash permutations."),
+    provenance: int = typer.Option(2, "--provenance", rich_help_panel="Index contents", min=1,
                                    help="Doc ordinals kept per n-gram (index size)."),
-    num_buckets: int = typer.Option(64, "--num-buckets", min=1,
+    num_buckets: int = typer.Option(64, "--num-buckets", rich_help_panel="Index contents", min=1,
                                     help="Hash buckets of the n-gram index, a power of two (reduce "
                                          "tasks; more buckets: smaller merges, for large corpora)."),
-    ngram_dir_bits: int = typer.Option(None, "--ngram-dir-bits",
+    ngram_dir_bits: int = typer.Option(None, "--ngram-dir-bits", rich_help_panel="Index contents",
                                        help="Directory bits of the compact n-gram layout (default: chosen "
                                             "from the corpus at the first build; --append keeps the "
                                             "index's; give an appended index's value to rebuild it "
                                             "byte for byte)."),
-    text_store: TextStore = typer.Option("auto", "--text-store",
+    text_store: TextStore = typer.Option("auto", "--text-store", rich_help_panel="Index contents",
                                    help="Corpus text for alignment (aligned>= rule terms): auto (doc "
                                         "locations for .jsonl/.parquet/.txt, a zstd copy for compressed "
                                         "inputs and HF streams), copy (always a copy) or none."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar and no summary line."),
-    engine: Engine = typer.Option("local", "--engine",
+    engine: Engine = typer.Option("local", "--engine", rich_help_panel="Parallelism and reruns",
                                help="local: worker processes on this machine; ray: Ray tasks "
                                     "(pip install 'tcqa-data[ray]'; see docs/CLUSTER.md)."),
-    ray_address: str = typer.Option(None, "--ray-address",
+    ray_address: str = typer.Option(None, "--ray-address", rich_help_panel="Parallelism and reruns",
                                     help="With --engine ray: auto, HOST:PORT or ray://HOST:PORT of a "
                                          "running cluster (default: start a local Ray instance "
                                          "with --workers CPUs)."),
@@ -140,7 +141,7 @@ def index_corpus(
     typer.echo(msg, err=True)
 
 
-@app.command("index-info")
+@app.command("index-info", cls=PanelCommand)
 def index_info(
     index_dir: Path = typer.Argument(..., help="An index folder built by index-corpus."),
     as_json: bool = typer.Option(False, "--json", help="Print the raw manifest JSON."),
