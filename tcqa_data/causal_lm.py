@@ -233,14 +233,20 @@ def _load_model(model: str, *, gguf_file: str | None, device: str, dtype: str, t
     kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
     if gguf is not None:
         kwargs["gguf_file"] = gguf
-    how = ("pass a local folder holding config.json and the weights, or a .gguf file "
-           "(--model path/to/model.gguf, or --model FOLDER --gguf-file NAME.gguf)")
+    shipped = ", ".join(f"{name} ({Path(file).stem}, installed offline by scripts/install.sh)"
+                        for name, (_, _, file) in PACKAGED_MODELS.items())
+    how = ("pass a local folder holding config.json and the weights, a .gguf file "
+           "(--model path/to/model.gguf, or --model FOLDER --gguf-file NAME.gguf), or the shipped model: "
+           f"--model {shipped}")
+    local = Path(source).exists()
+    if not local:
+        how = "the Hugging Face hub did not serve it (offline?); " + how
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(source, **kwargs)
     except Exception as exc:  # transformers raises many types; the user needs one clear message
         raise TcqaError(f"cannot load a tokenizer for model {model!r} ({type(exc).__name__}: "
-                        f"{str(exc).splitlines()[0] if str(exc) else ''}); the model folder must carry "
-                        f"its tokenizer files, or {how}") from exc
+                        f"{str(exc).splitlines()[0] if str(exc) else ''}); "
+                        + (f"the model folder must carry its tokenizer files, or {how}" if local else how)) from exc
     try:
         lm = transformers.AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, **kwargs)
     except Exception as exc:

