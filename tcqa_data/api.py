@@ -572,7 +572,8 @@ def clean_vs_full_table(results: EvalResults | Mapping[str, Any], task: str) -> 
 
     Rows are the task's metrics; columns ``clean (n=...)``, ``full (n=...)``, ``dirty (n=...)`` and
     ``clean - full``, each cell the value in percent with its 95% interval, as in report.md. For a
-    paper: ``.to_latex()`` or ``.to_markdown()``.
+    paper: ``.to_latex()`` or ``.to_markdown()``. ``print`` shows every column (pandas would cut
+    the table to the terminal's width, hiding the full and dirty columns).
     """
     import pandas as pd
 
@@ -583,5 +584,24 @@ def clean_vs_full_table(results: EvalResults | Mapping[str, Any], task: str) -> 
     if task not in tables:
         raise ConfigError(f"no task {task!r} in these results; they hold {sorted(tables)}")
     header, rows = table_rows(tables[task])
-    return pd.DataFrame([r[1:] for r in rows], index=pd.Index([r[0] for r in rows], name=header[0]),
-                        columns=header[1:])
+    table = pd.DataFrame([r[1:] for r in rows], index=pd.Index([r[0] for r in rows], name=header[0]),
+                         columns=header[1:])
+    return _whole_table(table)
+
+
+def _whole_table(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` whose ``str``/``repr`` is its whole ``to_string()``; any operation on it returns
+    a plain DataFrame again."""
+    import pandas as pd
+
+    class WholeTable(pd.DataFrame):
+        @property
+        def _constructor(self) -> type[pd.DataFrame]:
+            return pd.DataFrame
+
+        def __repr__(self) -> str:
+            return self.to_string()
+
+        __str__ = __repr__
+
+    return WholeTable(table)

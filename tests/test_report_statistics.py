@@ -250,3 +250,19 @@ def test_the_printed_report_is_text_without_markup():
     # columns aligned: names padded to the longest, numbers right-aligned under their header
     assert "metric" + " " * 15 + "clean" in lines and "official/strict_acc" + " " * 4 + "9.4" in lines
     assert "findings:" in lines and "  - two" in lines and "  see the report (analysis/report.html)" in lines
+
+
+def test_printed_clean_vs_full_table_shows_every_column_on_a_narrow_terminal():
+    import pandas as pd
+
+    from tcqa_data.api import clean_vs_full_table
+
+    results = {"tasks": {"mc_taco": _table((0.6, 0.5, 0.7), (0.7, 0.6, 0.8), 40, (-0.1, -0.15, -0.05))}}
+    table = clean_vs_full_table(results, "mc_taco")
+    with pd.option_context("display.width", 40, "display.max_columns", 2):
+        printed = str(table)
+    assert "..." not in printed and "columns]" not in printed
+    for column in table.columns:
+        assert column in printed
+    assert "-10.0 [-15.0, -5.0]" in printed
+    assert type(table.head(1)) is pd.DataFrame  # operations give a plain DataFrame
