@@ -246,7 +246,8 @@ def _load_model(model: str, *, gguf_file: str | None, device: str, dtype: str, t
     except Exception as exc:  # transformers raises many types; the user needs one clear message
         raise TcqaError(f"cannot load a tokenizer for model {model!r} ({type(exc).__name__}: "
                         f"{str(exc).splitlines()[0] if str(exc) else ''}); "
-                        + (f"the model folder must carry its tokenizer files, or {how}" if local else how)) from exc
+                        + (f"the model folder must carry its tokenizer files, or {how}" if local else how)
+                        ) from exc
     try:
         lm = transformers.AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, **kwargs)
     except Exception as exc:

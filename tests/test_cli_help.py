@@ -6,13 +6,12 @@ from __future__ import annotations
 import re
 
 import pytest
+from test_cli_vocabulary import COMMANDS
 from typer.main import get_command
 from typer.testing import CliRunner
 
 from tcqa_data.cli import app
 from tcqa_data.cli.help_format import DEFAULT_PANEL, metavar_word
-
-from test_cli_vocabulary import COMMANDS
 
 SCREEN_LINES = 60
 

@@ -36,17 +36,23 @@ def decontaminate_cmd(
         help="Stream mode, no index: corpus files, globs or folders (as index-corpus takes them), read "
              "once against all tasks' n-grams; repeatable."),
     hf_dataset: Optional[str] = typer.Option(  # noqa: UP045
-        None, "--hf-dataset", rich_help_panel="Corpus (stream mode, no index)", help="Stream mode: this Hugging Face dataset too (or alone: no --corpus)."),
-    hf_config: Optional[str] = typer.Option(None, "--hf-config", rich_help_panel="Corpus (stream mode, no index)", help="Its config name."),  # noqa: UP045
-    hf_split: str = typer.Option("train", "--hf-split", rich_help_panel="Corpus (stream mode, no index)", help="Its split."),
+        None, "--hf-dataset", rich_help_panel="Stream mode",
+        help="Stream mode: this Hugging Face dataset too (or alone: no --corpus)."),
+    hf_config: str | None = typer.Option(None, "--hf-config", rich_help_panel="Stream mode",
+                                         help="Its config name."),  # noqa: UP045
+    hf_split: str = typer.Option("train", "--hf-split", rich_help_panel="Stream mode",
+                                 help="Its split."),
     text_field: Optional[str] = typer.Option(  # noqa: UP045
-        None, "--text-field", rich_help_panel="Corpus (stream mode, no index)", help="With --corpus: the document text field (default: text); a.b: nested."),
+        None, "--text-field", rich_help_panel="Stream mode",
+        help="With --corpus: the document text field (default: text); a.b: nested."),
     preset: Optional[CorpusPreset] = typer.Option(  # noqa: UP045
-        None, "--preset", rich_help_panel="Corpus (stream mode, no index)", help="With --corpus: a layout's text field: dolma, fineweb, dclm, redpajama-v2."),
+        None, "--preset", rich_help_panel="Stream mode",
+        help="With --corpus: a layout's text field: dolma, fineweb, dclm, redpajama-v2."),
     id_field: Optional[str] = typer.Option(  # noqa: UP045
-        None, "--id-field", rich_help_panel="Corpus (stream mode, no index)", help="With --corpus: field used as doc ref (default: file:line)."),
-    on_error: OnError = typer.Option("raise", "--on-error", rich_help_panel="Corpus (stream mode, no index)",
-                                 help="With --corpus: raise: stop at a bad record; skip: count it."),
+        None, "--id-field", rich_help_panel="Stream mode",
+        help="With --corpus: field used as doc ref (default: file:line)."),
+    on_error: OnError = typer.Option("raise", "--on-error", rich_help_panel="Stream mode",
+                                     help="With --corpus: raise: stop at a bad record; skip: count it."),
     tasks: str = typer.Option("mc_taco,squad_completion", "--tasks",
                               help="Comma-separated built-in task names, task YAML paths, or lm-eval "
                                    "task, group or tag names (needs the lm-eval extra)."),
@@ -69,24 +75,26 @@ def decontaminate_cmd(
     max_corpus_freq: Optional[int] = typer.Option(  # noqa: UP045
         None, "--max-corpus-freq", rich_help_panel="Matching", min=1,
         help="Ignore n-grams found in more than K corpus docs (boilerplate)."),
-    group_policy: GroupPolicy = typer.Option("any", "--group-policy", rich_help_panel="Matching",
-                                     help="A group is dirty when any | all | majority of its docs are."),
+    group_policy: GroupPolicy = typer.Option(
+        "any", "--group-policy", rich_help_panel="Matching",
+        help="A group is dirty when any | all | majority of its docs are."),
     normalization: Optional[Normalization] = typer.Option(  # noqa: UP045
         None, "--normalization", rich_help_panel="Matching",
         help="Require the index to use this normalization (janitor | unicode)."),
     lm_eval_include: Optional[list[Path]] = typer.Option(  # noqa: UP045
-        None, "--lm-eval-include", rich_help_panel="Tasks from lm-eval and YAML",
+        None, "--lm-eval-include", rich_help_panel="lm-eval tasks",
         help="A folder of your own lm-eval task YAMLs (lm-eval's --include_path); repeatable."),
     group_by: Optional[list[str]] = typer.Option(  # noqa: UP045
         None, "--group-by", rich_help_panel="Matching",
         help="Docs of TASK with equal FIELD values form one question group, kept whole in clean and dirty: "
              "TASK:FIELD[,FIELD...]; repeatable (default: each doc is its own group)."),
-    workers: int = typer.Option(1, "--workers", rich_help_panel="Corpus (stream mode, no index)", min=1,
+    workers: int = typer.Option(1, "--workers", rich_help_panel="Stream mode", min=1,
                                 help="With --corpus: local processes reading its shards."),
-    engine: Engine = typer.Option("local", "--engine", rich_help_panel="Corpus (stream mode, no index)",
-                               help="local: --workers processes here; ray: Ray tasks."),
+    engine: Engine = typer.Option("local", "--engine", rich_help_panel="Stream mode",
+                                  help="local: --workers processes here; ray: Ray tasks."),
     ray_address: Optional[str] = typer.Option(  # noqa: UP045
-        None, "--ray-address", rich_help_panel="Corpus (stream mode, no index)", help="With --engine ray: auto, HOST:PORT or ray://HOST:PORT (default local)."),
+        None, "--ray-address", rich_help_panel="Stream mode",
+        help="With --engine ray: auto, HOST:PORT or ray://HOST:PORT (default local)."),
     short_min_words: int = typer.Option(
         8, "--short-min-words", rich_help_panel="Matching", min=0,
         help="A query of this many words up to n-1 is matched whole (index: from its text store, "
@@ -95,7 +103,8 @@ def decontaminate_cmd(
         None, "--source-name", rich_help_panel="Reports",
         help="The corpus as contamination_report.csv names it (CONDA's Contaminated Source), e.g. a hub "
              "id such as allenai/c4 (default: its hub dataset or file names)."),
-    allow_task_code: bool = typer.Option(False, "--allow-task-code", rich_help_panel="Tasks from lm-eval and YAML", help=ALLOW_TASK_CODE_HELP),
+    allow_task_code: bool = typer.Option(False, "--allow-task-code", rich_help_panel="lm-eval tasks",
+                                         help=ALLOW_TASK_CODE_HELP),
     embedding_model: Optional[str] = typer.Option(  # noqa: UP045
         None, "--embedding-model", rich_help_panel="Semantic tier (rephrased items)",
         help=f"With a semantic rule term: the sentence-transformers model (name, folder or hub id) that "

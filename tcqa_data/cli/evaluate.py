@@ -41,15 +41,18 @@ def evaluate_cmd(
     prep_dir: Path = typer.Argument(..., help="Folder written by `tcqa-data decontaminate`."),
     model: str = typer.Option(..., "--model", help="Hub id, local folder, path to a .gguf file, or "
                               "smollm2-135m-gguf (the SmolLM2-135M file installed by scripts/install.sh)."),
-    gguf_file: str = typer.Option(None, "--gguf-file", rich_help_panel="Model", help="GGUF file name inside the --model folder."),
+    gguf_file: str = typer.Option(None, "--gguf-file", rich_help_panel="Model",
+                                  help="GGUF file name inside the --model folder."),
     tasks: str = typer.Option(None, "--tasks", help="Comma-separated tasks (default: all in PREP_DIR)."),
-    clean_only: bool = typer.Option(False, "--clean-only", rich_help_panel="Which docs", help="Score only the clean docs."),
+    clean_only: bool = typer.Option(False, "--clean-only", rich_help_panel="Which docs",
+                                    help="Score only the clean docs."),
     device: Device = typer.Option("auto", "--device", rich_help_panel="Model",
-                               help="Where the model runs (auto: CUDA, else MPS, else CPU)."),
+                                  help="Where the model runs (auto: CUDA, else MPS, else CPU)."),
     dtype: Dtype = typer.Option(
         "auto", "--dtype", rich_help_panel="Model",
         help="Weights' dtype (auto: bfloat16 on CUDA GPUs that support it, else float16; float32 off CUDA)."),
-    batch_size: str = typer.Option("auto", "--batch-size", rich_help_panel="Model", help="auto or N (rows per forward pass)."),
+    batch_size: str = typer.Option("auto", "--batch-size", rich_help_panel="Model",
+                                   help="auto or N (rows per forward pass)."),
     out: Path = typer.Option(None, "--out", help="Output folder (default PREP_DIR/eval/MODEL)."),
     limit_groups: int = typer.Option(None, "--limit-groups", rich_help_panel="Which docs", min=1,
                                      help="Only the first N whole question groups "
@@ -57,7 +60,8 @@ def evaluate_cmd(
     sample_groups: int = typer.Option(None, "--sample-groups", rich_help_panel="Which docs", min=1,
                                       help="N whole groups: every dirty group (at "
                                       "most N/2) plus a seeded sample of clean ones, in the split's order."),
-    sample_seed: int = typer.Option(0, "--sample-seed", rich_help_panel="Which docs", help="Seed of --sample-groups."),
+    sample_seed: int = typer.Option(0, "--sample-seed", rich_help_panel="Which docs",
+                                    help="Seed of --sample-groups."),
     splits: str = typer.Option(None, "--splits", help="The prepared split to score, one name (default: test, "
                                "else validation)."),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", rich_help_panel="Model",
@@ -67,38 +71,41 @@ def evaluate_cmd(
                                       help="Per-doc memorization scores (loss, zlib, Min-K%, Min-K%++) of "
                                       "each doc's query and attribution fields (the analysis's model "
                                       "side)."),
-    memorization_only: bool = typer.Option(False, "--memorization-only", rich_help_panel="Memorization scores",
+    memorization_only: bool = typer.Option(False, "--memorization-only", rich_help_panel="Memorization",
                                            help="Only the memorization scores, no task metric (a quick "
                                            "look at any prepared split)."),
     memorization_context: MemorizationContext = typer.Option(
-        "fields", "--memorization-context", rich_help_panel="Memorization scores",
+        "fields", "--memorization-context", rich_help_panel="Memorization",
         help="fields (the default: every text in the prompt, and each field of the query also alone as "
              "FIELD@standalone; the headline score combines their ranks per doc), prompt (each "
              "text's tokens where it occurs in the doc's prompt, read from the task's own forward pass; "
              "texts not found there are scored standalone), standalone (each text alone after the prefix "
              "token, in a separate pass) or both (every TEXT in the prompt and as TEXT@standalone)."),
     reference_model: str = typer.Option(
-        None, "--reference-model", rich_help_panel="Memorization scores",
+        None, "--reference-model", rich_help_panel="Memorization",
         help="A reference model (the forms --model takes): memorization.query.reference_loss_ratio, the "
              "evaluated model's mean token log-prob of the query minus the reference's (MIMIR's "
              "reference attack)."),
     reference_frequencies: str = typer.Option(
-        "none", "--reference-frequencies", rich_help_panel="Memorization scores",
+        "none", "--reference-frequencies", rich_help_panel="Memorization",
         help="none|auto|demo: token frequencies for memorization.query.dc_pdd (DC-PDD); auto = the "
              "prepared data's corpus (its index's text store or corpus files), else the shipped demo "
              "corpus."),
     backend: Backend = typer.Option("native", "--backend", rich_help_panel="lm-eval backend",
-                                help="native (tcqa-data's scorer) or lm-eval (run "
+                                    help="native (tcqa-data's scorer) or lm-eval (run "
                                 "lm-evaluation-harness on the exported full YAMLs, then `analyze`)."),
-    lm_eval_model: str = typer.Option("hf", "--lm-eval-model", rich_help_panel="lm-eval backend", help="With --backend lm-eval: lm-eval's "
+    lm_eval_model: str = typer.Option("hf", "--lm-eval-model", rich_help_panel="lm-eval backend",
+                                      help="With --backend lm-eval: lm-eval's "
                                       "model type (hf, vllm, ...)."),
-    model_args: str = typer.Option(None, "--model-args", rich_help_panel="lm-eval backend", help="With --backend lm-eval: lm-eval's "
+    model_args: str = typer.Option(None, "--model-args", rich_help_panel="lm-eval backend",
+                                   help="With --backend lm-eval: lm-eval's "
                                    "--model_args (default pretrained=MODEL, the --model value)."),
     allow_modified_code: bool = typer.Option(
         False, "--allow-modified-code", rich_help_panel="lm-eval backend",
         help="With --backend lm-eval: run the exported Python and YAMLs even where they differ from "
              "the sha256 that decontaminate recorded (lm-eval runs them unsandboxed)."),
-    allow_task_code: bool = typer.Option(False, "--allow-task-code", rich_help_panel="lm-eval backend", help="With --backend lm-eval: "
+    allow_task_code: bool = typer.Option(False, "--allow-task-code", rich_help_panel="lm-eval backend",
+                                         help="With --backend lm-eval: "
                                          + ALLOW_TASK_CODE_HELP),
     old_output: Path = old_spelling("--output"),
     old_split: str = old_spelling("--split"),

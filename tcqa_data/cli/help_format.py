@@ -121,7 +121,8 @@ class PanelCommand(TyperCommand):
                 arguments.append((param.metavar or "", record[1]))
             else:
                 panels.setdefault(getattr(param, "rich_help_panel", None) or DEFAULT_PANEL, []).append(record)
-        formatter.first_col_width = max(len(first) for rows in [arguments, *panels.values()] for first, _ in rows)
+        every_row = [first for rows in [arguments, *panels.values()] for first, _ in rows]
+        formatter.first_col_width = max(map(len, every_row), default=0)
         if arguments:
             with formatter.section("Arguments"):
                 formatter.write_dl(arguments)

@@ -36,42 +36,52 @@ def index_corpus(
     demo: bool = typer.Option(False, "--demo",
                               help="Also index the demo corpus shipped with tcqa-data (162 English "
                                    "Wikipedia articles, 2.7 MB: tcqa_data/data/demo/README.md)."),
-    ngram: str = typer.Option("13", "--ngram", rich_help_panel="Index contents", help="N-gram size(s), e.g. 13 or 8,13."),
-    normalization: Normalization = typer.Option("janitor", "--normalization", rich_help_panel="Index contents",
-                                      help="janitor (exactly lm-eval's Janitor) or unicode."),
+    ngram: str = typer.Option("13", "--ngram", rich_help_panel="Index",
+                              help="N-gram size(s), e.g. 13 or 8,13."),
+    normalization: Normalization = typer.Option("janitor", "--normalization", rich_help_panel="Index",
+                                                help="janitor (exactly lm-eval's Janitor) or unicode."),
     text_field: Optional[str] = typer.Option(  # noqa: UP045
-        None, "--text-field", rich_help_panel="Corpus layout", help="Field holding the document text (default: text); a.b: nested."),
+        None, "--text-field", rich_help_panel="Corpus layout",
+        help="Field holding the document text (default: text); a.b: nested."),
     preset: Optional[CorpusPreset] = typer.Option(  # noqa: UP045
-        None, "--preset", rich_help_panel="Corpus layout", help="A corpus layout's text field: dolma, fineweb, dclm, redpajama-v2."),
-    id_field: str = typer.Option(None, "--id-field", rich_help_panel="Corpus layout", help="Field used as doc ref (default: file:line)."),
-    hf_dataset: str = typer.Option(None, "--hf-dataset", rich_help_panel="Corpus layout", help="Stream a Hugging Face dataset instead."),
-    hf_config: str = typer.Option(None, "--hf-config", rich_help_panel="Corpus layout", help="Its config name."),
+        None, "--preset", rich_help_panel="Corpus layout",
+        help="A corpus layout's text field: dolma, fineweb, dclm, redpajama-v2."),
+    id_field: str = typer.Option(None, "--id-field", rich_help_panel="Corpus layout",
+                                 help="Field used as doc ref (default: file:line)."),
+    hf_dataset: str = typer.Option(None, "--hf-dataset", rich_help_panel="Corpus layout",
+                                   help="Stream a Hugging Face dataset instead."),
+    hf_config: str = typer.Option(None, "--hf-config", rich_help_panel="Corpus layout",
+                                  help="Its config name."),
     hf_split: str = typer.Option("train", "--hf-split", rich_help_panel="Corpus layout", help="Its split."),
     workers: int = typer.Option(None, "--workers", rich_help_panel="Parallelism and reruns", min=1,
                                 help="Local worker processes (default: all cores)."),
-    append: bool = typer.Option(False, "--append", rich_help_panel="Parallelism and reruns", help="Add new inputs to an existing index."),
-    overwrite: bool = typer.Option(False, "--overwrite", rich_help_panel="Parallelism and reruns", help="Replace an existing index."),
+    append: bool = typer.Option(False, "--append", rich_help_panel="Parallelism and reruns",
+                                help="Add new inputs to an existing index."),
+    overwrite: bool = typer.Option(False, "--overwrite", rich_help_panel="Parallelism and reruns",
+                                   help="Replace an existing index."),
     on_error: OnError = typer.Option("raise", "--on-error", rich_help_panel="Corpus layout",
                                      help="raise: stop at a bad record; skip: count it."),
-    no_minhash: bool = typer.Option(False, "--no-minhash", rich_help_panel="Index contents", help="Build only the n-gram index."),
-    num_perm: int = typer.Option(128, "--num-perm", rich_help_panel="Index contents", min=1, help="MinHash permutations."),
-    provenance: int = typer.Option(2, "--provenance", rich_help_panel="Index contents", min=1,
+    no_minhash: bool = typer.Option(False, "--no-minhash", rich_help_panel="Index",
+                                    help="Build only the n-gram index."),
+    num_perm: int = typer.Option(128, "--num-perm", rich_help_panel="Index",
+                                 min=1, help="MinHash permutations."),
+    provenance: int = typer.Option(2, "--provenance", rich_help_panel="Index", min=1,
                                    help="Doc ordinals kept per n-gram (index size)."),
-    num_buckets: int = typer.Option(64, "--num-buckets", rich_help_panel="Index contents", min=1,
+    num_buckets: int = typer.Option(64, "--num-buckets", rich_help_panel="Index", min=1,
                                     help="Hash buckets of the n-gram index, a power of two (reduce "
                                          "tasks; more buckets: smaller merges, for large corpora)."),
-    ngram_dir_bits: int = typer.Option(None, "--ngram-dir-bits", rich_help_panel="Index contents",
+    ngram_dir_bits: int = typer.Option(None, "--ngram-dir-bits", rich_help_panel="Index",
                                        help="Directory bits of the compact n-gram layout (default: chosen "
                                             "from the corpus at the first build; --append keeps the "
                                             "index's; give an appended index's value to rebuild it "
                                             "byte for byte)."),
-    text_store: TextStore = typer.Option("auto", "--text-store", rich_help_panel="Index contents",
-                                   help="Corpus text for alignment (aligned>= rule terms): auto (doc "
+    text_store: TextStore = typer.Option("auto", "--text-store", rich_help_panel="Index",
+                                         help="Corpus text for alignment (aligned>= rule terms): auto (doc "
                                         "locations for .jsonl/.parquet/.txt, a zstd copy for compressed "
                                         "inputs and HF streams), copy (always a copy) or none."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar and no summary line."),
     engine: Engine = typer.Option("local", "--engine", rich_help_panel="Parallelism and reruns",
-                               help="local: worker processes on this machine; ray: Ray tasks "
+                                  help="local: worker processes on this machine; ray: Ray tasks "
                                     "(pip install 'tcqa-data[ray]'; see docs/CLUSTER.md)."),
     ray_address: str = typer.Option(None, "--ray-address", rich_help_panel="Parallelism and reruns",
                                     help="With --engine ray: auto, HOST:PORT or ray://HOST:PORT of a "

@@ -37,35 +37,42 @@ def purify_cmd(
                              help="Benchmark docs that count (as decontaminate; a semantic term drops "
                                   "the docs of a flagged item's windows at its threshold, or excises "
                                   "the windows)."),
-    ngram: int = typer.Option(13, "--ngram", rich_help_panel="Matching", min=1, help="N-gram size (Janitor: 13)."),
-    window: int = typer.Option(200, "--window", rich_help_panel="Excision (as lm-eval's Janitor)", min=0,
+    ngram: int = typer.Option(13, "--ngram", rich_help_panel="Matching",
+                              min=1, help="N-gram size (Janitor: 13)."),
+    window: int = typer.Option(200, "--window", rich_help_panel="Excision (Janitor)", min=0,
                                help="Chars cut on each side of a match (Janitor: 200)."),
-    minimum_slice: int = typer.Option(200, "--minimum-slice", rich_help_panel="Excision (as lm-eval's Janitor)", min=0,
-                                      help="Shorter pieces dropped (Janitor: 200)."),
-    too_dirty_cutoff: int = typer.Option(10, "--too-dirty-cutoff", rich_help_panel="Excision (as lm-eval's Janitor)", min=0,
-                                         help="More matches drop the doc whole (Janitor: 10)."),
+    minimum_slice: int = typer.Option(200, "--minimum-slice", rich_help_panel="Excision (Janitor)",
+                                      min=0, help="Shorter pieces dropped (Janitor: 200)."),
+    too_dirty_cutoff: int = typer.Option(10, "--too-dirty-cutoff", rich_help_panel="Excision (Janitor)",
+                                      min=0, help="More matches drop the doc whole (Janitor: 10)."),
     janitor_exact: bool = typer.Option(
         True, "--janitor-exact/--no-janitor-exact",
         help="Excise exactly as Janitor.clean_python (the default). --no-janitor-exact also matches "
              "across a word that is all punctuation (' , ', '()') and short items whole, as "
              "decontaminate does, so the output flags nothing; its cuts then differ from Janitor's."),
     text_field: Optional[str] = typer.Option(  # noqa: UP045
-        None, "--text-field", rich_help_panel="Corpus layout", help="Field holding the document text (default: text); a.b: nested."),
+        None, "--text-field", rich_help_panel="Corpus layout",
+        help="Field holding the document text (default: text); a.b: nested."),
     preset: Optional[CorpusPreset] = typer.Option(  # noqa: UP045
-        None, "--preset", rich_help_panel="Corpus layout", help="A corpus layout's text field: dolma, fineweb, dclm, redpajama-v2."),
+        None, "--preset", rich_help_panel="Corpus layout",
+        help="A corpus layout's text field: dolma, fineweb, dclm, redpajama-v2."),
     id_field: Optional[str] = typer.Option(  # noqa: UP045
-        None, "--id-field", rich_help_panel="Corpus layout", help="Field used as doc ref (default: file:line)."),
+        None, "--id-field", rich_help_panel="Corpus layout",
+        help="Field used as doc ref (default: file:line)."),
     on_error: OnError = typer.Option("raise", "--on-error", rich_help_panel="Corpus layout",
-                                 help="raise: stop at a bad record; skip: count it."),
+                                     help="raise: stop at a bad record; skip: count it."),
     workers: int = typer.Option(1, "--workers", rich_help_panel="Tasks and parallelism", min=1,
                                 help="Local processes reading the corpus shards and writing the outputs."),
     engine: Engine = typer.Option("local", "--engine", rich_help_panel="Tasks and parallelism",
-                               help="local: --workers processes here; ray: Ray tasks."),
+                                  help="local: --workers processes here; ray: Ray tasks."),
     ray_address: Optional[str] = typer.Option(  # noqa: UP045
-        None, "--ray-address", rich_help_panel="Tasks and parallelism", help="With --engine ray: auto, HOST:PORT or ray://HOST:PORT (default local)."),
+        None, "--ray-address", rich_help_panel="Tasks and parallelism",
+        help="With --engine ray: auto, HOST:PORT or ray://HOST:PORT (default local)."),
     short_min_words: int = typer.Option(
-        8, "--short-min-words", rich_help_panel="Matching", min=0, help="Items of this many words up to n-1 are matched whole (0: off)."),
-    allow_task_code: bool = typer.Option(False, "--allow-task-code", rich_help_panel="Tasks and parallelism", help=ALLOW_TASK_CODE_HELP),
+        8, "--short-min-words", rich_help_panel="Matching",
+        min=0, help="Items of this many words up to n-1 are matched whole (0: off)."),
+    allow_task_code: bool = typer.Option(False, "--allow-task-code", rich_help_panel="Tasks and parallelism",
+                                         help=ALLOW_TASK_CODE_HELP),
     embedding_model: Optional[str] = typer.Option(  # noqa: UP045
         None, "--embedding-model", rich_help_panel="Matching",
         help=f"With a semantic rule term: the sentence-transformers model, as "
