@@ -64,6 +64,7 @@ def test_a_run_without_shared_data_fails_under_ci_and_skips_otherwise(tmp_path):
     assert plain.returncode == 0, plain.stdout + plain.stderr
     assert "1 passed, 1 skipped" in plain.stdout
     assert "needs ../shared/data/corpus/wiki_sample.jsonl" in plain.stdout
+    assert "1 tests skipped for want of ../shared/data" in plain.stdout.strip().splitlines()[-1], plain.stdout
     ci = _run_fake_repo(tmp_path, "true")
     assert ci.returncode == 1, ci.stdout + ci.stderr
     assert "1 passed, 1 error" in ci.stdout and "skipped" not in ci.stdout

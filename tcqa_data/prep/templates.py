@@ -227,9 +227,10 @@ def _refused(where: str, why: str) -> TemplateRefused:
     return TemplateRefused(f"{where} was refused: {why}")
 
 
-def check_source(template: Any, *, where: str, limits: RenderLimits = LIMITS) -> str:
+def check_source(template: Any, *, where: str, limits: RenderLimits | None = None) -> str:
     """``template`` if it is a string within the source budget that parses as Jinja2, else a
     TemplateRefused; attributes and items starting with ``_`` are refused here, before any render."""
+    limits = limits or LIMITS
     if not isinstance(template, str):
         raise _refused(where, f"a template must be a string, not {type(template).__name__} "
                               f"({template!r:.60})")
@@ -264,13 +265,15 @@ def compiled(template: str, *, where: str = "template") -> jinja2.Template:
     return tpl
 
 
-def render(template: str, doc: dict[str, Any], *, where: str, limits: RenderLimits = LIMITS) -> str:
+def render(template: str, doc: dict[str, Any], *, where: str, limits: RenderLimits | None = None) -> str:
     """``template`` rendered with the doc's fields, in the sandbox, within ``limits``.
 
     ``where`` names the template for errors ("task 'x': template doc_to_text"). Anything the
     template does wrong is one TemplateRefused line; a field the doc lacks propagates as
-    ``jinja2.UndefinedError`` to the caller, which knows how to name it.
+    ``jinja2.UndefinedError`` to the caller, which knows how to name it. ``limits`` defaults to
+    :data:`LIMITS` as it is at the call (read then, so a test can widen one budget).
     """
+    limits = limits or LIMITS
     tpl = compiled(template if isinstance(template, str) else check_source(template, where=where),
                    where=where)
     out: list[str] = []
@@ -315,8 +318,8 @@ def _first_line(exc: BaseException) -> str:
 class RenderClock:
     """The total time budget of many renders (``total_seconds + mean_seconds`` per render)."""
 
-    def __init__(self, where: str, limits: RenderLimits = LIMITS) -> None:
-        self.where, self.limits = where, limits
+    def __init__(self, where: str, limits: RenderLimits | None = None) -> None:
+        self.where, self.limits = where, limits or LIMITS
         self.start = time.monotonic()
         self.renders = 0
 
