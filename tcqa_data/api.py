@@ -13,6 +13,7 @@ with a DeprecationWarning when called from outside the package.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -592,6 +593,12 @@ def clean_vs_full_table(results: EvalResults | Mapping[str, Any], task: str) -> 
 def _whole_table(table: pd.DataFrame) -> pd.DataFrame:
     """``table`` whose ``str``/``repr`` is its whole ``to_string()``; any operation on it returns
     a plain DataFrame again."""
+    return _whole_table_class()(table)
+
+
+@functools.cache
+def _whole_table_class() -> type[pd.DataFrame]:
+    """The DataFrame subclass behind :func:`_whole_table`, made once (pandas is imported lazily)."""
     import pandas as pd
 
     class WholeTable(pd.DataFrame):
@@ -604,4 +611,4 @@ def _whole_table(table: pd.DataFrame) -> pd.DataFrame:
 
         __str__ = __repr__
 
-    return WholeTable(table)
+    return WholeTable

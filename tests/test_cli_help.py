@@ -7,7 +7,6 @@ import re
 
 import pytest
 from test_cli_vocabulary import COMMANDS
-from typer.main import get_command
 from typer.testing import CliRunner
 
 from tcqa_data.cli import app
@@ -79,4 +78,3 @@ def test_every_command_uses_the_panel_help() -> None:
 
     for name, cmd in COMMANDS.items():
         assert isinstance(cmd, PanelCommand), name
-    assert get_command(app) is not None

@@ -38,8 +38,8 @@ def decontaminate_cmd(
     hf_dataset: Optional[str] = typer.Option(  # noqa: UP045
         None, "--hf-dataset", rich_help_panel="Stream mode",
         help="Stream mode: this Hugging Face dataset too (or alone: no --corpus)."),
-    hf_config: str | None = typer.Option(None, "--hf-config", rich_help_panel="Stream mode",
-                                         help="Its config name."),  # noqa: UP045
+    hf_config: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--hf-config", rich_help_panel="Stream mode", help="Its config name."),
     hf_split: str = typer.Option("train", "--hf-split", rich_help_panel="Stream mode",
                                  help="Its split."),
     text_field: Optional[str] = typer.Option(  # noqa: UP045
